@@ -1,0 +1,1 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018, "SAC: Algorithms and Applications")."""

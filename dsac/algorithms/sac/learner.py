@@ -1,0 +1,161 @@
+"""SAC's update (Haarnoja et al. 2018, v2): twin Q with polyak targets, a tanh-squashed
+Gaussian actor with the log-prob correction, and automatic entropy tuning.
+
+The math reads top to bottom in :func:`sac_losses`, with the paper's quantities as names.
+The noise is an argument, so the losses are a pure function that tests check by hand.
+Actions inside the learner live in [-1, 1]; replay stores them in the env's bounds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from dsac.algorithms.sac.networks import build_actor, build_critic
+from dsac.algorithms.sac.numpy_actor import LOG_STD_MAX, LOG_STD_MIN
+from dsac.weights import TensorFlowVariables
+
+LOG_2 = math.log(2.0)
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+def squashed_gaussian_sample(actor, obs, noise):
+    """Reparameterized ã = tanh(μ + σ·ε) and log π(ã|s), with the tanh change of variables
+    log π(ã|s) = log N(u; μ, σ) − Σ log(1 − tanh(u)²), written stably as
+    log(1 − tanh(u)²) = 2·(log 2 − u − softplus(−2u))."""
+    mean, log_std = tf.split(actor(obs), 2, axis=-1)
+    log_std = tf.clip_by_value(log_std, LOG_STD_MIN, LOG_STD_MAX)
+    u = mean + tf.exp(log_std) * noise
+    action = tf.tanh(u)
+    gaussian_log_prob = tf.reduce_sum(-0.5 * tf.square(noise) - log_std - 0.5 * LOG_2PI, axis=-1)
+    log_det_jacobian = tf.reduce_sum(2.0 * (LOG_2 - u - tf.nn.softplus(-2.0 * u)), axis=-1)
+    return action, gaussian_log_prob - log_det_jacobian
+
+
+def sac_losses(actor, q1, q2, q1_target, q2_target, log_alpha, batch, gamma, target_entropy,
+               noise_next, noise_pi):
+    """The three SAC objectives on one batch; returns a dict of scalar tensors."""
+    obs, action, reward = batch["obs"], batch["action"], batch["reward"]
+    next_obs, terminated = batch["next_obs"], batch["terminated"]
+    alpha = tf.exp(log_alpha)
+
+    # Critics: J_Q = E[½ (Q_i(s,a) − y)²],  y = r + γ(1 − d)(min_j Q_targ_j(s',a') − α log π(a'|s'))
+    next_action, next_log_pi = squashed_gaussian_sample(actor, next_obs, noise_next)
+    next_obs_action = tf.concat([next_obs, next_action], axis=-1)
+    min_qf_next_target = (
+        tf.minimum(q1_target(next_obs_action), q2_target(next_obs_action))[:, 0] - alpha * next_log_pi
+    )
+    next_q_value = tf.stop_gradient(reward + gamma * (1.0 - terminated) * min_qf_next_target)
+    obs_action = tf.concat([obs, action], axis=-1)
+    qf1_a_values = q1(obs_action)[:, 0]
+    qf2_a_values = q2(obs_action)[:, 0]
+    qf1_loss = 0.5 * tf.reduce_mean(tf.square(qf1_a_values - next_q_value))
+    qf2_loss = 0.5 * tf.reduce_mean(tf.square(qf2_a_values - next_q_value))
+
+    # Actor: J_π = E[α log π(ã|s) − min_j Q_j(s, ã)],  ã ~ π(·|s) reparameterized
+    pi, log_pi = squashed_gaussian_sample(actor, obs, noise_pi)
+    obs_pi = tf.concat([obs, pi], axis=-1)
+    min_qf_pi = tf.minimum(q1(obs_pi), q2(obs_pi))[:, 0]
+    actor_loss = tf.reduce_mean(tf.stop_gradient(alpha) * log_pi - min_qf_pi)
+
+    # Temperature: J(α) = E[−α (log π(ã|s) + H̄)], optimized through log α
+    alpha_loss = -tf.reduce_mean(log_alpha * tf.stop_gradient(log_pi + target_entropy))
+
+    return {
+        "qf1_loss": qf1_loss,
+        "qf2_loss": qf2_loss,
+        "qf_loss": qf1_loss + qf2_loss,
+        "actor_loss": actor_loss,
+        "alpha_loss": alpha_loss,
+        "alpha": alpha,
+        "entropy": -tf.reduce_mean(log_pi),
+        "q_mean": tf.reduce_mean(qf1_a_values),
+    }
+
+
+class SACLearner:
+    """Networks, optimizers and the compiled update of SAC.
+
+    Args:
+        obs_dim, act_dim: flat sizes of observations and actions.
+        action_low, action_high: the env's action bounds (replay stores env-space actions).
+        config: :class:`dsac.config.Config` (gamma, tau, lr, hiddens, init_alpha, target_entropy).
+        seed: seeds network initialization and the update's noise.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, action_low, action_high, config, seed: int = 0):
+        keras.utils.set_random_seed(seed)
+        hiddens = list(config.hiddens)
+        self.actor = build_actor(obs_dim, act_dim, hiddens)
+        self.q1 = build_critic(obs_dim, act_dim, hiddens, "q1")
+        self.q2 = build_critic(obs_dim, act_dim, hiddens, "q2")
+        self.q1_target = build_critic(obs_dim, act_dim, hiddens, "q1_target")
+        self.q2_target = build_critic(obs_dim, act_dim, hiddens, "q2_target")
+        self.q1_target.set_weights(self.q1.get_weights())
+        self.q2_target.set_weights(self.q2.get_weights())
+        self.log_alpha = keras.Variable(math.log(config.init_alpha), dtype="float32", name="log_alpha")
+
+        self.gamma = float(config.gamma)
+        self.tau = float(config.tau)
+        self.target_entropy = float(
+            -act_dim if config.target_entropy is None else config.target_entropy
+        )
+        self.action_center = np.asarray((np.asarray(action_high) + np.asarray(action_low)) / 2, np.float32)
+        self.action_half_range = np.asarray((np.asarray(action_high) - np.asarray(action_low)) / 2, np.float32)
+
+        self.critic_variables = self.q1.trainable_variables + self.q2.trainable_variables
+        self.actor_optimizer = keras.optimizers.Adam(config.lr)
+        self.critic_optimizer = keras.optimizers.Adam(config.lr)
+        self.alpha_optimizer = keras.optimizers.Adam(config.lr)
+        self.actor_optimizer.build(self.actor.trainable_variables)
+        self.critic_optimizer.build(self.critic_variables)
+        self.alpha_optimizer.build([self.log_alpha])
+
+        self.actor_weights = TensorFlowVariables(self.actor, prefix="actor")
+        self.updates = 0
+
+    def losses(self, batch, noise_next, noise_pi):
+        """:func:`sac_losses` on this learner's networks (batch actions already in [-1, 1])."""
+        return sac_losses(
+            self.actor, self.q1, self.q2, self.q1_target, self.q2_target, self.log_alpha,
+            batch, self.gamma, self.target_entropy, noise_next, noise_pi,
+        )
+
+    @tf.function
+    def _update(self, batch):
+        shape = tf.shape(batch["action"])
+        noise_next = tf.random.normal(shape)
+        noise_pi = tf.random.normal(shape)
+        with tf.GradientTape(persistent=True) as tape:
+            stats = self.losses(batch, noise_next, noise_pi)
+        critic_grads = tape.gradient(stats["qf_loss"], self.critic_variables)
+        actor_grads = tape.gradient(stats["actor_loss"], self.actor.trainable_variables)
+        alpha_grads = tape.gradient(stats["alpha_loss"], [self.log_alpha])
+        del tape
+        self.critic_optimizer.apply_gradients(zip(critic_grads, self.critic_variables, strict=True))
+        self.actor_optimizer.apply_gradients(zip(actor_grads, self.actor.trainable_variables, strict=True))
+        self.alpha_optimizer.apply_gradients(zip(alpha_grads, [self.log_alpha], strict=True))
+        # Polyak averaging: θ_targ ← (1 − τ) θ_targ + τ θ
+        for target, source in ((self.q1_target, self.q1), (self.q2_target, self.q2)):
+            for t, s in zip(target.weights, source.weights, strict=True):
+                t.assign((1.0 - self.tau) * t + self.tau * s)
+        return stats
+
+    def normalize_batch(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Float32 arrays with actions mapped from the env's bounds into [-1, 1]."""
+        return {
+            "obs": np.asarray(batch["obs"], np.float32),
+            "action": (np.asarray(batch["action"], np.float32) - self.action_center) / self.action_half_range,
+            "reward": np.asarray(batch["reward"], np.float32),
+            "next_obs": np.asarray(batch["next_obs"], np.float32),
+            "terminated": np.asarray(batch["terminated"], np.float32),
+        }
+
+    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        """One gradient step of critics, actor and α, then the target update."""
+        stats = self._update(self.normalize_batch(batch))
+        self.updates += 1
+        return {k: float(v) for k, v in stats.items()}

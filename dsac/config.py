@@ -1,0 +1,139 @@
+"""One flat configuration for a run: every field is a CLI flag of ``launch.py``.
+
+Each field carries its help text in ``metadata["help"]`` so the CLI, the README and
+``config.json`` all describe the same thing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from dataclasses import dataclass, field
+
+from dsac.errors import DsacError
+
+ALGOS = ("sac",)
+
+
+def _f(default, help: str, **kw):
+    """A dataclass field with help text (lists get a default factory)."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help, **kw})
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class Config:
+    """Everything a run needs. Defaults follow Stable-Baselines3 / rl-zoo where they exist."""
+
+    # --- what to train -----------------------------------------------------------------
+    algo: str = _f("sac", "algorithm: sac (continuous actions)", choices=ALGOS)
+    env: str = _f("Pendulum-v1", "gymnasium environment id")
+    seed: int = _f(0, "random seed (envs, networks, replay sampling)")
+
+    # --- topology ----------------------------------------------------------------------
+    num_workers: int = _f(2, "rollout worker tasks")
+    envs_per_worker: int = _f(1, "environments each rollout worker steps as one batch")
+    num_learners: int = _f(1, "learner tasks (only 1 is supported for now)")
+    address: str | None = _f(None, "Ray cluster to join (default: RAY_ADDRESS, else a local Ray)")
+    worker_cpus: float | None = _f(None, "CPUs requested per rollout worker (default: fit the cluster)")
+    learner_gpus: float | None = _f(None, "GPUs for the learner (default: 1 if the cluster has one, else 0)")
+
+    # --- stopping ----------------------------------------------------------------------
+    total_env_steps: int = _f(20_000, "stop after this many env steps (all workers together)")
+    stop_return: float | None = _f(None, "stop when the evaluation mean return reaches this")
+    max_seconds: float | None = _f(None, "stop after this many wall-clock seconds")
+
+    # --- evaluation and output ---------------------------------------------------------
+    eval_every: int = _f(1_000, "evaluate every this many env steps")
+    eval_episodes: int = _f(10, "deterministic episodes per evaluation")
+    output_dir: str | None = _f(None, "run directory (default: runs/<algo>-<env>-<timestamp>)")
+    log_every: float = _f(10.0, "seconds between progress lines")
+
+    # --- SAC (Haarnoja et al. 2018) ------------------------------------------------------
+    gamma: float = _f(0.99, "discount factor")
+    tau: float = _f(0.005, "polyak averaging coefficient of the target critics")
+    lr: float = _f(1e-3, "Adam learning rate of actor, critics and entropy coefficient")
+    batch_size: int = _f(256, "transitions per gradient update")
+    buffer_size: int = _f(1_000_000, "replay capacity in transitions")
+    hiddens: list[int] = _f([256, 256], "hidden layer sizes of actor and critics", nargs="+")
+    init_alpha: float = _f(1.0, "initial entropy coefficient")
+    target_entropy: float | None = _f(None, "entropy target (default: -|A|)")
+    start_steps: int = _f(500, "uniform random actions for this many env steps (all workers together)")
+    learning_starts: int = _f(500, "env steps in replay before the first update")
+    updates_per_step: float = _f(1.0, "gradient updates per env step, enforced by the replay rate limiter")
+
+    # --- data flow -----------------------------------------------------------------------
+    max_steps_ahead: int = _f(256, "env steps collection may run ahead of the update ratio")
+    batches_per_sample: int = _f(4, "batches one replay sample call returns")
+    prefetch: int = _f(2, "replay sample calls the learner keeps in flight")
+    push_every: int = _f(10, "learner pushes weights every this many updates")
+    pull_every: int = _f(20, "rollout worker polls for new weights every this many of its env steps")
+    chunk_seconds: float = _f(0.1, "a rollout worker sends what it gathered at least this often")
+    max_chunk: int = _f(256, "most transitions in one replay add call")
+
+    def to_dict(self) -> dict:
+        """Plain dict (JSON-safe) of every field."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> Config:
+        """Build from a dict, refusing unknown keys with a did-you-mean."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in values:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=3)
+                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                raise DsacError(f"unknown config key '{key}'{hint}")
+        return cls(**values)
+
+    def validate(self) -> Config:
+        """Check ranges and relations that need no environment or Ray; return self."""
+        positive_ints = (
+            "num_workers", "envs_per_worker", "num_learners", "total_env_steps", "eval_every",
+            "eval_episodes", "batch_size", "buffer_size", "batches_per_sample", "prefetch",
+            "push_every", "pull_every", "max_chunk", "max_steps_ahead",
+        )
+        for name in positive_ints:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise DsacError(f"--{name} must be a positive integer, got {value!r}")
+        for name in ("start_steps", "learning_starts"):
+            if getattr(self, name) < 0:
+                raise DsacError(f"--{name} must be >= 0, got {getattr(self, name)!r}")
+        positive_floats = ("lr", "updates_per_step", "init_alpha", "log_every", "chunk_seconds")
+        for name in positive_floats:
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise DsacError(f"--{name} must be a positive number, got {value!r}")
+        for name in ("gamma", "tau"):
+            value = getattr(self, name)
+            if not (0.0 < value <= 1.0):
+                raise DsacError(f"--{name} must be in (0, 1], got {value!r}")
+        for name in ("max_seconds", "worker_cpus"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise DsacError(f"--{name} must be a positive number, got {value!r}")
+        if self.learner_gpus is not None and not (math.isfinite(self.learner_gpus) and self.learner_gpus >= 0):
+            raise DsacError(f"--learner_gpus must be >= 0, got {self.learner_gpus!r}")
+        if self.stop_return is not None and not math.isfinite(self.stop_return):
+            raise DsacError(f"--stop_return must be a finite number, got {self.stop_return!r}")
+        if not self.hiddens or any(h <= 0 for h in self.hiddens):
+            raise DsacError(f"--hiddens must be positive layer sizes, got {self.hiddens!r}")
+        if self.algo not in ALGOS:
+            raise DsacError(f"--algo must be one of {', '.join(ALGOS)}, got {self.algo!r}")
+        if self.num_learners > 1:
+            raise DsacError(
+                f"--num_learners {self.num_learners} is not supported yet: use --num_learners 1"
+            )
+        if self.batch_size > self.buffer_size:
+            raise DsacError(
+                f"--batch_size {self.batch_size} is larger than the replay capacity "
+                f"--buffer_size {self.buffer_size}"
+            )
+        if self.learning_starts > self.buffer_size:
+            raise DsacError(
+                f"--learning_starts {self.learning_starts} exceeds --buffer_size {self.buffer_size}"
+            )
+        return self

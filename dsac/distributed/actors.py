@@ -1,0 +1,219 @@
+"""The two Ray actors: ``ReplayBuffer`` and ``ParameterServer``.
+
+Both are asyncio actors: a call that has to wait (a writer over its insert budget, a learner
+ahead of the update ratio) awaits a condition instead of polling, and never blocks the
+other callers. Neither knows which algorithm runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+
+import psutil
+import ray
+
+from dsac.distributed.topology import describe_process
+from dsac.replay import RateLimiter, ReplayStorage, check_fits_in_memory, storage_bytes
+
+log = logging.getLogger("dsac")
+
+# Longest a blocked add/sample waits before returning empty-handed, so callers can look
+# at the stop flag even if nothing else happens.
+MAX_WAIT_S = 1.0
+
+
+@ray.remote
+class ReplayBuffer:
+    """Transitions from every rollout worker; batches for the learner, at a fixed ratio.
+
+    Args:
+        specs: field -> (shape, dtype) of a transition (see :func:`dsac.replay.field_specs`).
+        capacity: ring size in transitions.
+        samples_per_insert: batches sampled per env step inserted (``--updates_per_step``).
+        min_size_to_sample: env steps before the first sample (``--learning_starts``).
+        max_inserts_ahead: env steps collection may run ahead of the ratio.
+        num_writers: rollout workers sharing the insert budget.
+        seed: sampling seed.
+    """
+
+    def __init__(self, specs, capacity, samples_per_insert, min_size_to_sample, max_inserts_ahead,
+                 num_writers, max_chunk, seed=0):
+        nbytes = storage_bytes(capacity, specs)
+        check_fits_in_memory(nbytes, psutil.virtual_memory().available, f"node {socket.gethostname()}")
+        self.storage = ReplayStorage(specs, capacity, seed)
+        self.limiter = RateLimiter(samples_per_insert, min_size_to_sample, max_inserts_ahead)
+        self.num_writers = int(num_writers)
+        self.max_chunk = int(max_chunk)
+        self.outstanding: dict[int, int] = {}  # writer id -> budget granted, not yet delivered
+        self.changed = asyncio.Condition()
+        self.stopped = False
+        self.sample_wait_s = 0.0
+        self.add_calls = 0
+        log.info("ReplayBuffer: %d transitions, %.1f MiB when full", capacity, nbytes / 2**20)
+
+    def _status(self, grant: int = 0) -> dict:
+        return {
+            "grant": grant,
+            "stop": self.stopped,
+            "added": self.storage.added,
+            "sampled_batches": self.storage.sampled_batches,
+        }
+
+    async def add(self, writer: int, chunk: dict | None = None) -> dict:
+        """Store a chunk (many transitions) and return the writer's next insert budget.
+
+        Waits (up to ``MAX_WAIT_S``) while collection is ahead of the update ratio: this is
+        the backpressure that keeps 8 workers on 2 cores from flooding the learner.
+        """
+        async with self.changed:
+            if chunk is not None and len(chunk["reward"]):
+                self.storage.add(chunk)
+                self.add_calls += 1
+                self.changed.notify_all()
+            self.outstanding[writer] = 0
+            deadline = time.monotonic() + MAX_WAIT_S
+            while not self.stopped:
+                headroom = self.limiter.insert_headroom(
+                    self.storage.added, self.storage.sampled_batches, sum(self.outstanding.values())
+                )
+                if headroom > 0:
+                    grant = min(self.max_chunk, headroom, max(1, headroom // self.num_writers))
+                    self.outstanding[writer] = grant
+                    return self._status(grant)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(self.changed.wait(), remaining)
+                except TimeoutError:
+                    break
+            return self._status(0)
+
+    async def sample(self, batch_size: int, num_batches: int) -> tuple[dict, int] | None:
+        """``(batches, env_steps_added)`` with ``num_batches`` stacked batches, or ``None`` if the
+        ratio does not allow them within ``MAX_WAIT_S`` (or the run is stopping)."""
+        started = time.monotonic()
+        async with self.changed:
+            while not self.stopped:
+                if self.limiter.can_sample(self.storage.added, self.storage.sampled_batches, num_batches):
+                    batches = self.storage.sample(batch_size, num_batches)
+                    self.sample_wait_s += time.monotonic() - started
+                    self.changed.notify_all()  # writers may have new budget
+                    return batches, self.storage.added
+                remaining = started + MAX_WAIT_S - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(self.changed.wait(), remaining)
+                except TimeoutError:
+                    break
+            self.sample_wait_s += time.monotonic() - started
+            return None
+
+    async def stats(self) -> dict:
+        """Counters for progress reports."""
+        return {
+            "added": self.storage.added,
+            "size": self.storage.size,
+            "capacity": self.storage.capacity,
+            "sampled_batches": self.storage.sampled_batches,
+            "add_calls": self.add_calls,
+            "sample_wait_s": self.sample_wait_s,
+        }
+
+    async def stop(self) -> None:
+        """Wake every waiting caller; from now on add/sample return at once."""
+        async with self.changed:
+            self.stopped = True
+            self.changed.notify_all()
+
+    async def where(self) -> dict:
+        return describe_process()
+
+
+@ray.remote
+class ParameterServer:
+    """The latest acting weights with a version, the stop flag, and run-wide reports.
+
+    ``pull(newer_than=v)`` returns ``None`` when nothing is newer, so polling is cheap.
+    """
+
+    def __init__(self):
+        self.version = 0
+        self.weights: dict | None = None
+        self.meta: dict = {}
+        self.stopped = False
+        self.stop_reason = ""
+        self.evaluations: list[dict] = []
+        self.episodes: list[tuple[float, int]] = []
+        self.learner_stats: dict = {}
+        self.worker_versions: dict[int, int] = {}
+        self.pushes = 0
+        self.pulls_with_weights = 0
+        self.placements: list[dict] = []
+
+    async def push(self, weights: dict, meta: dict | None = None) -> dict:
+        """Store new weights; returns ``{"version", "stop"}`` (versions only increase)."""
+        self.version += 1
+        self.weights = weights
+        self.meta = dict(meta or {})
+        self.pushes += 1
+        if meta and "stats" in meta:
+            self.learner_stats = meta["stats"]
+        return {"version": self.version, "stop": self.stopped}
+
+    async def pull(self, newer_than: int = 0, worker: int | None = None) -> dict:
+        """``{"stop", "version", "weights"?, "meta"?}``; weights only when newer than ``newer_than``."""
+        if worker is not None:
+            self.worker_versions[worker] = newer_than
+        reply = {"stop": self.stopped, "version": self.version}
+        if self.weights is not None and self.version > newer_than:
+            reply["weights"] = self.weights
+            reply["meta"] = self.meta
+            self.pulls_with_weights += 1
+        return reply
+
+    async def report_placement(self, role: str, where: dict) -> None:
+        self.placements.append({"role": role, **where})
+
+    async def report_eval(self, result: dict) -> None:
+        self.evaluations.append(result)
+
+    async def report_episodes(self, episodes: list) -> None:
+        self.episodes.extend(episodes)
+
+    async def drain_reports(self) -> dict:
+        """Evaluations and episodes reported since the last call, plus counters."""
+        evaluations, self.evaluations = self.evaluations, []
+        episodes, self.episodes = self.episodes, []
+        placements, self.placements = self.placements, []
+        return {
+            "placements": placements,
+            "evaluations": evaluations,
+            "episodes": episodes,
+            "version": self.version,
+            "meta": self.meta,
+            "learner_stats": self.learner_stats,
+            "worker_versions": dict(self.worker_versions),
+            "stop": self.stopped,
+            "stop_reason": self.stop_reason,
+        }
+
+    async def latest(self) -> dict:
+        """The latest weights, their version and metadata."""
+        return {"version": self.version, "weights": self.weights, "meta": self.meta}
+
+    async def stop(self, reason: str = "") -> None:
+        """Raise the stop flag every task watches."""
+        if not self.stopped:
+            self.stopped = True
+            self.stop_reason = reason
+
+    async def should_stop(self) -> bool:
+        return self.stopped
+
+    async def where(self) -> dict:
+        return describe_process()

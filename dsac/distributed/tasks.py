@@ -1,0 +1,198 @@
+"""The three kinds of Ray task: rollout worker, learner, evaluator.
+
+They move data between the actors and a :class:`dsac.policy.Policy`; the algorithm's math
+lives behind that interface. Every remote call carries a batch: a chunk of transitions,
+several training batches, a set of weights — never one env step.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+
+import ray
+
+from dsac.algorithms import get_policy_class
+from dsac.distributed.topology import describe_process
+from dsac.evaluation import evaluate
+from dsac.rollout import EnvCollector
+
+log = logging.getLogger("dsac")
+
+# How long a task sleeps between polls while it has nothing to do.
+IDLE_SLEEP_S = 0.05
+
+
+class WeightsClient:
+    """Keeps a policy's weights fresh: at most one ``pull(newer_than=version)`` in flight,
+    started every ``pull_every`` env steps, collected without blocking the env loop."""
+
+    def __init__(self, ps, policy, pull_every: int, worker: int | None = None):
+        self.ps = ps
+        self.policy = policy
+        self.pull_every = pull_every
+        self.worker = worker
+        self.version = 0
+        self.meta: dict = {}
+        self.stop = False
+        self.steps_since_pull = pull_every  # pull at the first chance
+        self.in_flight = None
+
+    def take(self, reply: dict) -> None:
+        """Apply a ``pull`` reply: new weights if it carries them, and the stop flag."""
+        self.stop = self.stop or reply["stop"]
+        if "weights" in reply:
+            self.policy.set_weights(reply["weights"])
+            self.version = reply["version"]
+            self.meta = reply["meta"]
+
+    def poll(self, steps: int) -> None:
+        """Count ``steps`` env steps; collect a finished pull; start one when due."""
+        self.steps_since_pull += steps
+        if self.in_flight is not None:
+            ready, _ = ray.wait([self.in_flight], timeout=0)
+            if not ready:
+                return
+            self.take(ray.get(self.in_flight))
+            self.in_flight = None
+        if self.steps_since_pull >= self.pull_every:
+            self.in_flight = self.ps.pull.remote(self.version, self.worker)
+            self.steps_since_pull = 0
+
+    def wait_for_weights(self) -> None:
+        """Block until the policy has weights (or the run stops)."""
+        while not self.policy.has_weights and not self.stop:
+            self.take(ray.get(self.ps.pull.remote(self.version, self.worker)))
+            if not self.policy.has_weights:
+                time.sleep(IDLE_SLEEP_S)
+
+
+@ray.remote
+def rollout_worker(index: int, config, replay, ps, seed: int) -> dict:
+    """Steps ``config.envs_per_worker`` envs, acting on their batch of observations, and sends
+    what it gathered to the replay buffer in chunks, within the insert budget the buffer grants.
+
+    Uniform random actions while fewer than ``config.start_steps`` transitions have reached
+    the replay buffer (counted over all workers).
+    """
+    ps.report_placement.remote(f"rollout_worker_{index}", describe_process())
+    collector = EnvCollector(config.env, config.envs_per_worker, seed)
+    policy = get_policy_class(config.algo)(
+        collector.observation_space, collector.action_space, config, seed=seed
+    )
+    weights = WeightsClient(ps, policy, config.pull_every, worker=index)
+    status = ray.get(replay.add.remote(index, None))
+    chunks_sent = 0
+    while not (status["stop"] or weights.stop):
+        chunk = None
+        if status["grant"] > 0:
+            if status["added"] < config.start_steps:
+                act = lambda obs: policy.random_actions(len(obs))  # noqa: E731
+            else:
+                weights.wait_for_weights()
+                act = lambda obs: policy.compute_actions(obs, explore=True)  # noqa: E731
+            deadline = time.monotonic() + config.chunk_seconds
+            chunk = collector.collect(act, status["grant"], deadline)
+            episodes = collector.drain_episodes()
+            if episodes:
+                ps.report_episodes.remote(episodes)
+            chunks_sent += 1
+        weights.poll(0 if chunk is None else len(chunk["reward"]))
+        status = ray.get(replay.add.remote(index, chunk))
+    collector.close()
+    return {"worker": index, "env_steps": collector.total_steps, "chunks": chunks_sent}
+
+
+# A GPU learner by default; the driver overrides num_gpus to 0 on a cluster without GPUs.
+# max_calls=1: the process exits after the task, so its GPU memory is given back.
+@ray.remote(num_gpus=1, max_calls=1)
+def learner(config, observation_space, action_space, replay, ps, seed: int, num_gpus: float,
+            num_cpus: float) -> dict:
+    """Trains the policy on batches from the replay buffer and pushes weights every
+    ``config.push_every`` updates. ``config.prefetch`` sample calls stay in flight, so the
+    next batches arrive while the current ones train."""
+    from dsac.tf_setup import configure_tensorflow
+
+    device = configure_tensorflow(num_gpus, num_cpus)
+    ps.report_placement.remote("learner", {**describe_process(), "device": device})
+    policy = get_policy_class(config.algo)(
+        observation_space, action_space, config, build_learner=True, seed=seed
+    )
+    updates, env_steps, wait_s, stats = 0, 0, 0.0, {}
+    reply = ray.get(ps.push.remote(policy.get_weights(), {"updates": 0, "env_steps": 0}))
+    in_flight = collections.deque(
+        replay.sample.remote(config.batch_size, config.batches_per_sample) for _ in range(config.prefetch)
+    )
+    last_push = None
+    while not reply["stop"]:
+        started = time.monotonic()
+        result = ray.get(in_flight.popleft())
+        wait_s += time.monotonic() - started
+        in_flight.append(replay.sample.remote(config.batch_size, config.batches_per_sample))
+        if result is None:  # the ratio holds the learner back, or the run is stopping
+            reply = {"stop": ray.get(ps.should_stop.remote())}
+            continue
+        batches, env_steps = result
+        for i in range(config.batches_per_sample):
+            stats = policy.learn_on_batch({key: value[i] for key, value in batches.items()})
+            updates += 1
+            if updates % config.push_every == 0:
+                if last_push is not None:
+                    reply = ray.get(last_push)  # long done: carries the stop flag
+                meta = {"updates": updates, "env_steps": env_steps, "stats": stats, "learner_wait_s": wait_s}
+                last_push = ps.push.remote(policy.get_weights(), meta)
+    final = {"updates": updates, "env_steps": env_steps, "stats": stats, "learner_wait_s": wait_s,
+             "final": True}
+    ray.get(ps.push.remote(policy.get_weights(), final))
+    return final
+
+
+@ray.remote
+def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
+    """Every ``config.eval_every`` env steps, runs ``config.eval_episodes`` deterministic
+    episodes with the latest weights and reports the returns; a last evaluation of the final
+    weights when the run stops. Returns the number of evaluations."""
+    ps.report_placement.remote("evaluator", describe_process())
+    policy = get_policy_class(config.algo)(observation_space, action_space, config, seed=seed)
+    weights = WeightsClient(ps, policy, pull_every=1)
+    next_eval, evaluated_version, count = config.eval_every, 0, 0
+
+    def run_evaluation():
+        started = time.monotonic()
+        returns = evaluate(
+            lambda obs: policy.compute_actions(obs, explore=False), config.env, config.eval_episodes, seed
+        )
+        ps.report_eval.remote({
+            "env_steps": int(weights.meta.get("env_steps", 0)),
+            "updates": int(weights.meta.get("updates", 0)),
+            "weights_version": weights.version,
+            "eval_return_mean": float(returns.mean()),
+            "eval_return_std": float(returns.std()),
+            "eval_returns": [float(r) for r in returns],
+            "eval_seconds": time.monotonic() - started,
+        })
+
+    while True:
+        weights.take(ray.get(ps.pull.remote(weights.version)))
+        if weights.stop:
+            break
+        env_steps = weights.meta.get("env_steps", 0)
+        if policy.has_weights and env_steps >= next_eval:
+            run_evaluation()
+            evaluated_version, count = weights.version, count + 1
+            next_eval = (env_steps // config.eval_every + 1) * config.eval_every
+        else:
+            time.sleep(IDLE_SLEEP_S * 2)
+    # The final weights: the learner's last push may land just after the stop flag.
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        reply = ray.get(ps.latest.remote())
+        if reply["meta"].get("final") or reply["version"] == evaluated_version:
+            break
+        time.sleep(IDLE_SLEEP_S)
+    weights.take(ray.get(ps.pull.remote(weights.version)))
+    if policy.has_weights and weights.version != evaluated_version:
+        run_evaluation()
+        count += 1
+    return count

@@ -1,0 +1,33 @@
+"""Deterministic evaluation episodes, free of Ray."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dsac.envs import make_env
+from dsac.rollout import ActFn
+
+
+def evaluate(act: ActFn, env_id: str, episodes: int, seed: int) -> np.ndarray:
+    """Run ``episodes`` episodes side by side (episode ``j`` reset with ``seed + j``), acting
+    on the batch of unfinished ones; return their undiscounted returns.
+
+    The same seeds are used at every evaluation, so two evaluations of the same weights give
+    the same numbers and curves compare policies, not luck.
+    """
+    envs = [make_env(env_id) for _ in range(episodes)]
+    obs = np.stack([env.reset(seed=seed + j)[0] for j, env in enumerate(envs)])
+    returns = np.zeros(episodes, dtype=np.float64)
+    active = np.ones(episodes, dtype=bool)
+    while active.any():
+        idx = np.flatnonzero(active)
+        actions = act(obs[idx])
+        for k, j in enumerate(idx):
+            next_obs, reward, terminated, truncated, _ = envs[j].step(actions[k])
+            returns[j] += reward
+            obs[j] = next_obs
+            if terminated or truncated:
+                active[j] = False
+    for env in envs:
+        env.close()
+    return returns

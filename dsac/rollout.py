@@ -1,0 +1,92 @@
+"""The env loop of a rollout worker, free of Ray: step a batch of envs with one batched
+action call and gather transitions into chunks.
+
+Gymnasium 1.x semantics: an episode ends by *termination* (the MDP ended: no bootstrap) or
+*truncation* (a time limit: bootstrap through it). Only ``terminated`` is stored, and the
+``next_obs`` of a final step is the observation ``step`` returned — never the observation
+of the next episode's ``reset``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from dsac.envs import make_env
+from dsac.replay import FIELDS
+
+ActFn = Callable[[np.ndarray], np.ndarray]
+
+
+class EnvCollector:
+    """Steps ``num_envs`` copies of one environment in lockstep.
+
+    Args:
+        env_id: gymnasium id.
+        num_envs: envs acted on as one batch.
+        seed: seed of the first reset of env ``i`` is ``seed + i``.
+    """
+
+    def __init__(self, env_id: str, num_envs: int, seed: int):
+        self.envs = [make_env(env_id) for _ in range(num_envs)]
+        self.observation_space = self.envs[0].observation_space
+        self.action_space = self.envs[0].action_space
+        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
+        self.episode_return = np.zeros(num_envs, dtype=np.float64)
+        self.episode_length = np.zeros(num_envs, dtype=np.int64)
+        self.finished_episodes: list[tuple[float, int]] = []  # (return, length), drained by caller
+        self.total_steps = 0
+
+    @property
+    def num_envs(self) -> int:
+        return len(self.envs)
+
+    def collect(self, act: ActFn, max_transitions: int, deadline: float | None = None) -> dict[str, np.ndarray]:
+        """Step all envs until about ``max_transitions`` transitions are gathered (rounded up to
+        whole batches of envs) or ``time.monotonic()`` passes ``deadline``; at least one batch."""
+        n_envs = self.num_envs
+        steps = max(1, -(-max_transitions // n_envs))
+        obs_shape = self.observation_space.shape
+        act_shape = self.action_space.shape
+        cap = steps * n_envs
+        chunk = {
+            "obs": np.empty((cap, *obs_shape), dtype=self.obs.dtype),
+            "action": np.empty((cap, *act_shape), dtype=self.action_space.dtype),
+            "reward": np.empty(cap, dtype=np.float32),
+            "next_obs": np.empty((cap, *obs_shape), dtype=self.obs.dtype),
+            "terminated": np.empty(cap, dtype=np.float32),
+        }
+        n = 0
+        for _ in range(steps):
+            actions = act(self.obs)
+            for i, env in enumerate(self.envs):
+                next_obs, reward, terminated, truncated, _ = env.step(actions[i])
+                chunk["obs"][n] = self.obs[i]
+                chunk["action"][n] = actions[i]
+                chunk["reward"][n] = reward
+                chunk["next_obs"][n] = next_obs
+                chunk["terminated"][n] = terminated
+                n += 1
+                self.episode_return[i] += reward
+                self.episode_length[i] += 1
+                if terminated or truncated:
+                    self.finished_episodes.append((float(self.episode_return[i]), int(self.episode_length[i])))
+                    self.episode_return[i] = 0.0
+                    self.episode_length[i] = 0
+                    next_obs, _ = env.reset()
+                self.obs[i] = next_obs
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        self.total_steps += n
+        return {key: chunk[key][:n] for key in FIELDS}
+
+    def drain_episodes(self) -> list[tuple[float, int]]:
+        """Episodes finished since the last call, as (return, length)."""
+        done, self.finished_episodes = self.finished_episodes, []
+        return done
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

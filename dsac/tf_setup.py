@@ -1,0 +1,28 @@
+"""TensorFlow process settings for a learner: device visibility, GPU memory growth, threads."""
+
+from __future__ import annotations
+
+import math
+import os
+
+
+def configure_tensorflow(num_gpus: float, num_cpus: float) -> str:
+    """Call before building any model. Hides GPUs the process was not given (Ray does not
+    always do it for ``num_gpus=0``), lets TF grow GPU memory instead of grabbing it all,
+    and sizes TF's thread pools to the CPUs the process asked for. Returns the device used."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if num_gpus <= 0 or not gpus:
+        if gpus:
+            tf.config.set_visible_devices([], "GPU")
+        device = "CPU"
+    else:
+        for gpu in gpus:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        device = f"GPU ({gpus[0].name})"
+    threads = max(1, math.ceil(num_cpus))
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    return device

@@ -1,0 +1,81 @@
+"""dsac command line: train SAC with Ray actors and tasks.
+
+    python launch.py --env Pendulum-v1 --num_workers 8 --num_learners 1 --stop_return -200
+
+Bad input stops with one line on stderr and exit status 2; a run that fails midway saves
+what it learned and exits 1; Ctrl-C saves and exits 130, SIGTERM (``ray job stop``) 143.
+"""
+
+import time
+
+STARTED_AT = time.time()  # wall_s in progress.jsonl counts from here
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from dsac.config import Config  # noqa: E402
+from dsac.errors import DsacError  # noqa: E402
+
+_TYPES = {"int": int, "float": float, "str": str}
+
+
+def _parse_type(annotation: str):
+    """'float | None' -> float, 'list[int]' -> int (with nargs)."""
+    base = annotation.replace(" | None", "").strip()
+    if base.startswith("list["):
+        base = base[5:-1]
+    return _TYPES[base]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse's own convention)
+        self.exit(2, f"dsac: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """A flag per :class:`dsac.config.Config` field, with its help text and default."""
+    parser = _Parser(
+        prog="launch.py",
+        description="Distributed SAC on Ray + TensorFlow 2 + gymnasium.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    for f in dataclasses.fields(Config):
+        kwargs = {"type": _parse_type(f.type), "help": f.metadata["help"], "dest": f.name}
+        if "nargs" in f.metadata:
+            kwargs["nargs"] = f.metadata["nargs"]
+        if "choices" in f.metadata:
+            kwargs["choices"] = f.metadata["choices"]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        parser.add_argument(f"--{f.name}", default=default, **kwargs)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s dsac %(message)s", datefmt="%H:%M:%S", stream=sys.stdout
+    )
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        config = Config.from_dict(vars(args)).validate()
+        from dsac.distributed.driver import RunFailed, run  # Ray is imported only now
+
+        try:
+            summary = run(config, started_at=STARTED_AT)
+        except RunFailed as exc:
+            print(f"dsac: run failed: {exc} (weights so far are saved)", file=sys.stderr)
+            return 1
+    except DsacError as exc:
+        print(f"dsac: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dsac: interrupted; weights so far are saved", file=sys.stderr)
+        return 130
+    return 143 if summary["stop_reason"] == "sigterm" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
