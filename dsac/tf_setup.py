@@ -11,6 +11,9 @@ def configure_tensorflow(num_gpus: float, num_cpus: float) -> str:
     always do it for ``num_gpus=0``), lets TF grow GPU memory instead of grabbing it all,
     and sizes TF's thread pools to the CPUs the process asked for. Returns the device used."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if num_gpus <= 0:
+        # Not given a GPU: keep CUDA from even probing for one (and logging that it failed).
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")

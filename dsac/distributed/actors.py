@@ -47,6 +47,9 @@ class ReplayBuffer:
         self.limiter = RateLimiter(samples_per_insert, min_size_to_sample, max_inserts_ahead)
         self.num_writers = int(num_writers)
         self.max_chunk = int(max_chunk)
+        # Smallest budget worth a call: a few dozen steps with few writers, so a throttled
+        # run does not degrade into one call per env step.
+        self.min_grant = max(1, min(self.max_chunk, max_inserts_ahead // (2 * self.num_writers)))
         self.outstanding: dict[int, int] = {}  # writer id -> budget granted, not yet delivered
         self.changed = asyncio.Condition()
         self.stopped = False
@@ -79,8 +82,8 @@ class ReplayBuffer:
                 headroom = self.limiter.insert_headroom(
                     self.storage.added, self.storage.sampled_batches, sum(self.outstanding.values())
                 )
-                if headroom > 0:
-                    grant = min(self.max_chunk, headroom, max(1, headroom // self.num_writers))
+                if headroom >= self.min_grant:
+                    grant = min(self.max_chunk, max(self.min_grant, headroom // self.num_writers))
                     self.outstanding[writer] = grant
                     return self._status(grant)
                 remaining = deadline - time.monotonic()

@@ -226,7 +226,7 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
         recent_returns.extend(r for r, _ in reports["episodes"])
         counters.update(
             env_steps=stats["added"], updates=reports["meta"].get("updates", 0), version=reports["version"],
-            replay_size=stats["size"],
+            replay_size=stats["size"], add_calls=stats["add_calls"], sample_wait_s=stats["sample_wait_s"],
         )
         for ev in reports["evaluations"]:
             line = {
@@ -307,6 +307,8 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
         "env_steps": counters.get("env_steps", 0),
         "updates": counters.get("updates", 0),
         "weights_version": counters.get("version", 0),
+        "replay_add_calls": counters.get("add_calls", 0),
+        "transitions_per_add": round(counters.get("env_steps", 0) / max(1, counters.get("add_calls", 0)), 1),
         "wall_s": round(time.time() - started_at, 3),
         "last_eval": last_eval,
         "output_dir": output_dir,

@@ -1,0 +1,120 @@
+"""Replay ring, rate limiter, and the ReplayBuffer / ParameterServer actors on real Ray."""
+
+import time
+
+import numpy as np
+import pytest
+
+from dsac.errors import DsacError
+from dsac.replay import RateLimiter, ReplayStorage, check_fits_in_memory, field_specs, storage_bytes
+
+SPECS = field_specs((3,), np.float32, (1,), np.float32)
+
+
+def chunk(start: int, n: int) -> dict:
+    """Transitions whose every field encodes their index start..start+n-1."""
+    i = np.arange(start, start + n, dtype=np.float32)
+    return {
+        "obs": np.repeat(i[:, None], 3, axis=1),
+        "action": i[:, None],
+        "reward": i,
+        "next_obs": np.repeat(i[:, None] + 0.5, 3, axis=1),
+        "terminated": (i % 2).astype(np.float32),
+    }
+
+
+def test_ring_wraps_around_and_keeps_the_newest():
+    storage = ReplayStorage(SPECS, capacity=5)
+    storage.add(chunk(0, 3))
+    storage.add(chunk(3, 4))  # 3..6: 5 and 6 overwrite slots 0 and 1
+    assert (storage.size, storage.added, storage.next_index) == (5, 7, 2)
+    np.testing.assert_array_equal(storage.data["reward"], [5, 6, 2, 3, 4])
+    np.testing.assert_array_equal(storage.data["next_obs"][:, 0], [5.5, 6.5, 2.5, 3.5, 4.5])
+    storage.add(chunk(100, 12))  # longer than the ring: only the newest 5 survive
+    assert sorted(storage.data["reward"].tolist()) == [107, 108, 109, 110, 111]
+    assert storage.added == 19
+
+
+def test_sample_shapes_and_consistency():
+    storage = ReplayStorage(SPECS, capacity=100, seed=1)
+    storage.add(chunk(0, 40))
+    batches = storage.sample(batch_size=8, num_batches=3)
+    assert batches["obs"].shape == (3, 8, 3) and batches["action"].shape == (3, 8, 1)
+    assert batches["reward"].shape == (3, 8)
+    # Fields of one transition stay together, and only stored transitions come out.
+    np.testing.assert_array_equal(batches["obs"][..., 0], batches["reward"])
+    np.testing.assert_array_equal(batches["next_obs"][..., 0], batches["reward"] + 0.5)
+    assert batches["reward"].max() < 40 and storage.sampled_batches == 3
+    draws = storage.sample(batch_size=1000, num_batches=8)["reward"]
+    counts = np.bincount(draws.astype(int).ravel(), minlength=40)
+    assert counts.min() > 100  # uniform: ~200 draws of each of the 40
+
+
+def test_rate_limiter_keeps_the_ratio():
+    limiter = RateLimiter(samples_per_insert=0.5, min_size_to_sample=100, max_inserts_ahead=50)
+    assert not limiter.can_sample(inserted=99, sampled=0, num_batches=4)
+    assert limiter.can_sample(inserted=100, sampled=0, num_batches=4)
+    assert not limiter.can_sample(inserted=100, sampled=4, num_batches=4)
+    assert limiter.can_sample(inserted=108, sampled=4, num_batches=4)  # 0.5 * 8 = 4 allowed
+    assert limiter.insert_headroom(inserted=0, sampled=0, outstanding=0) == 150
+    assert limiter.insert_headroom(inserted=150, sampled=0, outstanding=0) == 0
+    assert limiter.insert_headroom(inserted=150, sampled=10, outstanding=5) == 15
+
+
+def test_memory_check_refuses_what_cannot_fit():
+    nbytes = storage_bytes(10**6, SPECS)
+    assert nbytes == 10**6 * 4 * (3 + 1 + 1 + 3 + 1)
+    check_fits_in_memory(nbytes, available=10**9, where="here")
+    with pytest.raises(DsacError, match="lower --buffer_size"):
+        check_fits_in_memory(nbytes, available=10**7, where="here")
+
+
+def test_replay_actor_grants_budgets_and_throttles(ray_local):
+    ray = ray_local
+    from dsac.distributed.actors import ReplayBuffer
+
+    replay = ReplayBuffer.remote(SPECS, 1000, 1.0, 20, 10, 2, 64, 0)
+    status = ray.get(replay.add.remote(0, None))
+    assert status["grant"] > 0 and status["added"] == 0
+    assert ray.get(replay.sample.remote(4, 2)) is None  # fewer than min_size_to_sample
+    ray.get(replay.add.remote(0, chunk(0, 15)))
+    status = ray.get(replay.add.remote(1, chunk(15, 15)))
+    assert status["added"] == 30
+    batches, added = ray.get(replay.sample.remote(4, 2))
+    assert batches["obs"].shape == (2, 4, 3) and added == 30
+    # 30 inserted, 20 to start, 1 update per step: 10 batches, plus one call of slack.
+    ray.get(replay.sample.remote(4, 8))
+    assert ray.get(replay.sample.remote(4, 2)) is not None  # 12 sampled: the one call of slack
+    started = time.monotonic()
+    assert ray.get(replay.sample.remote(4, 2)) is None  # ahead of the ratio: waits, then gives up
+    assert time.monotonic() - started >= 0.5
+    # Collection is now ahead by at most max_inserts_ahead: a writer gets no budget.
+    ray.get(replay.add.remote(0, chunk(30, 10)))
+    assert ray.get(replay.add.remote(1, None))["grant"] == 0
+    stats = ray.get(replay.stats.remote())
+    assert (stats["added"], stats["sampled_batches"], stats["size"]) == (40, 12, 40)
+    # stop() releases a waiting caller at once.
+    waiting = replay.add.remote(1, None)
+    ray.get(replay.stop.remote())
+    assert ray.get(waiting)["stop"] is True
+
+
+def test_parameter_server_versions_and_pull_newer_than(ray_local):
+    ray = ray_local
+    from dsac.distributed.actors import ParameterServer
+
+    ps = ParameterServer.remote()
+    assert "weights" not in ray.get(ps.pull.remote(0))
+    w1 = {"a": np.zeros(3, np.float32)}
+    w2 = {"a": np.ones(3, np.float32)}
+    assert ray.get(ps.push.remote(w1, {"updates": 10}))["version"] == 1
+    assert ray.get(ps.push.remote(w2, {"updates": 20}))["version"] == 2
+    reply = ray.get(ps.pull.remote(0))
+    assert reply["version"] == 2 and reply["meta"] == {"updates": 20}
+    np.testing.assert_array_equal(reply["weights"]["a"], w2["a"])
+    assert "weights" not in ray.get(ps.pull.remote(2))  # nothing newer: cheap reply
+    assert "weights" in ray.get(ps.pull.remote(1))
+    assert ray.get(ps.should_stop.remote()) is False
+    ray.get(ps.stop.remote("test"))
+    assert ray.get(ps.pull.remote(2))["stop"] is True
+    assert ray.get(ps.push.remote(w1))["version"] == 3  # versions keep increasing

@@ -1,0 +1,55 @@
+"""Gymnasium 1.x episode ends in the rollout loop: truncation is not termination, and the
+reset observation is never stored as a next_obs."""
+
+import numpy as np
+
+from dsac.evaluation import evaluate
+from dsac.rollout import EnvCollector
+
+
+def random_actor(space, seed=0):
+    rng = np.random.default_rng(seed)
+    if hasattr(space, "n"):
+        return lambda obs: rng.integers(0, space.n, size=len(obs))
+    return lambda obs: rng.uniform(space.low, space.high, size=(len(obs), *space.shape)).astype(np.float32)
+
+
+def test_truncation_is_stored_as_not_terminated_with_the_final_observation():
+    collector = EnvCollector("ShortPendulum-v0", num_envs=2, seed=0)  # time limit of 5 steps
+    chunk = collector.collect(random_actor(collector.action_space), max_transitions=24)
+    assert len(chunk["reward"]) == 24
+    assert not chunk["terminated"].any()  # time limits are truncations: bootstrap through them
+    episodes = collector.drain_episodes()
+    assert [length for _, length in episodes] == [5] * 4
+    for env in range(2):
+        steps = {k: v[env::2] for k, v in chunk.items()}  # envs interleave step by step
+        for t in range(11):
+            continues = steps["next_obs"][t], steps["obs"][t + 1]
+            if t % 5 == 4:  # last step of an episode: the next obs comes from reset, not stored
+                assert not np.allclose(*continues)
+            else:
+                np.testing.assert_array_equal(*continues)
+        # The stored final next_obs is the real last state: unit-circle (cos, sin) + velocity.
+        assert np.allclose(steps["next_obs"][4, 0] ** 2 + steps["next_obs"][4, 1] ** 2, 1.0, atol=1e-5)
+
+
+def test_termination_is_stored_with_the_terminal_observation():
+    collector = EnvCollector("CartPole-v1", num_envs=3, seed=1)
+    chunk = collector.collect(random_actor(collector.action_space), max_transitions=600)
+    ended = np.flatnonzero(chunk["terminated"] == 1.0)
+    assert len(ended) >= 10  # random CartPole falls within a few dozen steps
+    for i in ended:
+        x, _, theta, _ = chunk["next_obs"][i]
+        assert abs(x) > 2.4 or abs(theta) > 0.2095  # outside the bounds: the terminal state
+        if i + 3 < len(chunk["reward"]):  # the same env's next transition starts from a reset
+            assert np.all(np.abs(chunk["obs"][i + 3]) <= 0.05)
+    assert len(collector.drain_episodes()) == len(ended)
+
+
+def test_evaluate_is_deterministic_for_the_same_seed():
+    act = lambda obs: np.zeros((len(obs), 1), np.float32)  # noqa: E731
+    first = evaluate(act, "Pendulum-v1", episodes=3, seed=7)
+    again = evaluate(act, "Pendulum-v1", episodes=3, seed=7)
+    other = evaluate(act, "Pendulum-v1", episodes=3, seed=8)
+    np.testing.assert_array_equal(first, again)
+    assert not np.allclose(first, other) and np.all(first < 0)

@@ -1,0 +1,110 @@
+"""SAC's losses, target update and numpy actor, checked against values computed by hand."""
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from dsac.algorithms.sac.learner import SACLearner
+from dsac.algorithms.sac.policy import SACPolicy
+from dsac.config import Config
+from dsac.weights import TensorFlowVariables
+
+
+def np_mlp(weights, prefix, x):
+    h = np.maximum(x @ weights[f"{prefix}/hidden_0/kernel"] + weights[f"{prefix}/hidden_0/bias"], 0)
+    return h @ weights[f"{prefix}/out/kernel"] + weights[f"{prefix}/out/bias"]
+
+
+def np_sample(weights, obs, noise):
+    """a = tanh(mu + sigma * eps); log pi = log N(u) - sum log(1 - tanh(u)^2), directly."""
+    out = np_mlp(weights, "actor", obs)
+    mean, log_std = out[:, :1], np.clip(out[:, 1:], -20, 2)
+    u = mean + np.exp(log_std) * noise
+    a = np.tanh(u)
+    log_n = np.sum(-0.5 * noise**2 - log_std - 0.5 * math.log(2 * math.pi), axis=1)
+    return a, log_n - np.sum(np.log(1 - np.tanh(u) ** 2), axis=1)
+
+
+@pytest.fixture
+def learner():
+    config = Config(hiddens=[4], gamma=0.9, tau=0.25, init_alpha=0.5, lr=1e-2)
+    return SACLearner(obs_dim=2, act_dim=1, action_low=[-2.0], action_high=[2.0], config=config, seed=3)
+
+
+def weights_of(learner):
+    w = {}
+    for model, name in ((learner.actor, "actor"), (learner.q1, "q1"), (learner.q2, "q2"),
+                        (learner.q1_target, "q1_target"), (learner.q2_target, "q2_target")):
+        w.update({k: v.astype(np.float64) for k, v in TensorFlowVariables(model, name).get_weights().items()})
+    return w
+
+
+BATCH = {
+    "obs": np.array([[0.1, -0.2], [0.5, 0.3], [-1.0, 0.8]], np.float32),
+    "action": np.array([[0.5], [-0.25], [0.9]], np.float32),  # already in [-1, 1]
+    "reward": np.array([1.0, -0.5, 2.0], np.float32),
+    "next_obs": np.array([[0.2, 0.0], [0.4, -0.6], [-0.9, 1.0]], np.float32),
+    "terminated": np.array([0.0, 1.0, 0.0], np.float32),  # the 2nd does not bootstrap
+}
+NOISE_NEXT = np.array([[0.3], [-1.2], [0.7]], np.float32)
+NOISE_PI = np.array([[-0.4], [0.9], [0.05]], np.float32)
+
+
+def test_losses_match_hand_computation(learner):
+    w = weights_of(learner)
+    b = {k: v.astype(np.float64) for k, v in BATCH.items()}
+    alpha, gamma, target_entropy = 0.5, 0.9, -1.0
+    # y = r + gamma (1 - d) (min Q_targ(s', a') - alpha log pi(a'|s'))
+    next_a, next_logp = np_sample(w, b["next_obs"], NOISE_NEXT)
+    next_sa = np.concatenate([b["next_obs"], next_a], axis=1)
+    min_q_targ = np.minimum(np_mlp(w, "q1_target", next_sa), np_mlp(w, "q2_target", next_sa))[:, 0]
+    y = b["reward"] + gamma * (1 - b["terminated"]) * (min_q_targ - alpha * next_logp)
+    assert y[1] == pytest.approx(-0.5)  # terminated: reward only
+    sa = np.concatenate([b["obs"], b["action"]], axis=1)
+    qf1_loss = 0.5 * np.mean((np_mlp(w, "q1", sa)[:, 0] - y) ** 2)
+    qf2_loss = 0.5 * np.mean((np_mlp(w, "q2", sa)[:, 0] - y) ** 2)
+    pi, logp = np_sample(w, b["obs"], NOISE_PI)
+    spi = np.concatenate([b["obs"], pi], axis=1)
+    actor_loss = np.mean(alpha * logp - np.minimum(np_mlp(w, "q1", spi), np_mlp(w, "q2", spi))[:, 0])
+    alpha_loss = -np.mean(math.log(alpha) * (logp + target_entropy))
+
+    got = learner.losses({k: tf.constant(v) for k, v in BATCH.items()}, NOISE_NEXT, NOISE_PI)
+    assert float(got["qf1_loss"]) == pytest.approx(qf1_loss, rel=1e-4, abs=1e-5)
+    assert float(got["qf2_loss"]) == pytest.approx(qf2_loss, rel=1e-4, abs=1e-5)
+    assert float(got["actor_loss"]) == pytest.approx(actor_loss, rel=1e-4, abs=1e-5)
+    assert float(got["alpha_loss"]) == pytest.approx(alpha_loss, rel=1e-4, abs=1e-5)
+    assert float(got["entropy"]) == pytest.approx(-np.mean(logp), rel=1e-4, abs=1e-5)
+
+
+def test_update_applies_polyak_to_the_targets(learner):
+    before = weights_of(learner)
+    env_batch = {**BATCH, "action": BATCH["action"] * 2.0}  # env bounds are [-2, 2]
+    stats = learner.update(env_batch)
+    after = weights_of(learner)
+    assert all(math.isfinite(v) for v in stats.values())
+    for name in ("q1", "q2"):
+        for part in ("hidden_0/kernel", "out/bias"):
+            new, old_t = after[f"{name}/{part}"], before[f"{name}_target/{part}"]
+            assert not np.allclose(new, before[f"{name}/{part}"])  # the critic learned
+            np.testing.assert_allclose(after[f"{name}_target/{part}"], 0.75 * old_t + 0.25 * new, atol=1e-6)
+    assert stats["alpha"] == pytest.approx(0.5)  # alpha reported is the one the losses used
+    assert float(tf.exp(learner.log_alpha)) != pytest.approx(0.5)
+
+
+def test_numpy_actor_matches_keras_actor():
+    env = gym.make("Pendulum-v1")
+    config = Config(hiddens=[32, 32])
+    trainer = SACPolicy(env.observation_space, env.action_space, config, build_learner=True, seed=0)
+    actor = SACPolicy(env.observation_space, env.action_space, config, seed=0)
+    assert not actor.has_weights
+    actor.set_weights(trainer.get_weights())
+    obs = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
+    mean = trainer.learner.actor(obs).numpy()[:, :1]
+    np.testing.assert_allclose(actor.compute_actions(obs, explore=False), 2.0 * np.tanh(mean), atol=1e-5)
+    explored = actor.compute_actions(obs, explore=True)
+    assert explored.shape == (64, 1) and np.all(np.abs(explored) <= 2.0)
+    with pytest.raises(ValueError, match="missing"):
+        actor.set_weights({"actor/out/kernel": np.zeros((32, 2))})
