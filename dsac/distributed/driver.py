@@ -149,6 +149,11 @@ def run(config: Config, started_at: float | None = None) -> dict:
         raise
     try:
         return _run_on_ray(prepared, started_at)
+    except DsacError:
+        # Refused before training (e.g. a GPU the cluster lacks): leave no run directory.
+        if prepared.created_output_dir and not os.listdir(output_dir):
+            os.rmdir(output_dir)
+        raise
     finally:
         if started_ray:
             ray.shutdown()
@@ -160,11 +165,17 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
     obs_space, act_space = prepared.observation_space, prepared.action_space
     plan = plan_resources(config, ray.cluster_resources())
     log.info("placement plan: %s", plan.describe())
+    if plan.learner_gpus == 0:
+        log.info("no GPU requested or available: the learner runs on CPU (num_gpus=0)")
     write_json(os.path.join(output_dir, "config.json"), config.to_dict())
     progress_path = os.path.join(output_dir, "progress.jsonl")
     weights_path = os.path.join(output_dir, "weights.pkl")
 
     specs = field_specs(obs_space.shape, obs_space.dtype, act_space.shape, act_space.dtype)
+    log.info(
+        "replay buffer: %d transitions, %.1f MiB when full",
+        config.buffer_size, storage_bytes(config.buffer_size, specs) / 2**20,
+    )
     ps = ParameterServer.options(num_cpus=0).remote()
     replay = ReplayBuffer.options(num_cpus=0).remote(
         specs, config.buffer_size, config.updates_per_step, config.learning_starts,
@@ -284,19 +295,26 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
                     )
         except KeyboardInterrupt:
             stop_reason = "interrupted"
+        except ray.exceptions.RayError as exc:  # an actor died under the driver
+            failure, stop_reason = f"lost an actor: {_one_line(exc)}", "failed"
         log.info("stopping (%s)", failure or stop_reason)
-        ray.get([ps.stop.remote(stop_reason), replay.stop.remote()])
-        done, not_done = ray.wait(pending, num_returns=len(pending), timeout=SHUTDOWN_TIMEOUT_S)
-        for ref in done:
-            try:
-                ray.get(ref)
-            except Exception as exc:
-                failure = failure or f"{roles[ref]} failed: {_one_line(exc)}"
-        for ref in not_done:
-            log.warning("%s did not stop within %.0f s; cancelling it", roles[ref], SHUTDOWN_TIMEOUT_S)
-            ray.cancel(ref, force=True)
-        drain()
-        save_latest({**counters, "eval_return_mean": last_eval.get("eval_return_mean")})
+        try:
+            ray.get([ps.stop.remote(stop_reason), replay.stop.remote()])
+            done, not_done = ray.wait(pending, num_returns=len(pending), timeout=SHUTDOWN_TIMEOUT_S)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except Exception as exc:
+                    failure = failure or f"{roles[ref]} failed: {_one_line(exc)}"
+            for ref in not_done:
+                log.warning("%s did not stop within %.0f s; cancelling it", roles[ref], SHUTDOWN_TIMEOUT_S)
+                ray.cancel(ref, force=True)
+            drain()
+            save_latest({**counters, "eval_return_mean": last_eval.get("eval_return_mean")})
+        except ray.exceptions.RayError as exc:
+            # An actor died: the weights saved at the last evaluation are what is left.
+            failure = failure or f"shutdown failed: {_one_line(exc)}"
+            log.warning("%s; %s keeps the weights of the last evaluation", failure, weights_path)
     workers_per_node: dict[str, int] = {}
     for role, node in placements.items():
         if role.startswith("rollout_worker"):
