@@ -43,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     for f in dataclasses.fields(Config):
-        kwargs = {"type": _parse_type(f.type), "help": f.metadata["help"], "dest": f.name}
+        if f.type.startswith("bool"):  # --flag / --no-flag
+            kwargs = {"action": argparse.BooleanOptionalAction, "help": f.metadata["help"], "dest": f.name}
+        else:
+            kwargs = {"type": _parse_type(f.type), "help": f.metadata["help"], "dest": f.name}
         if "nargs" in f.metadata:
             kwargs["nargs"] = f.metadata["nargs"]
         if "choices" in f.metadata:

@@ -13,7 +13,23 @@ from dataclasses import dataclass, field
 
 from dsac.errors import DsacError
 
-ALGOS = ("sac",)
+ALGOS = ("sac", "dqn")
+
+# Per-algorithm values of the fields whose default is None ("algorithm default").
+# SAC follows Stable-Baselines3 / rl-zoo (lr 1e-3 is rl-zoo's tuned Pendulum value);
+# DQN follows Ape-X (Horgan et al. 2018): n-step 3, prioritized replay, dueling, double Q.
+ALGO_DEFAULTS = {
+    "sac": {
+        "lr": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 500,
+        "start_steps": 500, "updates_per_step": 1.0, "n_step": 1, "prioritized": False,
+        "total_env_steps": 20_000,
+    },
+    "dqn": {
+        "lr": 1e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000,
+        "start_steps": 1_000, "updates_per_step": 0.5, "n_step": 3, "prioritized": True,
+        "total_env_steps": 100_000,
+    },
+}
 
 
 def _f(default, help: str, **kw):
@@ -28,7 +44,7 @@ class Config:
     """Everything a run needs. Defaults follow Stable-Baselines3 / rl-zoo where they exist."""
 
     # --- what to train -----------------------------------------------------------------
-    algo: str = _f("sac", "algorithm: sac (continuous actions)", choices=ALGOS)
+    algo: str = _f("sac", "algorithm: sac (continuous actions) or dqn (discrete actions)", choices=ALGOS)
     env: str = _f("Pendulum-v1", "gymnasium environment id")
     seed: int = _f(0, "random seed (envs, networks, replay sampling)")
 
@@ -41,7 +57,7 @@ class Config:
     learner_gpus: float | None = _f(None, "GPUs for the learner (default: 1 if the cluster has one, else 0)")
 
     # --- stopping ----------------------------------------------------------------------
-    total_env_steps: int = _f(20_000, "stop after this many env steps (all workers together)")
+    total_env_steps: int | None = _f(None, "stop after this many env steps, all workers together (algorithm default)")
     stop_return: float | None = _f(None, "stop when the evaluation mean return reaches this")
     max_seconds: float | None = _f(None, "stop after this many wall-clock seconds")
 
@@ -51,18 +67,35 @@ class Config:
     output_dir: str | None = _f(None, "run directory (default: runs/<algo>-<env>-<timestamp>)")
     log_every: float = _f(10.0, "seconds between progress lines")
 
-    # --- SAC (Haarnoja et al. 2018) ------------------------------------------------------
+    # --- learning (shared) ---------------------------------------------------------------
     gamma: float = _f(0.99, "discount factor")
-    tau: float = _f(0.005, "polyak averaging coefficient of the target critics")
-    lr: float = _f(1e-3, "Adam learning rate of actor, critics and entropy coefficient")
-    batch_size: int = _f(256, "transitions per gradient update")
-    buffer_size: int = _f(1_000_000, "replay capacity in transitions")
-    hiddens: list[int] = _f([256, 256], "hidden layer sizes of actor and critics", nargs="+")
-    init_alpha: float = _f(1.0, "initial entropy coefficient")
-    target_entropy: float | None = _f(None, "entropy target (default: -|A|)")
-    start_steps: int = _f(500, "uniform random actions for this many env steps (all workers together)")
-    learning_starts: int = _f(500, "env steps in replay before the first update")
-    updates_per_step: float = _f(1.0, "gradient updates per env step, enforced by the replay rate limiter")
+    tau: float = _f(0.005, "polyak averaging coefficient of the target critics (sac)")
+    lr: float | None = _f(None, "Adam learning rate of every network (algorithm default)")
+    batch_size: int | None = _f(None, "transitions per gradient update (algorithm default)")
+    buffer_size: int | None = _f(None, "replay capacity in transitions (algorithm default)")
+    hiddens: list[int] = _f([256, 256], "hidden layer sizes of every network", nargs="+")
+    init_alpha: float = _f(1.0, "initial entropy coefficient (sac)")
+    target_entropy: float | None = _f(None, "entropy target (sac; default: -|A|)")
+    start_steps: int | None = _f(None, "uniform random actions for this many env steps, all workers together (algorithm default)")
+    learning_starts: int | None = _f(None, "env steps in replay before the first update (algorithm default)")
+    updates_per_step: float | None = _f(None, "gradient updates per env step, enforced by the replay rate limiter (algorithm default)")
+
+    # --- replay ------------------------------------------------------------------------
+    n_step: int | None = _f(None, "rewards summed per stored transition (algorithm default)")
+    prioritized: bool | None = _f(None, "proportional prioritized replay (algorithm default: on for dqn)")
+    priority_alpha: float = _f(0.6, "prioritization exponent alpha")
+    priority_beta: float = _f(0.4, "initial importance-weight exponent beta, annealed to 1 over the run")
+    num_replay_shards: int = _f(1, "replay buffer actors; each worker writes to one, the learner samples all")
+
+    # --- DQN (Mnih et al. 2015; Ape-X, Horgan et al. 2018) --------------------------------
+    dueling: bool = _f(True, "dueling value/advantage heads (dqn)")
+    double_q: bool = _f(True, "double Q-learning targets (dqn)")
+    target_update_every: int = _f(100, "hard target-network copy every this many updates (dqn)")
+    grad_clip: float = _f(10.0, "global gradient-norm clip (dqn)")
+    epsilon: float = _f(0.4, "Ape-X base exploration: worker i uses epsilon^(1 + epsilon_alpha*i/(N-1)) (dqn)")
+    epsilon_alpha: float = _f(7.0, "Ape-X exploration spread across workers (dqn)")
+    exploration_fraction: float = _f(0.1, "one worker: epsilon decays linearly over this fraction of the run (dqn)")
+    final_epsilon: float = _f(0.02, "one worker: epsilon at the end of its decay (dqn)")
 
     # --- data flow -----------------------------------------------------------------------
     max_steps_ahead: int = _f(256, "env steps collection may run ahead of the update ratio")
@@ -88,12 +121,24 @@ class Config:
                 raise DsacError(f"unknown config key '{key}'{hint}")
         return cls(**values)
 
+    def resolved(self) -> Config:
+        """A copy with every "algorithm default" (None) filled in from ``ALGO_DEFAULTS``."""
+        if self.algo not in ALGOS:
+            raise DsacError(f"--algo must be one of {', '.join(ALGOS)}, got {self.algo!r}")
+        fills = {k: v for k, v in ALGO_DEFAULTS[self.algo].items() if getattr(self, k) is None}
+        return dataclasses.replace(self, **fills)
+
     def validate(self) -> Config:
-        """Check ranges and relations that need no environment or Ray; return self."""
+        """Fill algorithm defaults and check ranges and relations that need no environment or
+        Ray; returns the resolved config."""
+        return self.resolved()._check()
+
+    def _check(self) -> Config:
         positive_ints = (
             "num_workers", "envs_per_worker", "num_learners", "total_env_steps", "eval_every",
             "eval_episodes", "batch_size", "buffer_size", "batches_per_sample", "prefetch",
-            "push_every", "pull_every", "max_chunk", "max_steps_ahead",
+            "push_every", "pull_every", "max_chunk", "max_steps_ahead", "n_step", "num_replay_shards",
+            "target_update_every",
         )
         for name in positive_ints:
             value = getattr(self, name)
@@ -102,12 +147,12 @@ class Config:
         for name in ("start_steps", "learning_starts"):
             if getattr(self, name) < 0:
                 raise DsacError(f"--{name} must be >= 0, got {getattr(self, name)!r}")
-        positive_floats = ("lr", "updates_per_step", "init_alpha", "log_every", "chunk_seconds")
+        positive_floats = ("lr", "updates_per_step", "init_alpha", "log_every", "chunk_seconds", "grad_clip")
         for name in positive_floats:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 raise DsacError(f"--{name} must be a positive number, got {value!r}")
-        for name in ("gamma", "tau"):
+        for name in ("gamma", "tau", "epsilon", "exploration_fraction"):
             value = getattr(self, name)
             if not (0.0 < value <= 1.0):
                 raise DsacError(f"--{name} must be in (0, 1], got {value!r}")
@@ -117,12 +162,21 @@ class Config:
                 raise DsacError(f"--{name} must be a positive number, got {value!r}")
         if self.learner_gpus is not None and not (math.isfinite(self.learner_gpus) and self.learner_gpus >= 0):
             raise DsacError(f"--learner_gpus must be >= 0, got {self.learner_gpus!r}")
+        for name in ("priority_alpha", "priority_beta", "final_epsilon"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
+                raise DsacError(f"--{name} must be in [0, 1], got {value!r}")
+        if not (math.isfinite(self.epsilon_alpha) and self.epsilon_alpha >= 0):
+            raise DsacError(f"--epsilon_alpha must be >= 0, got {self.epsilon_alpha!r}")
+        if self.num_replay_shards > self.num_workers:
+            raise DsacError(
+                f"--num_replay_shards {self.num_replay_shards} exceeds --num_workers {self.num_workers}: "
+                "every shard needs a worker writing to it"
+            )
         if self.stop_return is not None and not math.isfinite(self.stop_return):
             raise DsacError(f"--stop_return must be a finite number, got {self.stop_return!r}")
         if not self.hiddens or any(h <= 0 for h in self.hiddens):
             raise DsacError(f"--hiddens must be positive layer sizes, got {self.hiddens!r}")
-        if self.algo not in ALGOS:
-            raise DsacError(f"--algo must be one of {', '.join(ALGOS)}, got {self.algo!r}")
         if self.num_learners > 1:
             raise DsacError(
                 f"--num_learners {self.num_learners} is not supported yet: use --num_learners 1"

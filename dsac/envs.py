@@ -30,11 +30,15 @@ def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Sp
         raise DsacError(
             f"{env_id} has observation space {observation_space}; dsac needs a flat Box observation"
         )
+    if algo == "dqn" and not isinstance(action_space, gym.spaces.Discrete):
+        raise DsacError(
+            f"--algo dqn needs a Discrete action space, but {env_id} has {action_space} (use --algo sac)"
+        )
     if algo == "sac":
         if isinstance(action_space, gym.spaces.Discrete):
             raise DsacError(
                 f"--algo sac needs a continuous Box action space, but {env_id} has {action_space} "
-                "(a discrete space needs a DQN-style algorithm)"
+                "(use --algo dqn)"
             )
         if not (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1):
             raise DsacError(f"--algo sac needs a flat Box action space, but {env_id} has {action_space}")

@@ -21,14 +21,19 @@ class Policy:
         build_learner: build the training side (networks, optimizers) too. Rollout workers
             and the evaluator leave it off, so they never import TensorFlow.
         seed: seed of the policy's own randomness (exploration noise).
+        worker_index: which rollout worker acts with this policy (None: learner/evaluator).
+        num_workers: how many rollout workers there are (e.g. for Ape-X's ε per worker).
     """
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, config, *,
-                 build_learner: bool = False, seed: int = 0):
+                 build_learner: bool = False, seed: int = 0, worker_index: int | None = None,
+                 num_workers: int = 1):
         self.observation_space = observation_space
         self.action_space = action_space
         self.config = config
         self.rng = np.random.default_rng(seed)
+        self.worker_index = worker_index
+        self.num_workers = num_workers
 
     def compute_actions(self, obs_batch: np.ndarray, explore: bool = True) -> np.ndarray:
         """Actions, in the env's action space, for a batch of observations."""
@@ -43,8 +48,14 @@ class Policy:
             return space.start + self.rng.integers(0, space.n, size=n)
         raise NotImplementedError(f"no random actions for {space}")
 
-    def learn_on_batch(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
-        """One gradient update on a batch of transitions; returns scalar statistics."""
+    def postprocess_trajectory(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Runs on the rollout worker on each chunk before it is sent: add fields such as an
+        initial ``priority`` per transition. The default returns the batch unchanged."""
+        return batch
+
+    def learn_on_batch(self, batch: dict[str, np.ndarray]) -> dict:
+        """One gradient update on a batch of transitions; returns statistics (floats, and
+        optionally ``td_abs``: per-transition |TD error| used as new priorities)."""
         raise NotImplementedError
 
     def get_weights(self) -> dict[str, np.ndarray]:

@@ -12,8 +12,13 @@ import math
 import numpy as np
 
 from dsac.errors import DsacError
+from dsac.sum_tree import MinTree, SumTree
 
-FIELDS = ("obs", "action", "reward", "next_obs", "terminated")
+# A stored transition. With n-step returns, ``reward`` is the discounted sum of up to n
+# rewards, ``next_obs`` the observation n steps later and ``discount`` = gamma^k for the k
+# steps actually summed (fewer at an episode's end); the learner bootstraps with
+# ``reward + discount * (1 - terminated) * V(next_obs)``.
+FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "discount")
 
 
 def field_specs(obs_shape, obs_dtype, action_shape, action_dtype) -> dict[str, tuple[tuple, np.dtype]]:
@@ -24,6 +29,7 @@ def field_specs(obs_shape, obs_dtype, action_shape, action_dtype) -> dict[str, t
         "reward": ((), np.dtype(np.float32)),
         "next_obs": (tuple(obs_shape), np.dtype(obs_dtype)),
         "terminated": ((), np.dtype(np.float32)),
+        "discount": ((), np.dtype(np.float32)),
     }
 
 
@@ -66,11 +72,10 @@ class ReplayStorage:
     def nbytes(self) -> int:
         return storage_bytes(self.capacity, self.specs)
 
-    def add(self, chunk: dict[str, np.ndarray]) -> int:
-        """Write a chunk of transitions (arrays with a leading batch axis); returns its length."""
+    def add(self, chunk: dict[str, np.ndarray]) -> np.ndarray:
+        """Write a chunk of transitions (arrays with a leading batch axis); returns the slots
+        written, in the chunk's order."""
         n = len(chunk["reward"])
-        if n == 0:
-            return 0
         if n > self.capacity:  # only the newest transitions would survive anyway
             chunk = {k: v[-self.capacity :] for k, v in chunk.items()}
             self.added += n - self.capacity
@@ -81,7 +86,7 @@ class ReplayStorage:
         self.next_index = int((self.next_index + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
         self.added += n
-        return n
+        return idx
 
     def sample(self, batch_size: int, num_batches: int = 1) -> dict[str, np.ndarray]:
         """``num_batches`` uniform batches stacked as arrays of shape (num_batches, batch_size, ...)."""
@@ -90,6 +95,75 @@ class ReplayStorage:
         idx = self.rng.integers(0, self.size, size=(num_batches, batch_size))
         self.sampled_batches += num_batches
         return {key: self.data[key][idx] for key in FIELDS}
+
+
+class PrioritizedReplayStorage(ReplayStorage):
+    """Proportional prioritized replay (Schaul et al. 2016): transition i is sampled with
+    probability P(i) = p_i^α / Σ_k p_k^α and weighted by w_i = (N·P(i))^-β / max_k w_k.
+
+    New transitions take the priorities their writer computed (Ape-X) or, without them, the
+    largest priority seen so far. Each slot has a generation counter, so a priority update
+    for a transition that has since been overwritten is dropped.
+
+    Args:
+        alpha: how much prioritization is used (0 = uniform).
+        epsilon: added to every priority so no transition becomes unsampleable.
+    """
+
+    def __init__(self, specs: dict, capacity: int, seed: int = 0, alpha: float = 0.6, epsilon: float = 1e-6):
+        super().__init__(specs, capacity, seed)
+        self.alpha = float(alpha)
+        self.epsilon = float(epsilon)
+        self.sum_tree = SumTree(self.capacity)
+        self.min_tree = MinTree(self.capacity)
+        self.max_priority = 1.0
+        self.generation = np.zeros(self.capacity, dtype=np.int64)
+
+    def _set_priorities(self, idx: np.ndarray, priorities: np.ndarray) -> None:
+        priorities = np.abs(np.asarray(priorities, dtype=np.float64)) + self.epsilon
+        self.max_priority = max(self.max_priority, float(priorities.max()))
+        scaled = priorities**self.alpha
+        self.sum_tree.update(idx, scaled)
+        self.min_tree.update(idx, scaled)
+
+    def add(self, chunk: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> np.ndarray:
+        """Write a chunk with its initial priorities (default: the largest seen so far)."""
+        if priorities is not None and len(priorities) > self.capacity:
+            priorities = priorities[-self.capacity :]
+        idx = super().add(chunk)
+        if len(idx):
+            self.generation[idx] += 1
+            self._set_priorities(idx, np.full(len(idx), self.max_priority) if priorities is None else priorities)
+        return idx
+
+    def sample(self, batch_size: int, num_batches: int = 1, beta: float = 0.4) -> dict[str, np.ndarray]:
+        """Stratified proportional batches, with ``indices``, ``generations`` and importance
+        ``weights`` alongside the transition fields."""
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty replay")
+        idx = np.stack([self.sum_tree.sample_stratified(batch_size, self.rng) for _ in range(num_batches)])
+        self.sampled_batches += num_batches
+        batches = {key: self.data[key][idx] for key in FIELDS}
+        batches["indices"] = idx
+        batches["generations"] = self.generation[idx]
+        batches["weights"] = self.importance_weights(idx, beta)
+        return batches
+
+    def importance_weights(self, idx: np.ndarray, beta: float) -> np.ndarray:
+        """w_i = (N·P(i))^-β normalized by the largest weight in the buffer, (N·P_min)^-β."""
+        total = self.sum_tree.root
+        probs = self.sum_tree.get(idx) / total
+        min_prob = self.min_tree.root / total
+        return ((probs / min_prob) ** -beta).astype(np.float32)
+
+    def update_priorities(self, idx: np.ndarray, generations: np.ndarray, priorities: np.ndarray) -> int:
+        """Set new priorities (e.g. |TD error|) of sampled transitions still in the buffer;
+        returns how many were applied."""
+        idx = np.asarray(idx).ravel()
+        live = self.generation[idx] == np.asarray(generations).ravel()
+        if live.any():
+            self._set_priorities(idx[live], np.asarray(priorities).ravel()[live])
+        return int(live.sum())
 
 
 class RateLimiter:

@@ -4,11 +4,13 @@ action call and gather transitions into chunks.
 Gymnasium 1.x semantics: an episode ends by *termination* (the MDP ended: no bootstrap) or
 *truncation* (a time limit: bootstrap through it). Only ``terminated`` is stored, and the
 ``next_obs`` of a final step is the observation ``step`` returned — never the observation
-of the next episode's ``reset``.
+of the next episode's ``reset``. With n-step returns, a window that meets an episode's end
+sums only the rewards up to it and bootstraps (truncation) or not (termination) from there.
 """
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable
 
@@ -21,19 +23,25 @@ ActFn = Callable[[np.ndarray], np.ndarray]
 
 
 class EnvCollector:
-    """Steps ``num_envs`` copies of one environment in lockstep.
+    """Steps ``num_envs`` copies of one environment in lockstep and emits n-step transitions.
 
     Args:
         env_id: gymnasium id.
         num_envs: envs acted on as one batch.
         seed: seed of the first reset of env ``i`` is ``seed + i``.
+        gamma: discount, folded into n-step rewards and the stored ``discount``.
+        n_step: rewards summed per transition (1 = plain one-step transitions).
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int):
+    def __init__(self, env_id: str, num_envs: int, seed: int, gamma: float = 0.99, n_step: int = 1):
         self.envs = [make_env(env_id) for _ in range(num_envs)]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
+        self.gamma = float(gamma)
+        self.n_step = int(n_step)
+        # Per env: the last (obs, action, reward) steps whose n-step return is not complete.
+        self.pending: list[collections.deque] = [collections.deque() for _ in range(num_envs)]
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
         self.finished_episodes: list[tuple[float, int]] = []  # (return, length), drained by caller
@@ -43,32 +51,57 @@ class EnvCollector:
     def num_envs(self) -> int:
         return len(self.envs)
 
+    def _emit(self, chunk: dict, n: int, steps, next_obs, terminated: bool) -> int:
+        """Write the transition that starts at ``steps[0]`` and ends with ``next_obs``."""
+        ret, discount = 0.0, 1.0
+        for _, _, reward in steps:
+            ret += discount * reward
+            discount *= self.gamma
+        chunk["obs"][n] = steps[0][0]
+        chunk["action"][n] = steps[0][1]
+        chunk["reward"][n] = ret
+        chunk["next_obs"][n] = next_obs
+        chunk["terminated"][n] = terminated
+        chunk["discount"][n] = discount
+        return n + 1
+
     def collect(self, act: ActFn, max_transitions: int, deadline: float | None = None) -> dict[str, np.ndarray]:
-        """Step all envs until about ``max_transitions`` transitions are gathered (rounded up to
-        whole batches of envs) or ``time.monotonic()`` passes ``deadline``; at least one batch."""
+        """Step all envs until about ``max_transitions`` env steps are taken (rounded up to
+        whole batches of envs) or ``time.monotonic()`` passes ``deadline``; at least one batch.
+
+        Returns the transitions completed meanwhile: with n-step returns a transition is
+        emitted n steps after it started, or when its episode ends.
+        """
         n_envs = self.num_envs
         steps = max(1, -(-max_transitions // n_envs))
         obs_shape = self.observation_space.shape
         act_shape = self.action_space.shape
-        cap = steps * n_envs
+        cap = (steps + self.n_step) * n_envs
         chunk = {
             "obs": np.empty((cap, *obs_shape), dtype=self.obs.dtype),
             "action": np.empty((cap, *act_shape), dtype=self.action_space.dtype),
             "reward": np.empty(cap, dtype=np.float32),
             "next_obs": np.empty((cap, *obs_shape), dtype=self.obs.dtype),
             "terminated": np.empty(cap, dtype=np.float32),
+            "discount": np.empty(cap, dtype=np.float32),
         }
-        n = 0
+        n = taken = 0
         for _ in range(steps):
             actions = act(self.obs)
             for i, env in enumerate(self.envs):
                 next_obs, reward, terminated, truncated, _ = env.step(actions[i])
-                chunk["obs"][n] = self.obs[i]
-                chunk["action"][n] = actions[i]
-                chunk["reward"][n] = reward
-                chunk["next_obs"][n] = next_obs
-                chunk["terminated"][n] = terminated
-                n += 1
+                taken += 1
+                pending = self.pending[i]
+                pending.append((self.obs[i].copy(), actions[i], float(reward)))
+                if terminated or truncated:
+                    # Flush every pending start: each sums the rewards up to the episode's end
+                    # and ends at the real final observation (never the reset's).
+                    while pending:
+                        n = self._emit(chunk, n, pending, next_obs, bool(terminated))
+                        pending.popleft()
+                elif len(pending) == self.n_step:
+                    n = self._emit(chunk, n, pending, next_obs, False)
+                    pending.popleft()
                 self.episode_return[i] += reward
                 self.episode_length[i] += 1
                 if terminated or truncated:
@@ -79,7 +112,7 @@ class EnvCollector:
                 self.obs[i] = next_obs
             if deadline is not None and time.monotonic() >= deadline:
                 break
-        self.total_steps += n
+        self.total_steps += taken
         return {key: chunk[key][:n] for key in FIELDS}
 
     def drain_episodes(self) -> list[tuple[float, int]]:

@@ -26,6 +26,8 @@ def launch(*args, timeout=120):
     [
         (["--env", "Pendulm-v1"], "Pendulum-v1"),
         (["--env", "CartPole-v1"], "Discrete(2)"),
+        (["--algo", "dqn", "--env", "Pendulum-v1"], "--algo sac"),
+        (["--algo", "dqn", "--num_workers", "2", "--num_replay_shards", "3"], "--num_replay_shards"),
         (["--num_workers", "0"], "--num_workers"),
         (["--total_env_steps", "-5"], "--total_env_steps"),
         (["--batch_size", "0"], "--batch_size"),

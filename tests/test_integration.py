@@ -11,7 +11,7 @@ def test_distributed_sac_learns_pendulum(ray_local, tmp_path):
     config = Config(
         env="Pendulum-v1", num_workers=4, seed=0, total_env_steps=8_000, stop_return=-400.0,
         eval_every=1_000, eval_episodes=5, output_dir=str(tmp_path / "run"), log_every=30.0,
-    )
+    ).validate()
     summary = run(config)
     lines = [json.loads(x) for x in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
     returns = [line["eval_return_mean"] for line in lines]
@@ -24,3 +24,20 @@ def test_distributed_sac_learns_pendulum(ray_local, tmp_path):
     assert summary["transitions_per_add"] >= 8, summary
     payload = load_weights(summary["weights_path"])
     assert payload["version"] == summary["weights_version"]
+
+
+def test_apex_dqn_with_prioritized_replay_learns_cartpole(ray_local, tmp_path):
+    config = Config(
+        algo="dqn", env="CartPole-v1", num_workers=3, seed=0, total_env_steps=30_000, stop_return=300.0,
+        eval_every=1_000, eval_episodes=5, output_dir=str(tmp_path / "run"), log_every=30.0,
+        num_replay_shards=2,
+    )
+    summary = run(config)
+    lines = [json.loads(x) for x in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
+    returns = [line["eval_return_mean"] for line in lines]
+    # Random CartPole lasts ~20 steps; DQN must reach 200 within 30,000 env steps.
+    assert max(returns) >= 200, returns
+    assert summary["transitions_per_add"] >= 8, summary
+    best = load_weights(str(tmp_path / "run" / "best_weights.pkl"))
+    assert best["eval_return_mean"] == max(returns)
+    assert best["weights"]["q/advantage/kernel"].shape == (256, 2)  # dueling head by default

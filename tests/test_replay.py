@@ -20,6 +20,7 @@ def chunk(start: int, n: int) -> dict:
         "reward": i,
         "next_obs": np.repeat(i[:, None] + 0.5, 3, axis=1),
         "terminated": (i % 2).astype(np.float32),
+        "discount": np.full(n, 0.99, np.float32),
     }
 
 
@@ -73,7 +74,10 @@ def test_replay_actor_grants_budgets_and_throttles(ray_local):
     ray = ray_local
     from dsac.distributed.actors import ReplayBuffer
 
-    replay = ReplayBuffer.remote(SPECS, 1000, 1.0, 20, 10, 2, 64, 0)
+    replay = ReplayBuffer.remote(
+        SPECS, 1000, samples_per_insert=1.0, min_size_to_sample=20, max_inserts_ahead=10, num_writers=2,
+        max_chunk=64,
+    )
     status = ray.get(replay.add.remote(0, None))
     assert status["grant"] > 0 and status["added"] == 0
     assert ray.get(replay.sample.remote(4, 2)) is None  # fewer than min_size_to_sample

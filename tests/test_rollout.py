@@ -2,6 +2,7 @@
 reset observation is never stored as a next_obs."""
 
 import numpy as np
+import pytest
 
 from dsac.evaluation import evaluate
 from dsac.rollout import EnvCollector
@@ -53,3 +54,47 @@ def test_evaluate_is_deterministic_for_the_same_seed():
     other = evaluate(act, "Pendulum-v1", episodes=3, seed=8)
     np.testing.assert_array_equal(first, again)
     assert not np.allclose(first, other) and np.all(first < 0)
+
+
+def step_by_step(collector, steps):
+    """Take single env steps (1 env), recording what the env returned, and the chunks."""
+    act = random_actor(collector.action_space, seed=3)
+    chunks = [collector.collect(act, 1) for _ in range(steps)]
+    return {k: np.concatenate([c[k] for c in chunks]) for k in chunks[0]}
+
+
+def test_n_step_returns_across_truncation():
+    gamma = 0.9
+    one = EnvCollector("ShortPendulum-v0", num_envs=1, seed=5, gamma=gamma, n_step=1)
+    ref = step_by_step(one, 10)  # two 5-step episodes of 1-step transitions
+    three = EnvCollector("ShortPendulum-v0", num_envs=1, seed=5, gamma=gamma, n_step=3)
+    got = step_by_step(three, 10)
+    assert len(got["reward"]) == 10  # every step becomes one transition
+    r = ref["reward"].astype(np.float64)
+    for episode in (0, 5):
+        # Starts 0, 1, 2 of the episode: full 3-step windows; 3 and 4 meet the time limit.
+        for t, k in ((0, 3), (1, 3), (2, 3), (3, 2), (4, 1)):
+            i = episode + t
+            row = [j for j in range(len(got["reward"])) if np.array_equal(got["obs"][j], ref["obs"][i])][0]
+            expected = sum(gamma**m * r[i + m] for m in range(k))
+            assert got["reward"][row] == pytest.approx(expected, rel=1e-5)
+            assert got["discount"][row] == pytest.approx(gamma**k)
+            np.testing.assert_array_equal(got["next_obs"][row], ref["next_obs"][i + k - 1])
+            assert got["terminated"][row] == 0.0  # truncation: still bootstraps
+
+
+def test_n_step_returns_at_termination():
+    gamma = 0.5
+    one = EnvCollector("CartPole-v1", num_envs=1, seed=2, gamma=gamma, n_step=1)
+    three = EnvCollector("CartPole-v1", num_envs=1, seed=2, gamma=gamma, n_step=3)
+    ref, got = step_by_step(one, 60), step_by_step(three, 60)
+    end = int(np.flatnonzero(ref["terminated"])[0])  # last step of the first episode
+    assert end >= 3
+    by_obs = {got["obs"][j].tobytes(): j for j in range(len(got["reward"]))}
+    for start, k in ((end - 3, 3), (end - 2, 3), (end - 1, 2), (end, 1)):
+        j = by_obs[ref["obs"][start].tobytes()]
+        assert got["reward"][j] == pytest.approx(sum(gamma**m for m in range(k)))  # CartPole pays 1 per step
+        assert got["discount"][j] == pytest.approx(gamma**k)
+        terminal = start + k - 1 == end
+        assert got["terminated"][j] == float(terminal)
+        np.testing.assert_array_equal(got["next_obs"][j], ref["next_obs"][start + k - 1])

@@ -30,7 +30,7 @@ def np_sample(weights, obs, noise):
 
 @pytest.fixture
 def learner():
-    config = Config(hiddens=[4], gamma=0.9, tau=0.25, init_alpha=0.5, lr=1e-2)
+    config = Config(hiddens=[4], gamma=0.9, tau=0.25, init_alpha=0.5, lr=1e-2).validate()
     return SACLearner(obs_dim=2, act_dim=1, action_low=[-2.0], action_high=[2.0], config=config, seed=3)
 
 
@@ -48,6 +48,8 @@ BATCH = {
     "reward": np.array([1.0, -0.5, 2.0], np.float32),
     "next_obs": np.array([[0.2, 0.0], [0.4, -0.6], [-0.9, 1.0]], np.float32),
     "terminated": np.array([0.0, 1.0, 0.0], np.float32),  # the 2nd does not bootstrap
+    "discount": np.array([0.9, 0.9, 0.9**3], np.float32),  # the 3rd: a 3-step transition
+    "weights": np.array([1.0, 0.5, 2.0], np.float32),  # importance weights
 }
 NOISE_NEXT = np.array([[0.3], [-1.2], [0.7]], np.float32)
 NOISE_PI = np.array([[-0.4], [0.9], [0.05]], np.float32)
@@ -56,16 +58,16 @@ NOISE_PI = np.array([[-0.4], [0.9], [0.05]], np.float32)
 def test_losses_match_hand_computation(learner):
     w = weights_of(learner)
     b = {k: v.astype(np.float64) for k, v in BATCH.items()}
-    alpha, gamma, target_entropy = 0.5, 0.9, -1.0
+    alpha, target_entropy = 0.5, -1.0
     # y = r + gamma (1 - d) (min Q_targ(s', a') - alpha log pi(a'|s'))
     next_a, next_logp = np_sample(w, b["next_obs"], NOISE_NEXT)
     next_sa = np.concatenate([b["next_obs"], next_a], axis=1)
     min_q_targ = np.minimum(np_mlp(w, "q1_target", next_sa), np_mlp(w, "q2_target", next_sa))[:, 0]
-    y = b["reward"] + gamma * (1 - b["terminated"]) * (min_q_targ - alpha * next_logp)
+    y = b["reward"] + b["discount"] * (1 - b["terminated"]) * (min_q_targ - alpha * next_logp)
     assert y[1] == pytest.approx(-0.5)  # terminated: reward only
     sa = np.concatenate([b["obs"], b["action"]], axis=1)
-    qf1_loss = 0.5 * np.mean((np_mlp(w, "q1", sa)[:, 0] - y) ** 2)
-    qf2_loss = 0.5 * np.mean((np_mlp(w, "q2", sa)[:, 0] - y) ** 2)
+    qf1_loss = 0.5 * np.mean(b["weights"] * (np_mlp(w, "q1", sa)[:, 0] - y) ** 2)
+    qf2_loss = 0.5 * np.mean(b["weights"] * (np_mlp(w, "q2", sa)[:, 0] - y) ** 2)
     pi, logp = np_sample(w, b["obs"], NOISE_PI)
     spi = np.concatenate([b["obs"], pi], axis=1)
     actor_loss = np.mean(alpha * logp - np.minimum(np_mlp(w, "q1", spi), np_mlp(w, "q2", spi))[:, 0])
@@ -84,6 +86,7 @@ def test_update_applies_polyak_to_the_targets(learner):
     env_batch = {**BATCH, "action": BATCH["action"] * 2.0}  # env bounds are [-2, 2]
     stats = learner.update(env_batch)
     after = weights_of(learner)
+    assert stats.pop("td_abs").shape == (3,)
     assert all(math.isfinite(v) for v in stats.values())
     for name in ("q1", "q2"):
         for part in ("hidden_0/kernel", "out/bias"):
@@ -96,7 +99,7 @@ def test_update_applies_polyak_to_the_targets(learner):
 
 def test_numpy_actor_matches_keras_actor():
     env = gym.make("Pendulum-v1")
-    config = Config(hiddens=[32, 32])
+    config = Config(hiddens=[32, 32]).validate()
     trainer = SACPolicy(env.observation_space, env.action_space, config, build_learner=True, seed=0)
     actor = SACPolicy(env.observation_space, env.action_space, config, seed=0)
     assert not actor.has_weights

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib
 
-_POLICIES = {"sac": "dsac.algorithms.sac.policy:SACPolicy"}
+_POLICIES = {
+    "sac": "dsac.algorithms.sac.policy:SACPolicy",
+    "dqn": "dsac.algorithms.dqn.policy:DQNPolicy",
+}
 
 
 def get_policy_class(algo: str):

@@ -16,7 +16,13 @@ import psutil
 import ray
 
 from dsac.distributed.topology import describe_process
-from dsac.replay import RateLimiter, ReplayStorage, check_fits_in_memory, storage_bytes
+from dsac.replay import (
+    PrioritizedReplayStorage,
+    RateLimiter,
+    ReplayStorage,
+    check_fits_in_memory,
+    storage_bytes,
+)
 
 log = logging.getLogger("dsac")
 
@@ -36,14 +42,26 @@ class ReplayBuffer:
         min_size_to_sample: env steps before the first sample (``--learning_starts``).
         max_inserts_ahead: env steps collection may run ahead of the ratio.
         num_writers: rollout workers sharing the insert budget.
+        max_chunk: largest budget one writer is granted.
         seed: sampling seed.
+        prioritized: proportional prioritized replay instead of uniform sampling.
+        priority_alpha: prioritization exponent.
+        priority_beta: initial importance-weight exponent, annealed to 1 over ``beta_anneal_steps``
+            inserted transitions.
     """
 
-    def __init__(self, specs, capacity, samples_per_insert, min_size_to_sample, max_inserts_ahead,
-                 num_writers, max_chunk, seed=0):
+    def __init__(self, specs, capacity, *, samples_per_insert, min_size_to_sample, max_inserts_ahead,
+                 num_writers, max_chunk, seed=0, prioritized=False, priority_alpha=0.6, priority_beta=0.4,
+                 beta_anneal_steps=1):
         nbytes = storage_bytes(capacity, specs)
         check_fits_in_memory(nbytes, psutil.virtual_memory().available, f"node {socket.gethostname()}")
-        self.storage = ReplayStorage(specs, capacity, seed)
+        if prioritized:
+            self.storage = PrioritizedReplayStorage(specs, capacity, seed, alpha=priority_alpha)
+        else:
+            self.storage = ReplayStorage(specs, capacity, seed)
+        self.prioritized = prioritized
+        self.priority_beta = float(priority_beta)
+        self.beta_anneal_steps = max(1, int(beta_anneal_steps))
         self.limiter = RateLimiter(samples_per_insert, min_size_to_sample, max_inserts_ahead)
         self.num_writers = int(num_writers)
         self.max_chunk = int(max_chunk)
@@ -73,7 +91,11 @@ class ReplayBuffer:
         """
         async with self.changed:
             if chunk is not None and len(chunk["reward"]):
-                self.storage.add(chunk)
+                priorities = chunk.pop("priority", None)
+                if self.prioritized:
+                    self.storage.add(chunk, priorities)
+                else:
+                    self.storage.add(chunk)
                 self.add_calls += 1
                 self.changed.notify_all()
             self.outstanding[writer] = 0
@@ -102,7 +124,10 @@ class ReplayBuffer:
         async with self.changed:
             while not self.stopped:
                 if self.limiter.can_sample(self.storage.added, self.storage.sampled_batches, num_batches):
-                    batches = self.storage.sample(batch_size, num_batches)
+                    if self.prioritized:
+                        batches = self.storage.sample(batch_size, num_batches, self.beta())
+                    else:
+                        batches = self.storage.sample(batch_size, num_batches)
                     self.sample_wait_s += time.monotonic() - started
                     self.changed.notify_all()  # writers may have new budget
                     return batches, self.storage.added
@@ -115,6 +140,17 @@ class ReplayBuffer:
                     break
             self.sample_wait_s += time.monotonic() - started
             return None
+
+    def beta(self) -> float:
+        """Importance-weight exponent: linear from ``priority_beta`` to 1 over the run."""
+        fraction = min(1.0, self.storage.added / self.beta_anneal_steps)
+        return self.priority_beta + fraction * (1.0 - self.priority_beta)
+
+    async def update_priorities(self, indices, generations, priorities) -> int:
+        """New priorities (|TD error|) for sampled transitions, in one batch per call."""
+        if not self.prioritized:
+            return 0
+        return self.storage.update_priorities(indices, generations, priorities)
 
     async def stats(self) -> dict:
         """Counters for progress reports."""

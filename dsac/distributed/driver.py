@@ -58,7 +58,7 @@ def default_output_dir(config: Config) -> str:
 
 def prepare(config: Config) -> Prepared:
     """Validate the config, the env and its spaces, the replay's memory and the output dir."""
-    config.validate()
+    config = config.validate()
     env = make_env(config.env)
     observation_space, action_space = env.observation_space, env.action_space
     env.close()
@@ -170,6 +170,7 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
     write_json(os.path.join(output_dir, "config.json"), config.to_dict())
     progress_path = os.path.join(output_dir, "progress.jsonl")
     weights_path = os.path.join(output_dir, "weights.pkl")
+    best_weights_path = os.path.join(output_dir, "best_weights.pkl")
 
     specs = field_specs(obs_space.shape, obs_space.dtype, act_space.shape, act_space.dtype)
     log.info(
@@ -177,14 +178,30 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
         config.buffer_size, storage_bytes(config.buffer_size, specs) / 2**20,
     )
     ps = ParameterServer.options(num_cpus=0).remote()
-    replay = ReplayBuffer.options(num_cpus=0).remote(
-        specs, config.buffer_size, config.updates_per_step, config.learning_starts,
-        config.max_steps_ahead, config.num_workers, config.max_chunk, config.seed,
-    )
+    # Shard k takes the transitions of workers k, k + K, ...; each keeps the update ratio
+    # for its own share of the data, so together they keep it for all of it.
+    num_shards = config.num_replay_shards
+    shards = [
+        ReplayBuffer.options(num_cpus=0).remote(
+            specs,
+            -(-config.buffer_size // num_shards),
+            samples_per_insert=config.updates_per_step,
+            min_size_to_sample=-(-config.learning_starts // num_shards),
+            max_inserts_ahead=max(1, config.max_steps_ahead // num_shards),
+            num_writers=len(range(k, config.num_workers, num_shards)),
+            max_chunk=config.max_chunk,
+            seed=config.seed + k,
+            prioritized=config.prioritized,
+            priority_alpha=config.priority_alpha,
+            priority_beta=config.priority_beta,
+            beta_anneal_steps=-(-config.total_env_steps // num_shards),
+        )
+        for k in range(num_shards)
+    ]
     seeds = [config.seed * 10_000 + 1_000 * i for i in range(config.num_workers + 2)]
     roles = {
         learner.options(num_cpus=plan.learner_cpus, num_gpus=plan.learner_gpus).remote(
-            config, obs_space, act_space, replay, ps, config.seed, plan.learner_gpus, plan.learner_cpus
+            config, obs_space, act_space, shards, ps, config.seed, plan.learner_gpus, plan.learner_cpus
         ): "learner",
         evaluator.options(num_cpus=plan.evaluator_cpus).remote(
             config, obs_space, act_space, ps, config.seed + 100_000
@@ -192,7 +209,7 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
     }
     for i in range(config.num_workers):
         ref = rollout_worker.options(num_cpus=plan.worker_cpus, scheduling_strategy="SPREAD").remote(
-            i, config, replay, ps, seeds[i + 2]
+            i, config, shards[i % num_shards], ps, seeds[i + 2], num_shards
         )
         roles[ref] = f"rollout_worker_{i}"
 
@@ -202,7 +219,7 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
             "env": config.env,
             "observation_space": describe_space(obs_space),
             "action_space": describe_space(act_space),
-            "model": {"hiddens": list(config.hiddens), "activation": "relu"},
+            "model": {"hiddens": list(config.hiddens), "activation": "relu", "dueling": config.dueling},
             "weights": latest["weights"],
             "version": latest["version"],
             "env_steps": counters.get("env_steps", 0),
@@ -216,6 +233,7 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
         if latest["weights"] is not None:
             save_weights(weights_path, payload(latest, counters))
 
+    best_return = -math.inf
     pending = list(roles)
     recent_returns: deque[float] = deque(maxlen=20)
     last_eval: dict = {}
@@ -227,9 +245,10 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
 
     def drain() -> list[dict]:
         """Read the actors' reports; write one progress line per evaluation."""
-        nonlocal last_eval
+        nonlocal last_eval, best_return
         reports = ray.get(ps.drain_reports.remote())
-        stats = ray.get(replay.stats.remote())
+        per_shard = ray.get([shard.stats.remote() for shard in shards])
+        stats = {key: sum(s[key] for s in per_shard) for key in ("added", "size", "add_calls", "sample_wait_s")}
         for p in reports["placements"]:
             where = f"{p['host']} (node {p['node'][:8]}, pid {p['pid']})"
             placements[p["role"]] = p["node"]
@@ -252,6 +271,10 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
             }
             append_jsonl(progress_path, line)
             last_eval = line
+            if ev["eval_return_mean"] > best_return:
+                best_return = ev["eval_return_mean"]
+                latest = {"weights": ev["weights"], "version": ev["weights_version"]}
+                save_weights(best_weights_path, payload(latest, {**line, "env_steps": ev["env_steps"]}))
             log.info(
                 "eval at %d env steps (%d updates, %.1f s): return %.1f +- %.1f",
                 line["env_steps"], line["updates"], line["wall_s"], line["eval_return_mean"],
@@ -299,7 +322,7 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
             failure, stop_reason = f"lost an actor: {_one_line(exc)}", "failed"
         log.info("stopping (%s)", failure or stop_reason)
         try:
-            ray.get([ps.stop.remote(stop_reason), replay.stop.remote()])
+            ray.get([ps.stop.remote(stop_reason)] + [shard.stop.remote() for shard in shards])
             done, not_done = ray.wait(pending, num_returns=len(pending), timeout=SHUTDOWN_TIMEOUT_S)
             for ref in done:
                 try:

@@ -11,6 +11,7 @@ import collections
 import logging
 import time
 
+import numpy as np
 import ray
 
 from dsac.algorithms import get_policy_class
@@ -69,17 +70,18 @@ class WeightsClient:
 
 
 @ray.remote
-def rollout_worker(index: int, config, replay, ps, seed: int) -> dict:
+def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 1) -> dict:
     """Steps ``config.envs_per_worker`` envs, acting on their batch of observations, and sends
-    what it gathered to the replay buffer in chunks, within the insert budget the buffer grants.
+    what it gathered to its replay shard in chunks, within the insert budget the shard grants.
 
     Uniform random actions while fewer than ``config.start_steps`` transitions have reached
-    the replay buffer (counted over all workers).
+    the replay buffer (counted over all workers; with shards, estimated from this one).
     """
     ps.report_placement.remote(f"rollout_worker_{index}", describe_process())
-    collector = EnvCollector(config.env, config.envs_per_worker, seed)
+    collector = EnvCollector(config.env, config.envs_per_worker, seed, config.gamma, config.n_step)
     policy = get_policy_class(config.algo)(
-        collector.observation_space, collector.action_space, config, seed=seed
+        collector.observation_space, collector.action_space, config, seed=seed,
+        worker_index=index, num_workers=config.num_workers,
     )
     weights = WeightsClient(ps, policy, config.pull_every, worker=index)
     status = ray.get(replay.add.remote(index, None))
@@ -87,13 +89,13 @@ def rollout_worker(index: int, config, replay, ps, seed: int) -> dict:
     while not (status["stop"] or weights.stop):
         chunk = None
         if status["grant"] > 0:
-            if status["added"] < config.start_steps:
+            if status["added"] * num_shards < config.start_steps:
                 act = lambda obs: policy.random_actions(len(obs))  # noqa: E731
             else:
                 weights.wait_for_weights()
                 act = lambda obs: policy.compute_actions(obs, explore=True)  # noqa: E731
             deadline = time.monotonic() + config.chunk_seconds
-            chunk = collector.collect(act, status["grant"], deadline)
+            chunk = policy.postprocess_trajectory(collector.collect(act, status["grant"], deadline))
             episodes = collector.drain_episodes()
             if episodes:
                 ps.report_episodes.remote(episodes)
@@ -104,14 +106,37 @@ def rollout_worker(index: int, config, replay, ps, seed: int) -> dict:
     return {"worker": index, "env_steps": collector.total_steps, "chunks": chunks_sent}
 
 
+class ShardedSampler:
+    """Keeps ``prefetch`` sample calls in flight on every replay shard and hands out their
+    results round-robin, so the next batches arrive while the current ones train."""
+
+    def __init__(self, shards: list, batch_size: int, num_batches: int, prefetch: int):
+        self.shards = shards
+        self.batch_size = batch_size
+        self.num_batches = num_batches
+        self.in_flight = collections.deque(
+            (i, shard.sample.remote(batch_size, num_batches)) for _ in range(prefetch) for i, shard in enumerate(shards)
+        )
+        self.wait_s = 0.0
+
+    def next(self):
+        """``(shard index, result)`` of the oldest call; a new call replaces it at once."""
+        shard, ref = self.in_flight.popleft()
+        started = time.monotonic()
+        result = ray.get(ref)
+        self.wait_s += time.monotonic() - started
+        self.in_flight.append((shard, self.shards[shard].sample.remote(self.batch_size, self.num_batches)))
+        return shard, result
+
+
 # A GPU learner by default; the driver overrides num_gpus to 0 on a cluster without GPUs.
 # max_calls=1: the process exits after the task, so its GPU memory is given back.
 @ray.remote(num_gpus=1, max_calls=1)
-def learner(config, observation_space, action_space, replay, ps, seed: int, num_gpus: float,
+def learner(config, observation_space, action_space, shards: list, ps, seed: int, num_gpus: float,
             num_cpus: float) -> dict:
-    """Trains the policy on batches from the replay buffer and pushes weights every
-    ``config.push_every`` updates. ``config.prefetch`` sample calls stay in flight, so the
-    next batches arrive while the current ones train."""
+    """Trains the policy on batches from the replay shards, pushes weights every
+    ``config.push_every`` updates, and (prioritized replay) sends each sample call's new
+    priorities back to its shard in one fire-and-forget call."""
     from dsac.tf_setup import configure_tensorflow
 
     device = configure_tensorflow(num_gpus, num_cpus)
@@ -119,31 +144,34 @@ def learner(config, observation_space, action_space, replay, ps, seed: int, num_
     policy = get_policy_class(config.algo)(
         observation_space, action_space, config, build_learner=True, seed=seed
     )
-    updates, env_steps, wait_s, stats = 0, 0, 0.0, {}
+    updates, stats = 0, {}
+    env_steps_by_shard = [0] * len(shards)
     reply = ray.get(ps.push.remote(policy.get_weights(), {"updates": 0, "env_steps": 0}))
-    in_flight = collections.deque(
-        replay.sample.remote(config.batch_size, config.batches_per_sample) for _ in range(config.prefetch)
-    )
+    sampler = ShardedSampler(shards, config.batch_size, config.batches_per_sample, config.prefetch)
     last_push = None
+
+    def meta(**extra):
+        return {"updates": updates, "env_steps": sum(env_steps_by_shard), "stats": stats,
+                "learner_wait_s": sampler.wait_s, **extra}
+
     while not reply["stop"]:
-        started = time.monotonic()
-        result = ray.get(in_flight.popleft())
-        wait_s += time.monotonic() - started
-        in_flight.append(replay.sample.remote(config.batch_size, config.batches_per_sample))
+        shard, result = sampler.next()
         if result is None:  # the ratio holds the learner back, or the run is stopping
             reply = {"stop": ray.get(ps.should_stop.remote())}
             continue
-        batches, env_steps = result
+        batches, env_steps_by_shard[shard] = result
+        priorities = []
         for i in range(config.batches_per_sample):
             stats = policy.learn_on_batch({key: value[i] for key, value in batches.items()})
+            priorities.append(stats.pop("td_abs", None))
             updates += 1
             if updates % config.push_every == 0:
                 if last_push is not None:
                     reply = ray.get(last_push)  # long done: carries the stop flag
-                meta = {"updates": updates, "env_steps": env_steps, "stats": stats, "learner_wait_s": wait_s}
-                last_push = ps.push.remote(policy.get_weights(), meta)
-    final = {"updates": updates, "env_steps": env_steps, "stats": stats, "learner_wait_s": wait_s,
-             "final": True}
+                last_push = ps.push.remote(policy.get_weights(), meta())
+        if "indices" in batches and all(p is not None for p in priorities):
+            shards[shard].update_priorities.remote(batches["indices"], batches["generations"], np.stack(priorities))
+    final = meta(final=True)
     ray.get(ps.push.remote(policy.get_weights(), final))
     return final
 
@@ -171,6 +199,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
             "eval_return_std": float(returns.std()),
             "eval_returns": [float(r) for r in returns],
             "eval_seconds": time.monotonic() - started,
+            "weights": policy.get_weights(),  # the driver keeps the best as best_weights.pkl
         })
 
     while True:

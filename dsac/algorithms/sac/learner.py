@@ -35,25 +35,26 @@ def squashed_gaussian_sample(actor, obs, noise):
     return action, gaussian_log_prob - log_det_jacobian
 
 
-def sac_losses(actor, q1, q2, q1_target, q2_target, log_alpha, batch, gamma, target_entropy,
-               noise_next, noise_pi):
-    """The three SAC objectives on one batch; returns a dict of scalar tensors."""
+def sac_losses(actor, q1, q2, q1_target, q2_target, log_alpha, batch, target_entropy, noise_next, noise_pi):
+    """The three SAC objectives on one batch; returns a dict of tensors (scalars, and
+    ``td_abs`` per transition). ``batch["discount"]`` is γ^k of the stored (n-step)
+    transition; ``batch["weights"]`` are importance weights (ones without prioritized replay)."""
     obs, action, reward = batch["obs"], batch["action"], batch["reward"]
-    next_obs, terminated = batch["next_obs"], batch["terminated"]
+    next_obs, terminated, discount = batch["next_obs"], batch["terminated"], batch["discount"]
     alpha = tf.exp(log_alpha)
 
-    # Critics: J_Q = E[½ (Q_i(s,a) − y)²],  y = r + γ(1 − d)(min_j Q_targ_j(s',a') − α log π(a'|s'))
+    # Critics: J_Q = E[½ w (Q_i(s,a) − y)²],  y = r + γ(1 − d)(min_j Q_targ_j(s',a') − α log π(a'|s'))
     next_action, next_log_pi = squashed_gaussian_sample(actor, next_obs, noise_next)
     next_obs_action = tf.concat([next_obs, next_action], axis=-1)
     min_qf_next_target = (
         tf.minimum(q1_target(next_obs_action), q2_target(next_obs_action))[:, 0] - alpha * next_log_pi
     )
-    next_q_value = tf.stop_gradient(reward + gamma * (1.0 - terminated) * min_qf_next_target)
+    next_q_value = tf.stop_gradient(reward + discount * (1.0 - terminated) * min_qf_next_target)
     obs_action = tf.concat([obs, action], axis=-1)
     qf1_a_values = q1(obs_action)[:, 0]
     qf2_a_values = q2(obs_action)[:, 0]
-    qf1_loss = 0.5 * tf.reduce_mean(tf.square(qf1_a_values - next_q_value))
-    qf2_loss = 0.5 * tf.reduce_mean(tf.square(qf2_a_values - next_q_value))
+    qf1_loss = 0.5 * tf.reduce_mean(batch["weights"] * tf.square(qf1_a_values - next_q_value))
+    qf2_loss = 0.5 * tf.reduce_mean(batch["weights"] * tf.square(qf2_a_values - next_q_value))
 
     # Actor: J_π = E[α log π(ã|s) − min_j Q_j(s, ã)],  ã ~ π(·|s) reparameterized
     pi, log_pi = squashed_gaussian_sample(actor, obs, noise_pi)
@@ -73,6 +74,7 @@ def sac_losses(actor, q1, q2, q1_target, q2_target, log_alpha, batch, gamma, tar
         "alpha": alpha,
         "entropy": -tf.reduce_mean(log_pi),
         "q_mean": tf.reduce_mean(qf1_a_values),
+        "td_abs": 0.5 * (tf.abs(qf1_a_values - next_q_value) + tf.abs(qf2_a_values - next_q_value)),
     }
 
 
@@ -121,7 +123,7 @@ class SACLearner:
         """:func:`sac_losses` on this learner's networks (batch actions already in [-1, 1])."""
         return sac_losses(
             self.actor, self.q1, self.q2, self.q1_target, self.q2_target, self.log_alpha,
-            batch, self.gamma, self.target_entropy, noise_next, noise_pi,
+            batch, self.target_entropy, noise_next, noise_pi,
         )
 
     @tf.function
@@ -145,17 +147,24 @@ class SACLearner:
         return stats
 
     def normalize_batch(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Float32 arrays with actions mapped from the env's bounds into [-1, 1]."""
+        """Float32 arrays with actions mapped from the env's bounds into [-1, 1]; one-step
+        discount and unit importance weights where the batch has none."""
+        n = len(batch["reward"])
         return {
             "obs": np.asarray(batch["obs"], np.float32),
             "action": (np.asarray(batch["action"], np.float32) - self.action_center) / self.action_half_range,
             "reward": np.asarray(batch["reward"], np.float32),
             "next_obs": np.asarray(batch["next_obs"], np.float32),
             "terminated": np.asarray(batch["terminated"], np.float32),
+            "discount": np.asarray(batch["discount"], np.float32)
+            if "discount" in batch else np.full(n, self.gamma, np.float32),
+            "weights": np.asarray(batch["weights"], np.float32) if "weights" in batch else np.ones(n, np.float32),
         }
 
     def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One gradient step of critics, actor and α, then the target update."""
         stats = self._update(self.normalize_batch(batch))
         self.updates += 1
-        return {k: float(v) for k, v in stats.items()}
+        out = {k: float(v) for k, v in stats.items() if k != "td_abs"}
+        out["td_abs"] = stats["td_abs"].numpy()
+        return out

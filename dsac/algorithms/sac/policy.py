@@ -15,8 +15,10 @@ from dsac.policy import Policy
 class SACPolicy(Policy):
     """Soft Actor-Critic for flat Box observations and bounded Box actions."""
 
-    def __init__(self, observation_space, action_space, config, *, build_learner=False, seed=0):
-        super().__init__(observation_space, action_space, config, build_learner=build_learner, seed=seed)
+    def __init__(self, observation_space, action_space, config, *, build_learner=False, seed=0,
+                 worker_index=None, num_workers=1):
+        super().__init__(observation_space, action_space, config, build_learner=build_learner, seed=seed,
+                         worker_index=worker_index, num_workers=num_workers)
         self.obs_dim = int(np.prod(observation_space.shape))
         self.act_dim = int(np.prod(action_space.shape))
         self.low = np.asarray(action_space.low, np.float32)

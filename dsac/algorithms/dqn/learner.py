@@ -1,0 +1,97 @@
+"""DQN's update, with the names of Mnih et al. 2015 / van Hasselt et al. 2016:
+
+    a* = argmax_a Q_online(s', a)                (double Q; max over Q_target without it)
+    y  = R^(n) + γ^k (1 − d) Q_target(s', a*)    (n-step return, k ≤ n steps summed)
+    L  = mean_i w_i · Huber(Q_online(s_i, a_i) − y_i)   (w: importance weights of PER)
+
+The gradient is clipped by global norm; the target network is a hard copy every
+``target_update_every`` updates. |TD errors| come back as new priorities.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from dsac.algorithms.dqn.networks import build_q_network
+from dsac.weights import TensorFlowVariables
+
+
+def huber(x, delta: float = 1.0):
+    """Quadratic within ±delta, linear outside."""
+    abs_x = tf.abs(x)
+    return tf.where(abs_x <= delta, 0.5 * tf.square(x), delta * (abs_x - 0.5 * delta))
+
+
+def dqn_loss(q_online, q_target, batch, double_q: bool):
+    """The TD loss on one batch; returns (loss, |td|, mean Q)."""
+    obs, action, reward = batch["obs"], batch["action"], batch["reward"]
+    next_obs, terminated, discount = batch["next_obs"], batch["terminated"], batch["discount"]
+    q_s = q_online(obs)
+    q_sa = tf.gather(q_s, action, axis=1, batch_dims=1)
+    q_next_target = q_target(next_obs)
+    if double_q:
+        next_action = tf.argmax(q_online(next_obs), axis=1, output_type=tf.int32)
+    else:
+        next_action = tf.argmax(q_next_target, axis=1, output_type=tf.int32)
+    q_next = tf.gather(q_next_target, next_action, axis=1, batch_dims=1)
+    y = tf.stop_gradient(reward + discount * (1.0 - terminated) * q_next)
+    td_error = q_sa - y
+    loss = tf.reduce_mean(batch["weights"] * huber(td_error))
+    return loss, tf.abs(td_error), tf.reduce_mean(q_sa)
+
+
+class DQNLearner:
+    """Q-network, target network, optimizer and the compiled update.
+
+    Args:
+        obs_dim: flat observation size.
+        num_actions: size of the Discrete action space.
+        config: :class:`dsac.config.Config` (hiddens, dueling, double_q, lr, grad_clip,
+            target_update_every).
+        seed: seeds network initialization.
+    """
+
+    def __init__(self, obs_dim: int, num_actions: int, config, seed: int = 0):
+        keras.utils.set_random_seed(seed)
+        hiddens = list(config.hiddens)
+        self.q_online = build_q_network(obs_dim, num_actions, hiddens, config.dueling, "q")
+        self.q_target = build_q_network(obs_dim, num_actions, hiddens, config.dueling, "q_target")
+        self.q_target.set_weights(self.q_online.get_weights())
+        self.double_q = bool(config.double_q)
+        self.grad_clip = float(config.grad_clip)
+        self.target_update_every = int(config.target_update_every)
+        self.optimizer = keras.optimizers.Adam(config.lr)
+        self.optimizer.build(self.q_online.trainable_variables)
+        self.q_weights = TensorFlowVariables(self.q_online, prefix="q")
+        self.updates = 0
+
+    @tf.function
+    def _update(self, batch):
+        with tf.GradientTape() as tape:
+            loss, td_abs, q_mean = dqn_loss(self.q_online, self.q_target, batch, self.double_q)
+        grads = tape.gradient(loss, self.q_online.trainable_variables)
+        grads, grad_norm = tf.clip_by_global_norm(grads, self.grad_clip)
+        self.optimizer.apply_gradients(zip(grads, self.q_online.trainable_variables, strict=True))
+        return {"loss": loss, "q_mean": q_mean, "grad_norm": grad_norm, "td_abs": td_abs}
+
+    def update(self, batch: dict[str, np.ndarray]) -> dict:
+        """One gradient step; every ``target_update_every`` updates, copy to the target."""
+        n = len(batch["reward"])
+        tensors = {
+            "obs": np.asarray(batch["obs"], np.float32),
+            "action": np.asarray(batch["action"], np.int32).reshape(n),
+            "reward": np.asarray(batch["reward"], np.float32),
+            "next_obs": np.asarray(batch["next_obs"], np.float32),
+            "terminated": np.asarray(batch["terminated"], np.float32),
+            "discount": np.asarray(batch["discount"], np.float32),
+            "weights": np.asarray(batch["weights"], np.float32) if "weights" in batch else np.ones(n, np.float32),
+        }
+        out = self._update(tensors)
+        self.updates += 1
+        if self.updates % self.target_update_every == 0:
+            self.q_target.set_weights(self.q_online.get_weights())
+        stats = {k: float(v) for k, v in out.items() if k != "td_abs"}
+        stats["td_abs"] = out["td_abs"].numpy()
+        return stats
