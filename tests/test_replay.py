@@ -64,7 +64,7 @@ def test_rate_limiter_keeps_the_ratio():
 
 def test_memory_check_refuses_what_cannot_fit():
     nbytes = storage_bytes(10**6, SPECS)
-    assert nbytes == 10**6 * 4 * (3 + 1 + 1 + 3 + 1)
+    assert nbytes == 10**6 * 4 * (3 + 1 + 1 + 3 + 1 + 1)  # obs, action, reward, next_obs, terminated, discount
     check_fits_in_memory(nbytes, available=10**9, where="here")
     with pytest.raises(DsacError, match="lower --buffer_size"):
         check_fits_in_memory(nbytes, available=10**7, where="here")
