@@ -75,7 +75,7 @@ def main(argv=None) -> int:
         print(f"dsac: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("dsac: interrupted; weights so far are saved", file=sys.stderr)
+        print("dsac: interrupted", file=sys.stderr)
         return 130
     return 143 if summary["stop_reason"] == "sigterm" else 0
 

@@ -173,6 +173,10 @@ class Config:
                 f"--num_replay_shards {self.num_replay_shards} exceeds --num_workers {self.num_workers}: "
                 "every shard needs a worker writing to it"
             )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**31:
+            raise DsacError(f"--seed must be an integer in [0, 2^31), got {self.seed!r}")
+        if self.target_entropy is not None and not math.isfinite(self.target_entropy):
+            raise DsacError(f"--target_entropy must be a finite number, got {self.target_entropy!r}")
         if self.stop_return is not None and not math.isfinite(self.stop_return):
             raise DsacError(f"--stop_return must be a finite number, got {self.stop_return!r}")
         if not self.hiddens or any(h <= 0 for h in self.hiddens):

@@ -3,8 +3,10 @@ a small run leaves its files."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -74,3 +76,49 @@ def test_small_run_writes_config_progress_and_loadable_weights(tmp_path):
     assert payload["weights"]["actor/hidden_0/kernel"].shape == (3, 32)
     assert all(isinstance(v, np.ndarray) for v in payload["weights"].values())
     assert "placed learner" in result.stdout and "placement plan" in result.stdout
+
+
+def test_more_bad_input_before_ray(tmp_path):
+    for args, fact in (
+        (["--seed", "-1"], "--seed"),
+        (["--address", "127.0.0.1:1"], "nothing answers"),
+        (["--address", "1.2.3.4"], "host:port"),
+    ):
+        result = launch(*args, "--output_dir", str(tmp_path / "run"), timeout=60)
+        assert result.returncode == 2, result.stderr
+        assert fact in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "run").exists()
+
+
+SMALL = ["--num_workers", "2", "--hiddens", "32", "32", "--eval_every", "500", "--eval_episodes", "2"]
+
+
+def test_stop_before_the_first_weights_is_clean(tmp_path):
+    # --max_seconds shorter than TensorFlow's start-up: workers stop while still waiting.
+    result = launch(*SMALL, "--max_seconds", "2", "--output_dir", str(tmp_path / "run"), timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["stop_reason"] == "max_seconds" and summary["failure"] is None
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_and_terminate_save_weights(sig, code, tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), *SMALL, "--output_dir", str(out)],
+        cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )
+    deadline = time.monotonic() + 120
+    while not (out / "weights.pkl").exists():  # the first evaluation has saved weights
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.5)
+    os.killpg(proc.pid, sig)  # like Ctrl-C in a terminal: the whole process group
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == code, output[-3000:]
+    assert "Traceback" not in output
+    payload = load_weights(str(out / "weights.pkl"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert payload["version"] == summary["weights_version"] > 0

@@ -5,6 +5,7 @@ import ast
 import pathlib
 import shutil
 import subprocess
+import sys
 
 import pytest
 from conftest import REPO_ROOT
@@ -56,3 +57,20 @@ def test_ruff_is_clean():
     result = subprocess.run([ruff, "check", "dsac", "launch.py", "scripts", "tests"], cwd=ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_rollout_side_never_imports_tensorflow():
+    code = (
+        "import sys, gymnasium as gym\n"
+        "from dsac.algorithms import get_policy_class\n"
+        "from dsac.config import Config\n"
+        "import dsac.distributed.tasks, dsac.distributed.driver\n"
+        "for algo, env in (('sac', 'Pendulum-v1'), ('dqn', 'CartPole-v1')):\n"
+        "    e = gym.make(env)\n"
+        "    p = get_policy_class(algo)(e.observation_space, e.action_space, Config(algo=algo).validate())\n"
+        "    p.random_actions(3)\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')]\n"
+        "assert not bad, bad[:5]\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]

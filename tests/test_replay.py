@@ -122,3 +122,29 @@ def test_parameter_server_versions_and_pull_newer_than(ray_local):
     ray.get(ps.stop.remote("test"))
     assert ray.get(ps.pull.remote(2))["stop"] is True
     assert ray.get(ps.push.remote(w1))["version"] == 3  # versions keep increasing
+
+
+def test_waiting_calls_wake_as_soon_as_the_other_side_moves(ray_local):
+    ray = ray_local
+    from dsac.distributed.actors import ReplayBuffer
+
+    replay = ReplayBuffer.remote(
+        SPECS, 1000, samples_per_insert=1.0, min_size_to_sample=10, max_inserts_ahead=4, num_writers=1,
+        max_chunk=64,
+    )
+    ray.get(replay.add.remote(0, chunk(0, 9)))
+    waiting_sample = replay.sample.remote(2, 1)  # 9 < 10 inserted: must wait
+    time.sleep(0.2)
+    started = time.monotonic()
+    ray.get(replay.add.remote(0, chunk(9, 3)))
+    assert ray.get(waiting_sample) is not None
+    assert time.monotonic() - started < 0.5  # woken by the add, not by the 1 s timeout
+    # Writers: 15 inserted, 1 sampled -> at the limit 10 + 1 + 4 = 15: no budget (after 1 s).
+    status = ray.get(replay.add.remote(0, chunk(12, 3)))
+    assert (status["added"], status["grant"]) == (15, 0)
+    blocked = replay.add.remote(0, chunk(15, 5))  # now past the limit: waits for samples
+    time.sleep(0.2)
+    started = time.monotonic()
+    ray.get(replay.sample.remote(2, 8))
+    assert ray.get(blocked)["grant"] > 0
+    assert time.monotonic() - started < 0.5

@@ -111,3 +111,38 @@ def test_numpy_actor_matches_keras_actor():
     assert explored.shape == (64, 1) and np.all(np.abs(explored) <= 2.0)
     with pytest.raises(ValueError, match="missing"):
         actor.set_weights({"actor/out/kernel": np.zeros((32, 2))})
+
+
+def test_actions_scale_to_asymmetric_bounds_in_several_dimensions():
+    space = gym.spaces.Box(low=np.array([0.0, -1.0], np.float32), high=np.array([4.0, 3.0], np.float32))
+    obs_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    config = Config(hiddens=[8]).validate()
+    trainer = SACPolicy(obs_space, space, config, build_learner=True, seed=1)
+    actor = SACPolicy(obs_space, space, config, seed=1)
+    actor.set_weights(trainer.get_weights())
+    obs = np.random.default_rng(2).uniform(-1, 1, size=(16, 3)).astype(np.float32)
+    mean = trainer.learner.actor(obs).numpy()[:, :2]  # [mean (2), log_std (2)]
+    env_actions = actor.compute_actions(obs, explore=False)
+    np.testing.assert_allclose(env_actions, [0.0, -1.0] + (np.tanh(mean) + 1) * [2.0, 2.0], atol=1e-5)
+    # The learner maps the stored env actions back to the actor's [-1, 1] space.
+    unit = trainer.learner.normalize_batch({
+        "obs": obs, "action": env_actions, "reward": np.zeros(16), "next_obs": obs, "terminated": np.zeros(16),
+    })["action"]
+    np.testing.assert_allclose(unit, np.tanh(mean), atol=1e-5)
+    assert trainer.learner.target_entropy == -2.0
+
+
+def test_gradients_reach_only_what_each_loss_should_train(learner):
+    batch = {k: tf.constant(v) for k, v in BATCH.items()}
+    with tf.GradientTape(persistent=True) as tape:
+        out = learner.losses(batch, NOISE_NEXT, NOISE_PI)
+    # The critic target is a constant: no critic-loss gradient reaches the actor or the targets.
+    assert all(g is None for g in tape.gradient(out["qf_loss"], learner.actor.trainable_variables))
+    assert all(g is None for g in tape.gradient(out["qf_loss"], learner.q1_target.trainable_variables))
+    # The temperature loss does not train the actor; its gradient is -E[log pi + target entropy].
+    assert all(g is None for g in tape.gradient(out["alpha_loss"], learner.actor.trainable_variables))
+    grad_log_alpha = float(tape.gradient(out["alpha_loss"], learner.log_alpha))
+    entropy, target = float(out["entropy"]), learner.target_entropy
+    assert grad_log_alpha == pytest.approx(entropy - target, rel=1e-4)
+    # Entropy above the target -> positive gradient -> gradient descent lowers alpha.
+    assert (grad_log_alpha > 0) == (entropy > target)

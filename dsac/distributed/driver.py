@@ -11,11 +11,13 @@ import logging
 import math
 import os
 import signal
+import socket
 import statistics
 import time
 from collections import deque
 from dataclasses import dataclass
 
+import numpy as np
 import psutil
 import ray
 
@@ -90,34 +92,61 @@ def connect_ray(config: Config) -> bool:
     address = config.address or os.environ.get("RAY_ADDRESS")
     try:
         if address:
+            check_reachable(address)
             # Joining: the cluster's resources are what they are — no num_cpus/num_gpus here.
-            runtime_env = None if os.environ.get("RAY_ADDRESS") else {"py_modules": [dsac]}
-            ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+            # A `ray job submit` driver already ships its working dir; any other driver ships
+            # the dsac package so tasks on other nodes can import it.
+            in_job = "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+            ray.init(address=address, runtime_env=None if in_job else {"py_modules": [dsac]})
         else:
             pythonpath = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
             ray.init(include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
-    except (ConnectionError, TimeoutError) as exc:
-        raise DsacError(f"cannot reach a Ray cluster at {address}: {exc}") from None
+    except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
+        raise DsacError(f"cannot join a Ray cluster at {address}: {_one_line(exc)}") from None
     return True
 
 
+def check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Fail fast when nothing answers at a ``host:port`` address (``ray.init`` would hang)."""
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.split("://")[-1].rpartition(":")
+    if not host or not port.isdigit():
+        raise DsacError(f"--address {address} is not of the form host:port")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise DsacError(f"nothing answers at Ray address {address} ({exc.strerror or exc})") from None
+
+
 class _Signals:
-    """Turns SIGTERM (``ray job stop``) into a graceful stop, like Ctrl-C."""
+    """Turns SIGTERM (``ray job stop``) into a graceful stop, like Ctrl-C; once stopping,
+    further Ctrl-C / SIGTERM are noted but do not cut the shutdown (and the final save) short."""
 
     def __init__(self):
         self.received: int | None = None
         self._previous = {}
 
     def __enter__(self):
-        for sig in (signal.SIGTERM,):
+        for sig in (signal.SIGTERM, signal.SIGINT):
             try:
-                self._previous[sig] = signal.signal(sig, self._handle)
+                self._previous[sig] = signal.getsignal(sig)
             except ValueError:  # not the main thread
                 pass
+        self._install(signal.SIGTERM, self._handle)
         return self
+
+    def _install(self, sig, handler):
+        if sig in self._previous:
+            signal.signal(sig, handler)
 
     def _handle(self, signum, frame):
         self.received = signum
+
+    def shield(self):
+        """From now on, both signals only set ``received``."""
+        self._install(signal.SIGTERM, self._handle)
+        self._install(signal.SIGINT, self._handle)
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
@@ -198,7 +227,8 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
         )
         for k in range(num_shards)
     ]
-    seeds = [config.seed * 10_000 + 1_000 * i for i in range(config.num_workers + 2)]
+    # Independent, non-overlapping seeds for every worker, whatever --seed and --num_workers are.
+    seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(config.seed).spawn(config.num_workers + 2)]
     roles = {
         learner.options(num_cpus=plan.learner_cpus, num_gpus=plan.learner_gpus).remote(
             config, obs_space, act_space, shards, ps, config.seed, plan.learner_gpus, plan.learner_cpus
@@ -228,10 +258,15 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
             "dsac_version": dsac.__version__,
         }
 
-    def save_latest(counters: dict) -> None:
+    def save_latest() -> None:
+        """weights.pkl: the parameter server's latest weights; their eval return only when
+        the last evaluation was of this very version."""
         latest = ray.get(ps.latest.remote())
         if latest["weights"] is not None:
-            save_weights(weights_path, payload(latest, counters))
+            evaluated = last_eval.get("weights_version") == latest["version"]
+            save_weights(weights_path, payload(latest, {
+                **counters, "eval_return_mean": last_eval.get("eval_return_mean") if evaluated else None,
+            }))
 
     best_return = -math.inf
     pending = list(roles)
@@ -285,7 +320,11 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
     with _Signals() as signals:
         try:
             while stop_reason is None:
-                done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+                if pending:
+                    done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+                else:
+                    done = []
+                    time.sleep(POLL_S)
                 for ref in done:
                     try:
                         ray.get(ref)
@@ -295,10 +334,12 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
                     stop_reason = "failed"
                 evaluations = drain()
                 if evaluations:
-                    save_latest({**counters, "eval_return_mean": last_eval.get("eval_return_mean")})
+                    save_latest()
                 wall = time.time() - started_at
                 if stop_reason:
                     pass
+                elif signals.received is not None:
+                    stop_reason = "sigterm"
                 elif config.stop_return is not None and any(
                     e["eval_return_mean"] >= config.stop_return for e in evaluations
                 ):
@@ -307,8 +348,6 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
                     stop_reason = "total_env_steps"
                 elif config.max_seconds is not None and wall >= config.max_seconds:
                     stop_reason = "max_seconds"
-                elif signals.received is not None:
-                    stop_reason = "sigterm"
                 if time.monotonic() - last_log >= config.log_every:
                     last_log = time.monotonic()
                     mean_ret = statistics.fmean(recent_returns) if recent_returns else math.nan
@@ -320,6 +359,9 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
             stop_reason = "interrupted"
         except ray.exceptions.RayError as exc:  # an actor died under the driver
             failure, stop_reason = f"lost an actor: {_one_line(exc)}", "failed"
+        except OSError as exc:  # e.g. the output disk filled up
+            failure, stop_reason = f"cannot write to {output_dir}: {exc}", "failed"
+        signals.shield()
         log.info("stopping (%s)", failure or stop_reason)
         try:
             ray.get([ps.stop.remote(stop_reason)] + [shard.stop.remote() for shard in shards])
@@ -333,8 +375,8 @@ def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
                 log.warning("%s did not stop within %.0f s; cancelling it", roles[ref], SHUTDOWN_TIMEOUT_S)
                 ray.cancel(ref, force=True)
             drain()
-            save_latest({**counters, "eval_return_mean": last_eval.get("eval_return_mean")})
-        except ray.exceptions.RayError as exc:
+            save_latest()
+        except (ray.exceptions.RayError, OSError) as exc:
             # An actor died: the weights saved at the last evaluation are what is left.
             failure = failure or f"shutdown failed: {_one_line(exc)}"
             log.warning("%s; %s keeps the weights of the last evaluation", failure, weights_path)

@@ -43,7 +43,7 @@ class WeightsClient:
     def take(self, reply: dict) -> None:
         """Apply a ``pull`` reply: new weights if it carries them, and the stop flag."""
         self.stop = self.stop or reply["stop"]
-        if "weights" in reply:
+        if "weights" in reply and reply["version"] > self.version:  # a late reply never goes back
             self.policy.set_weights(reply["weights"])
             self.version = reply["version"]
             self.meta = reply["meta"]
@@ -93,6 +93,8 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
                 act = lambda obs: policy.random_actions(len(obs))  # noqa: E731
             else:
                 weights.wait_for_weights()
+                if not policy.has_weights:  # stopped before the learner's first weights
+                    break
                 act = lambda obs: policy.compute_actions(obs, explore=True)  # noqa: E731
             deadline = time.monotonic() + config.chunk_seconds
             chunk = policy.postprocess_trajectory(collector.collect(act, status["grant"], deadline))
@@ -216,8 +218,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
     # The final weights: the learner's last push may land just after the stop flag.
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
-        reply = ray.get(ps.latest.remote())
-        if reply["meta"].get("final") or reply["version"] == evaluated_version:
+        if ray.get(ps.latest.remote())["meta"].get("final"):
             break
         time.sleep(IDLE_SLEEP_S)
     weights.take(ray.get(ps.pull.remote(weights.version)))
