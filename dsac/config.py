@@ -92,6 +92,9 @@ class Config:
     double_q: bool = _f(True, "double Q-learning targets (dqn)")
     target_update_every: int = _f(100, "hard target-network copy every this many updates (dqn)")
     grad_clip: float = _f(10.0, "global gradient-norm clip (dqn)")
+    num_atoms: int = _f(1, "C51 atoms of the return distribution; 1 = expected Q (dqn)")
+    v_min: float = _f(-10.0, "lowest C51 atom (dqn)")
+    v_max: float = _f(10.0, "highest C51 atom (dqn)")
     epsilon: float = _f(0.4, "Ape-X base exploration: worker i uses epsilon^(1 + epsilon_alpha*i/(N-1)) (dqn)")
     epsilon_alpha: float = _f(7.0, "Ape-X exploration spread across workers (dqn)")
     exploration_fraction: float = _f(0.1, "one worker: epsilon decays linearly over this fraction of the run (dqn)")
@@ -138,7 +141,7 @@ class Config:
             "num_workers", "envs_per_worker", "num_learners", "total_env_steps", "eval_every",
             "eval_episodes", "batch_size", "buffer_size", "batches_per_sample", "prefetch",
             "push_every", "pull_every", "max_chunk", "max_steps_ahead", "n_step", "num_replay_shards",
-            "target_update_every",
+            "target_update_every", "num_atoms",
         )
         for name in positive_ints:
             value = getattr(self, name)
@@ -177,6 +180,8 @@ class Config:
             raise DsacError(f"--seed must be an integer in [0, 2^31), got {self.seed!r}")
         if self.target_entropy is not None and not math.isfinite(self.target_entropy):
             raise DsacError(f"--target_entropy must be a finite number, got {self.target_entropy!r}")
+        if not (math.isfinite(self.v_min) and math.isfinite(self.v_max) and self.v_min < self.v_max):
+            raise DsacError(f"--v_min {self.v_min!r} must be below --v_max {self.v_max!r}")
         if self.stop_return is not None and not math.isfinite(self.stop_return):
             raise DsacError(f"--stop_return must be a finite number, got {self.stop_return!r}")
         if not self.hiddens or any(h <= 0 for h in self.hiddens):

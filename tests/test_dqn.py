@@ -101,3 +101,59 @@ def test_apex_epsilon_schedule():
     assert worker.epsilon == pytest.approx(0.4 ** (1 + 7 * 2 / 3))
     single = DQNPolicy(ENV.observation_space, ENV.action_space, config, worker_index=0, num_workers=1)
     assert single.epsilon < 1.0 and single.epsilon > 0.02
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_c51_numpy_q_values_match_keras_expectation(dueling):
+    learner = make(dueling, build_learner=True, num_atoms=11, v_min=-5.0, v_max=5.0)
+    actor = make(dueling, num_atoms=11, v_min=-5.0, v_max=5.0)
+    actor.set_weights(learner.get_weights())
+    obs = np.random.default_rng(1).normal(size=(16, 4)).astype(np.float32)
+    logits = learner.learner.q_online(obs).numpy()
+    assert logits.shape == (16, 2, 11)
+    probs = np.exp(logits) / np.exp(logits).sum(axis=2, keepdims=True)
+    np.testing.assert_allclose(actor.q_values(obs), probs @ np.linspace(-5, 5, 11), atol=1e-5)
+
+
+def test_categorical_projection_by_hand():
+    from dsac.algorithms.dqn.learner import categorical_projection
+
+    support = np.linspace(-2.0, 2.0, 5).astype(np.float32)  # atoms -2, -1, 0, 1, 2
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(5), size=3).astype(np.float32)
+    reward = np.array([0.3, 1.5, -0.25], np.float32)
+    discount = np.array([0.9, 0.5, 0.81], np.float32)
+    terminated = np.array([0.0, 0.0, 1.0], np.float32)
+    expected = np.zeros((3, 5))
+    for b in range(3):
+        for j in range(5):  # the textbook l/u split of each atom's probability
+            tz = np.clip(reward[b] + discount[b] * (1 - terminated[b]) * support[j], -2.0, 2.0)
+            pos = (tz + 2.0) / 1.0
+            lo, hi = int(np.floor(pos)), int(np.ceil(pos))
+            if lo == hi:
+                expected[b, lo] += p[b, j]
+            else:
+                expected[b, lo] += p[b, j] * (hi - pos)
+                expected[b, hi] += p[b, j] * (pos - lo)
+    got = categorical_projection(tf.constant(p), tf.constant(reward), tf.constant(discount),
+                                 tf.constant(terminated), tf.constant(support)).numpy()
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-6)
+
+
+def test_c51_update_lowers_its_loss_on_a_fixed_batch():
+    policy = make(build_learner=True, num_atoms=21, v_min=0.0, v_max=20.0, lr=1e-2)
+    rng = np.random.default_rng(0)
+    batch = {
+        "obs": rng.normal(size=(32, 4)).astype(np.float32), "action": rng.integers(0, 2, 32),
+        "reward": np.ones(32, np.float32), "next_obs": rng.normal(size=(32, 4)).astype(np.float32),
+        "terminated": np.ones(32, np.float32), "discount": np.full(32, 0.99, np.float32),
+    }
+    first = policy.learn_on_batch(batch)
+    for _ in range(30):
+        last = policy.learn_on_batch(batch)
+    assert first["td_abs"].shape == (32,)
+    assert last["loss"] < 0.5 * first["loss"]
+    # Terminal transitions with reward 1: Q(s, a) moves toward 1.
+    q = policy.q_values(batch["obs"])[np.arange(32), batch["action"]]
+    assert np.abs(q - 1.0).mean() < np.abs(first["q_mean"] - 1.0)

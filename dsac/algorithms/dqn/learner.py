@@ -4,8 +4,14 @@
     y  = R^(n) + γ^k (1 − d) Q_target(s', a*)    (n-step return, k ≤ n steps summed)
     L  = mean_i w_i · Huber(Q_online(s_i, a_i) − y_i)   (w: importance weights of PER)
 
+With ``num_atoms > 1`` the network predicts the return's distribution over a fixed support
+z_1..z_N in [v_min, v_max] (C51, Bellemare et al. 2017); the target distribution of
+R^(n) + γ^k (1 − d) Z(s', a*) is projected back onto the support and the loss is the
+cross-entropy to it.
+
 The gradient is clipped by global norm; the target network is a hard copy every
-``target_update_every`` updates. |TD errors| come back as new priorities.
+``target_update_every`` updates. Per-transition losses (|TD error|, or the cross-entropy for
+C51) come back as new priorities.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from dsac.algorithms.dqn.networks import build_q_network
+from dsac.algorithms.dqn.numpy_q import c51_support
 from dsac.weights import TensorFlowVariables
 
 
@@ -42,6 +49,38 @@ def dqn_loss(q_online, q_target, batch, double_q: bool):
     return loss, tf.abs(td_error), tf.reduce_mean(q_sa)
 
 
+def categorical_projection(next_probs, reward, discount, terminated, support):
+    """Project the distribution of r + γ^k (1 − d) z (atoms z_j with probabilities p_j) onto
+    the support: m_i = Σ_j clip(1 − |clip(Tz_j) − z_i| / Δz, 0, 1) · p_j, which splits each
+    p_j between the two atoms around Tz_j in proportion to their distance."""
+    delta_z = support[1] - support[0]
+    tz = reward[:, None] + (discount * (1.0 - terminated))[:, None] * support[None, :]
+    tz = tf.clip_by_value(tz, support[0], support[-1])
+    weights = tf.clip_by_value(1.0 - tf.abs(tz[:, None, :] - support[None, :, None]) / delta_z, 0.0, 1.0)
+    return tf.reduce_sum(weights * next_probs[:, None, :], axis=2)
+
+
+def c51_loss(q_online, q_target, batch, double_q: bool, support):
+    """Distributional loss on one batch; returns (loss, per-transition cross-entropy, mean Q)."""
+    logits = q_online(batch["obs"])  # (B, A, N)
+    logits_sa = tf.gather(logits, batch["action"], axis=1, batch_dims=1)  # (B, N)
+    next_probs_target = tf.nn.softmax(q_target(batch["next_obs"]), axis=-1)
+    q_next_target = tf.reduce_sum(next_probs_target * support, axis=-1)
+    if double_q:
+        q_next_online = tf.reduce_sum(tf.nn.softmax(q_online(batch["next_obs"]), axis=-1) * support, axis=-1)
+        next_action = tf.argmax(q_next_online, axis=1, output_type=tf.int32)
+    else:
+        next_action = tf.argmax(q_next_target, axis=1, output_type=tf.int32)
+    next_probs = tf.gather(next_probs_target, next_action, axis=1, batch_dims=1)
+    target = tf.stop_gradient(
+        categorical_projection(next_probs, batch["reward"], batch["discount"], batch["terminated"], support)
+    )
+    cross_entropy = -tf.reduce_sum(target * tf.nn.log_softmax(logits_sa, axis=-1), axis=-1)
+    loss = tf.reduce_mean(batch["weights"] * cross_entropy)
+    q_sa = tf.reduce_sum(tf.nn.softmax(logits_sa, axis=-1) * support, axis=-1)
+    return loss, cross_entropy, tf.reduce_mean(q_sa)
+
+
 class DQNLearner:
     """Q-network, target network, optimizer and the compiled update.
 
@@ -56,8 +95,11 @@ class DQNLearner:
     def __init__(self, obs_dim: int, num_actions: int, config, seed: int = 0):
         keras.utils.set_random_seed(seed)
         hiddens = list(config.hiddens)
-        self.q_online = build_q_network(obs_dim, num_actions, hiddens, config.dueling, "q")
-        self.q_target = build_q_network(obs_dim, num_actions, hiddens, config.dueling, "q_target")
+        self.num_atoms = int(config.num_atoms)
+        support = c51_support(config)
+        self.support = None if support is None else tf.constant(support)
+        self.q_online = build_q_network(obs_dim, num_actions, hiddens, config.dueling, "q", self.num_atoms)
+        self.q_target = build_q_network(obs_dim, num_actions, hiddens, config.dueling, "q_target", self.num_atoms)
         self.q_target.set_weights(self.q_online.get_weights())
         self.double_q = bool(config.double_q)
         self.grad_clip = float(config.grad_clip)
@@ -70,7 +112,10 @@ class DQNLearner:
     @tf.function
     def _update(self, batch):
         with tf.GradientTape() as tape:
-            loss, td_abs, q_mean = dqn_loss(self.q_online, self.q_target, batch, self.double_q)
+            if self.support is None:
+                loss, td_abs, q_mean = dqn_loss(self.q_online, self.q_target, batch, self.double_q)
+            else:
+                loss, td_abs, q_mean = c51_loss(self.q_online, self.q_target, batch, self.double_q, self.support)
         grads = tape.gradient(loss, self.q_online.trainable_variables)
         grads, grad_norm = tf.clip_by_global_norm(grads, self.grad_clip)
         self.optimizer.apply_gradients(zip(grads, self.q_online.trainable_variables, strict=True))

@@ -14,15 +14,34 @@ def q_layer_names(num_hidden: int, dueling: bool, prefix: str = "q/") -> tuple[l
     return torso, heads
 
 
-def q_values(weights: dict[str, np.ndarray], torso: list[str], heads: list[str], x: np.ndarray) -> np.ndarray:
-    """Q(s, ·) for a batch of observations; dueling: V(s) + A(s, a) − mean_a A(s, a)."""
+def q_values(weights: dict[str, np.ndarray], torso: list[str], heads: list[str], x: np.ndarray,
+             support: np.ndarray | None = None) -> np.ndarray:
+    """Q(s, ·) for a batch of observations; dueling: V(s) + A(s, a) − mean_a A(s, a).
+    With a C51 ``support`` (atoms z_i), the heads give logits per action and atom and
+    Q(s, a) = Σ_i softmax(logits)_i z_i."""
     for name in torso:
         x = np.maximum(x @ weights[f"{name}/kernel"] + weights[f"{name}/bias"], 0.0)
+    atoms = 1 if support is None else len(support)
     if len(heads) == 1:
-        return x @ weights[f"{heads[0]}/kernel"] + weights[f"{heads[0]}/bias"]
-    value = x @ weights[f"{heads[0]}/kernel"] + weights[f"{heads[0]}/bias"]
-    advantage = x @ weights[f"{heads[1]}/kernel"] + weights[f"{heads[1]}/bias"]
-    return value + advantage - advantage.mean(axis=1, keepdims=True)
+        out = x @ weights[f"{heads[0]}/kernel"] + weights[f"{heads[0]}/bias"]
+        out = out.reshape(len(x), -1, atoms)
+    else:
+        value = (x @ weights[f"{heads[0]}/kernel"] + weights[f"{heads[0]}/bias"]).reshape(len(x), 1, atoms)
+        advantage = (x @ weights[f"{heads[1]}/kernel"] + weights[f"{heads[1]}/bias"]).reshape(len(x), -1, atoms)
+        out = value + advantage - advantage.mean(axis=1, keepdims=True)
+    if support is None:
+        return out[..., 0]
+    logits = out - out.max(axis=2, keepdims=True)
+    probs = np.exp(logits)
+    probs /= probs.sum(axis=2, keepdims=True)
+    return probs @ support
+
+
+def c51_support(config) -> np.ndarray | None:
+    """C51's fixed atoms z_i, evenly spaced over [v_min, v_max]; None for expected Q."""
+    if config.num_atoms <= 1:
+        return None
+    return np.linspace(config.v_min, config.v_max, config.num_atoms, dtype=np.float32)
 
 
 def apex_epsilon(worker_index: int, num_workers: int, epsilon: float, alpha: float) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsac.algorithms.dqn.numpy_q import apex_epsilon, linear_epsilon, q_layer_names, q_values
+from dsac.algorithms.dqn.numpy_q import apex_epsilon, c51_support, linear_epsilon, q_layer_names, q_values
 from dsac.policy import Policy
 
 
@@ -26,6 +26,7 @@ class DQNPolicy(Policy):
         self.num_actions = int(action_space.n)
         self.action_start = int(action_space.start)
         self.torso, self.heads = q_layer_names(len(config.hiddens), config.dueling)
+        self.support = c51_support(config)
         self.steps = 0  # exploring actions taken by this policy
         self._weights: dict[str, np.ndarray] | None = None
         self.learner = None
@@ -52,7 +53,7 @@ class DQNPolicy(Policy):
     def q_values(self, obs_batch) -> np.ndarray:
         """Q(s, ·) for a batch of observations (numpy forward pass)."""
         x = np.asarray(obs_batch, np.float32).reshape(-1, self.obs_dim)
-        return q_values(self.get_weights(), self.torso, self.heads, x)
+        return q_values(self.get_weights(), self.torso, self.heads, x, self.support)
 
     def compute_actions(self, obs_batch, explore=True):
         """Greedy actions; with ``explore``, each is replaced by a uniform one with prob. ε."""
