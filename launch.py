@@ -43,13 +43,17 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     for f in dataclasses.fields(Config):
-        if f.type.startswith("bool"):  # --flag / --no-flag
+        if f.metadata.get("cli") is False:
+            continue
+        if "cli_type" in f.metadata:
+            kwargs = {"type": f.metadata["cli_type"], "help": f.metadata["help"], "dest": f.name}
+        elif f.type.startswith("bool"):  # --flag / --no-flag
             kwargs = {"action": argparse.BooleanOptionalAction, "help": f.metadata["help"], "dest": f.name}
         else:
             kwargs = {"type": _parse_type(f.type), "help": f.metadata["help"], "dest": f.name}
         if "nargs" in f.metadata:
             kwargs["nargs"] = f.metadata["nargs"]
-        if "choices" in f.metadata:
+        if "choices" in f.metadata and "action" not in kwargs:
             kwargs["choices"] = f.metadata["choices"]
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         parser.add_argument(f"--{f.name}", default=default, **kwargs)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import math
 from dataclasses import dataclass, field
 
 from dsac.errors import DsacError
+from dsac.models.catalog import ACTIVATIONS, registered_models, resolve_builder
 
 ALGOS = ("sac", "dqn")
 
@@ -33,10 +35,34 @@ ALGO_DEFAULTS = {
 
 
 def _f(default, help: str, **kw):
-    """A dataclass field with help text (lists get a default factory)."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help, **kw})
+    """A dataclass field with help text (lists and dicts get a default factory)."""
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **kw})
     return field(default=default, metadata={"help": help, **kw})
+
+
+# Keys of RLlib's ``config["model"]`` that dsac understands; they live flat in Config.
+MODEL_KEYS = ("fcnet_hiddens", "fcnet_activation", "custom_model", "custom_model_config")
+
+
+def load_object(spec, kind: str):
+    """A class or function given as itself or as ``"module:Name"``."""
+    if not isinstance(spec, str):
+        return spec
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise DsacError(f"{kind} '{spec}' must be given as module:Name")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise DsacError(f"cannot load {kind} '{spec}': {exc}") from None
+
+
+def _qualified(obj) -> str | None:
+    """``module:Name`` of a class/function (how config.json records it)."""
+    if obj is None or isinstance(obj, str):
+        return obj
+    return f"{obj.__module__}:{obj.__qualname__}"
 
 
 @dataclass
@@ -66,6 +92,7 @@ class Config:
     eval_episodes: int = _f(10, "deterministic episodes per evaluation")
     output_dir: str | None = _f(None, "run directory (default: runs/<algo>-<env>-<timestamp>)")
     log_every: float = _f(10.0, "seconds between progress lines")
+    steps_per_iteration: int = _f(1_000, "env steps one Trainer.train() call collects")
 
     # --- learning (shared) ---------------------------------------------------------------
     gamma: float = _f(0.99, "discount factor")
@@ -73,7 +100,15 @@ class Config:
     lr: float | None = _f(None, "Adam learning rate of every network (algorithm default)")
     batch_size: int | None = _f(None, "transitions per gradient update (algorithm default)")
     buffer_size: int | None = _f(None, "replay capacity in transitions (algorithm default)")
-    hiddens: list[int] = _f([256, 256], "hidden layer sizes of every network", nargs="+")
+    fcnet_hiddens: list[int] = _f([256, 256], "hidden layer sizes of every built-in MLP", nargs="+")
+    fcnet_activation: str = _f("relu", "activation of the built-in MLPs", choices=ACTIVATIONS)
+    custom_model: str | None = _f(
+        None, "a model registered with dsac.register_custom_model, or module:builder (replaces the MLPs)"
+    )
+    custom_model_config: dict = _f({}, "keyword settings passed to the custom model builder", cli=False)
+    custom_models: dict = _f({}, "name -> builder; filled from the registry when the config is resolved", cli=False)
+    callbacks: object = _f(None, "a dsac.Callbacks subclass, or module:Class", cli_type=str)
+    policy_class: object = _f(None, "a dsac.Policy subclass replacing the algorithm's, or module:Class", cli_type=str)
     init_alpha: float = _f(1.0, "initial entropy coefficient (sac)")
     target_entropy: float | None = _f(None, "entropy target (sac; default: -|A|)")
     start_steps: int | None = _f(None, "uniform random actions for this many env steps, all workers together (algorithm default)")
@@ -110,12 +145,27 @@ class Config:
     max_chunk: int = _f(256, "most transitions in one replay add call")
 
     def to_dict(self) -> dict:
-        """Plain dict (JSON-safe) of every field."""
-        return dataclasses.asdict(self)
+        """Plain dict (JSON-safe) of every field; classes and builders as ``module:Name``."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["callbacks"] = _qualified(self.callbacks)
+        out["policy_class"] = _qualified(self.policy_class)
+        out["custom_models"] = {name: _qualified(b) for name, b in self.custom_models.items()}
+        return out
 
     @classmethod
     def from_dict(cls, values: dict) -> Config:
-        """Build from a dict, refusing unknown keys with a did-you-mean."""
+        """Build from a dict of flag names (plus RLlib's ``model`` dict), refusing unknown keys
+        with a did-you-mean."""
+        values = dict(values)
+        model = values.pop("model", None) or {}
+        if not isinstance(model, dict):
+            raise DsacError(f"config key 'model' must be a dict, got {type(model).__name__}")
+        for key in model:
+            if key not in MODEL_KEYS:
+                close = difflib.get_close_matches(key, MODEL_KEYS, n=3)
+                hint = f" (did you mean {', '.join(close)}?)" if close else ""
+                raise DsacError(f"unknown model config key '{key}'{hint}")
+        values.update(model)
         names = [f.name for f in dataclasses.fields(cls)]
         for key in values:
             if key not in names:
@@ -129,6 +179,19 @@ class Config:
         if self.algo not in ALGOS:
             raise DsacError(f"--algo must be one of {', '.join(ALGOS)}, got {self.algo!r}")
         fills = {k: v for k, v in ALGO_DEFAULTS[self.algo].items() if getattr(self, k) is None}
+        # Ship the registered custom models (and any module:builder named) with the config.
+        models = {**registered_models(), **self.custom_models}
+        if self.custom_model and self.custom_model not in models:
+            if ":" in self.custom_model:
+                models[self.custom_model] = load_object(self.custom_model, "custom_model")
+            else:
+                resolve_builder(self.custom_model, models)  # raises with close matches
+        fills["custom_models"] = models
+        # Load "module:Name" here, in the driver, so workers get the objects themselves
+        # (shipped by value when their module is not importable there).
+        for key, kind in (("callbacks", "callbacks"), ("policy_class", "policy_class")):
+            if isinstance(getattr(self, key), str):
+                fills[key] = load_object(getattr(self, key), kind)
         return dataclasses.replace(self, **fills)
 
     def validate(self) -> Config:
@@ -141,7 +204,7 @@ class Config:
             "num_workers", "envs_per_worker", "num_learners", "total_env_steps", "eval_every",
             "eval_episodes", "batch_size", "buffer_size", "batches_per_sample", "prefetch",
             "push_every", "pull_every", "max_chunk", "max_steps_ahead", "n_step", "num_replay_shards",
-            "target_update_every", "num_atoms",
+            "target_update_every", "num_atoms", "steps_per_iteration",
         )
         for name in positive_ints:
             value = getattr(self, name)
@@ -184,8 +247,24 @@ class Config:
             raise DsacError(f"--v_min {self.v_min!r} must be below --v_max {self.v_max!r}")
         if self.stop_return is not None and not math.isfinite(self.stop_return):
             raise DsacError(f"--stop_return must be a finite number, got {self.stop_return!r}")
-        if not self.hiddens or any(h <= 0 for h in self.hiddens):
-            raise DsacError(f"--hiddens must be positive layer sizes, got {self.hiddens!r}")
+        if self.callbacks is not None:
+            from dsac.callbacks import Callbacks
+
+            cls = load_object(self.callbacks, "callbacks")
+            if not (isinstance(cls, type) and issubclass(cls, Callbacks)):
+                raise DsacError(f"callbacks must be a dsac.Callbacks subclass, got {cls!r}")
+        if self.policy_class is not None:
+            from dsac.policy import Policy
+
+            cls = load_object(self.policy_class, "policy_class")
+            if not (isinstance(cls, type) and issubclass(cls, Policy)):
+                raise DsacError(f"policy_class must be a dsac.Policy subclass, got {cls!r}")
+        if not isinstance(self.custom_model_config, dict):
+            raise DsacError("custom_model_config must be a dict")
+        if self.fcnet_activation not in ACTIVATIONS:
+            raise DsacError(f"fcnet_activation must be one of {', '.join(ACTIVATIONS)}, got {self.fcnet_activation!r}")
+        if not self.fcnet_hiddens or any(h <= 0 for h in self.fcnet_hiddens):
+            raise DsacError(f"--fcnet_hiddens must be positive layer sizes, got {self.fcnet_hiddens!r}")
         if self.num_learners > 1:
             raise DsacError(
                 f"--num_learners {self.num_learners} is not supported yet: use --num_learners 1"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dsac.callbacks import Callbacks, Episode, overrides
 from dsac.envs import make_env
 from dsac.replay import FIELDS
 
@@ -31,9 +32,12 @@ class EnvCollector:
         seed: seed of the first reset of env ``i`` is ``seed + i``.
         gamma: discount, folded into n-step rewards and the stored ``discount``.
         n_step: rewards summed per transition (1 = plain one-step transitions).
+        callbacks: a :class:`dsac.callbacks.Callbacks` whose episode hooks run here.
+        worker_index: reported to the callbacks.
     """
 
-    def __init__(self, env_id: str, num_envs: int, seed: int, gamma: float = 0.99, n_step: int = 1):
+    def __init__(self, env_id: str, num_envs: int, seed: int, gamma: float = 0.99, n_step: int = 1,
+                 callbacks: Callbacks | None = None, worker_index: int | None = None):
         self.envs = [make_env(env_id) for _ in range(num_envs)]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
@@ -42,10 +46,19 @@ class EnvCollector:
         self.n_step = int(n_step)
         # Per env: the last (obs, action, reward) steps whose n-step return is not complete.
         self.pending: list[collections.deque] = [collections.deque() for _ in range(num_envs)]
-        self.episode_return = np.zeros(num_envs, dtype=np.float64)
-        self.episode_length = np.zeros(num_envs, dtype=np.int64)
-        self.finished_episodes: list[tuple[float, int]] = []  # (return, length), drained by caller
+        # (return, length, custom metrics) of finished episodes, drained by the caller.
+        self.finished_episodes: list[tuple[float, int, dict]] = []
         self.total_steps = 0
+        self.callbacks = callbacks
+        self.worker_index = worker_index
+        self.step_hook = overrides(callbacks, "on_episode_step")
+        self.episodes = [self._start_episode(i) for i in range(num_envs)]
+
+    def _start_episode(self, i: int) -> Episode:
+        episode = Episode(env_index=i, worker_index=self.worker_index)
+        if self.callbacks is not None:
+            self.callbacks.on_episode_start(episode=episode, obs=self.obs[i])
+        return episode
 
     @property
     def num_envs(self) -> int:
@@ -89,8 +102,15 @@ class EnvCollector:
         for _ in range(steps):
             actions = act(self.obs)
             for i, env in enumerate(self.envs):
-                next_obs, reward, terminated, truncated, _ = env.step(actions[i])
+                next_obs, reward, terminated, truncated, info = env.step(actions[i])
                 taken += 1
+                episode = self.episodes[i]
+                episode.length += 1
+                episode.total_reward += float(reward)
+                if self.step_hook:
+                    self.callbacks.on_episode_step(
+                        episode=episode, obs=next_obs, action=actions[i], reward=float(reward), info=info
+                    )
                 pending = self.pending[i]
                 pending.append((self.obs[i].copy(), actions[i], float(reward)))
                 if terminated or truncated:
@@ -102,21 +122,24 @@ class EnvCollector:
                 elif len(pending) == self.n_step:
                     n = self._emit(chunk, n, pending, next_obs, False)
                     pending.popleft()
-                self.episode_return[i] += reward
-                self.episode_length[i] += 1
                 if terminated or truncated:
-                    self.finished_episodes.append((float(self.episode_return[i]), int(self.episode_length[i])))
-                    self.episode_return[i] = 0.0
-                    self.episode_length[i] = 0
+                    if self.callbacks is not None:
+                        self.callbacks.on_episode_end(
+                            episode=episode, terminated=bool(terminated), truncated=bool(truncated)
+                        )
+                    self.finished_episodes.append((episode.total_reward, episode.length, episode.custom_metrics))
                     next_obs, _ = env.reset()
-                self.obs[i] = next_obs
+                    self.obs[i] = next_obs
+                    self.episodes[i] = self._start_episode(i)
+                else:
+                    self.obs[i] = next_obs
             if deadline is not None and time.monotonic() >= deadline:
                 break
         self.total_steps += taken
         return {key: chunk[key][:n] for key in FIELDS}
 
-    def drain_episodes(self) -> list[tuple[float, int]]:
-        """Episodes finished since the last call, as (return, length)."""
+    def drain_episodes(self) -> list[tuple[float, int, dict]]:
+        """Episodes finished since the last call, as (return, length, custom metrics)."""
         done, self.finished_episodes = self.finished_episodes, []
         return done
 

@@ -17,15 +17,18 @@ def configure_tensorflow(num_gpus: float, num_cpus: float) -> str:
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
-    if num_gpus <= 0 or not gpus:
-        if gpus:
-            tf.config.set_visible_devices([], "GPU")
-        device = "CPU"
-    else:
-        for gpu in gpus:
-            tf.config.experimental.set_memory_growth(gpu, True)
-        device = f"GPU ({gpus[0].name})"
-    threads = max(1, math.ceil(num_cpus))
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(threads)
-    return device
+    # Ray reuses worker processes: TF may already be initialized here by an earlier task (e.g.
+    # a rollout worker acting with a custom Keras model). Then these settings are fixed.
+    try:
+        if num_gpus <= 0 or not gpus:
+            if gpus:
+                tf.config.set_visible_devices([], "GPU")
+        else:
+            for gpu in gpus:
+                tf.config.experimental.set_memory_growth(gpu, True)
+        threads = max(1, math.ceil(num_cpus))
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:
+        pass
+    return f"GPU ({gpus[0].name})" if num_gpus > 0 and gpus else "CPU"

@@ -16,6 +16,8 @@ def flags_table() -> str:
     """One Markdown row per flag: name, default (per algorithm where it differs), help."""
     rows = ["| flag | default | what |", "|---|---|---|"]
     for f in dataclasses.fields(Config):
+        if f.metadata.get("cli") is False:
+            continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if default is None and f.name in ALGO_DEFAULTS["sac"]:
             default = ", ".join(f"{algo} {values[f.name]}" for algo, values in ALGO_DEFAULTS.items())

@@ -58,12 +58,12 @@ def test_small_run_writes_config_progress_and_loadable_weights(tmp_path):
     out = tmp_path / "run"
     result = launch(
         "--num_workers", "3", "--total_env_steps", "1200", "--eval_every", "500", "--eval_episodes", "2",
-        "--hiddens", "32", "32", "--learning_starts", "300", "--start_steps", "300", "--seed", "1",
+        "--fcnet_hiddens", "32", "32", "--learning_starts", "300", "--start_steps", "300", "--seed", "1",
         "--output_dir", str(out), timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     config = json.loads((out / "config.json").read_text())
-    assert config["num_workers"] == 3 and config["hiddens"] == [32, 32]
+    assert config["num_workers"] == 3 and config["fcnet_hiddens"] == [32, 32]
     lines = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
     assert len(lines) >= 2
     for key in ("env_steps", "updates", "wall_s", "eval_return_mean", "eval_return_std", "weights_version"):
@@ -91,7 +91,7 @@ def test_more_bad_input_before_ray(tmp_path):
         assert not (tmp_path / "run").exists()
 
 
-SMALL = ["--num_workers", "2", "--hiddens", "32", "32", "--eval_every", "500", "--eval_episodes", "2"]
+SMALL = ["--num_workers", "2", "--fcnet_hiddens", "32", "32", "--eval_every", "500", "--eval_episodes", "2"]
 
 
 def test_stop_before_the_first_weights_is_clean(tmp_path):

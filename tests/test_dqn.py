@@ -14,7 +14,7 @@ ENV = gym.make("CartPole-v1")
 
 
 def make(dueling=True, build_learner=False, **kw):
-    config = Config(algo="dqn", env="CartPole-v1", hiddens=[16], dueling=dueling, **kw).validate()
+    config = Config(algo="dqn", env="CartPole-v1", fcnet_hiddens=[16], dueling=dueling, **kw).validate()
     return DQNPolicy(ENV.observation_space, ENV.action_space, config, build_learner=build_learner, seed=0)
 
 

@@ -21,7 +21,7 @@ def test_truncation_is_stored_as_not_terminated_with_the_final_observation():
     assert len(chunk["reward"]) == 24
     assert not chunk["terminated"].any()  # time limits are truncations: bootstrap through them
     episodes = collector.drain_episodes()
-    assert [length for _, length in episodes] == [5] * 4
+    assert [length for _, length, _ in episodes] == [5] * 4
     for env in range(2):
         steps = {k: v[env::2] for k, v in chunk.items()}  # envs interleave step by step
         for t in range(11):

@@ -30,7 +30,7 @@ def np_sample(weights, obs, noise):
 
 @pytest.fixture
 def learner():
-    config = Config(hiddens=[4], gamma=0.9, tau=0.25, init_alpha=0.5, lr=1e-2).validate()
+    config = Config(fcnet_hiddens=[4], gamma=0.9, tau=0.25, init_alpha=0.5, lr=1e-2).validate()
     return SACLearner(obs_dim=2, act_dim=1, action_low=[-2.0], action_high=[2.0], config=config, seed=3)
 
 
@@ -99,7 +99,7 @@ def test_update_applies_polyak_to_the_targets(learner):
 
 def test_numpy_actor_matches_keras_actor():
     env = gym.make("Pendulum-v1")
-    config = Config(hiddens=[32, 32]).validate()
+    config = Config(fcnet_hiddens=[32, 32]).validate()
     trainer = SACPolicy(env.observation_space, env.action_space, config, build_learner=True, seed=0)
     actor = SACPolicy(env.observation_space, env.action_space, config, seed=0)
     assert not actor.has_weights
@@ -116,7 +116,7 @@ def test_numpy_actor_matches_keras_actor():
 def test_actions_scale_to_asymmetric_bounds_in_several_dimensions():
     space = gym.spaces.Box(low=np.array([0.0, -1.0], np.float32), high=np.array([4.0, 3.0], np.float32))
     obs_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    config = Config(hiddens=[8]).validate()
+    config = Config(fcnet_hiddens=[8]).validate()
     trainer = SACPolicy(obs_space, space, config, build_learner=True, seed=1)
     actor = SACPolicy(obs_space, space, config, seed=1)
     actor.set_weights(trainer.get_weights())

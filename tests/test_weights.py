@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dsac.algorithms.sac.networks import build_actor, build_critic
+from dsac.models.catalog import build_mlp
 from dsac.weights import TensorFlowVariables
 
 
@@ -15,7 +15,7 @@ def _auto_named_mlp():
 
 
 def test_round_trip_copies_a_model_exactly():
-    a, b = build_actor(3, 1, [16, 16]), build_actor(3, 1, [16, 16])
+    a, b = build_mlp(3, [16, 16], 2, "actor"), build_mlp(3, [16, 16], 2, "actor")
     obs = np.random.default_rng(0).normal(size=(7, 3)).astype(np.float32)
     assert not np.allclose(a(obs), b(obs))
     TensorFlowVariables(b, "actor").set_weights(TensorFlowVariables(a, "actor").get_weights())
@@ -28,7 +28,7 @@ def test_names_do_not_depend_on_keras_auto_numbering():
         _auto_named_mlp()
     again = TensorFlowVariables(_auto_named_mlp()).names
     assert first == again == ["01_dense/kernel", "01_dense/bias", "02_dense/kernel", "02_dense/bias"]
-    assert TensorFlowVariables(build_critic(3, 1, [4], "q1"), "q1").names == [
+    assert TensorFlowVariables(build_mlp(4, [4], 1, "q1"), "q1").names == [
         "q1/hidden_0/kernel", "q1/hidden_0/bias", "q1/out/kernel", "q1/out/bias",
     ]
 
@@ -47,7 +47,7 @@ def test_tf_module_dict_and_list_sources():
 
 
 def test_set_weights_names_missing_extra_and_misshaped_variables():
-    tfv = TensorFlowVariables(build_actor(3, 1, [4]), "actor")
+    tfv = TensorFlowVariables(build_mlp(3, [4], 2, "actor"), "actor")
     weights = tfv.get_weights()
     del weights["actor/out/bias"]
     weights["actor/extra"] = np.zeros(1)
@@ -61,7 +61,7 @@ def test_set_weights_names_missing_extra_and_misshaped_variables():
 
 
 def test_flat_round_trip_and_length_check():
-    a, b = TensorFlowVariables(build_actor(3, 2, [5]), "a"), TensorFlowVariables(build_actor(3, 2, [5]), "a")
+    a, b = TensorFlowVariables(build_mlp(3, [5], 4, "a"), "a"), TensorFlowVariables(build_mlp(3, [5], 4, "a"), "a")
     flat = a.get_flat()
     assert flat.shape == (3 * 5 + 5 + 5 * 4 + 4,)
     b.set_flat(flat)

@@ -52,7 +52,7 @@ class ReplayBuffer:
 
     def __init__(self, specs, capacity, *, samples_per_insert, min_size_to_sample, max_inserts_ahead,
                  num_writers, max_chunk, seed=0, prioritized=False, priority_alpha=0.6, priority_beta=0.4,
-                 beta_anneal_steps=1):
+                 beta_anneal_steps=1, insert_limit=None):
         nbytes = storage_bytes(capacity, specs)
         check_fits_in_memory(nbytes, psutil.virtual_memory().available, f"node {socket.gethostname()}")
         if prioritized:
@@ -62,6 +62,7 @@ class ReplayBuffer:
         self.prioritized = prioritized
         self.priority_beta = float(priority_beta)
         self.beta_anneal_steps = max(1, int(beta_anneal_steps))
+        self.insert_limit = insert_limit  # no budget past this many transitions (None: unbounded)
         self.limiter = RateLimiter(samples_per_insert, min_size_to_sample, max_inserts_ahead)
         self.num_writers = int(num_writers)
         self.max_chunk = int(max_chunk)
@@ -101,11 +102,15 @@ class ReplayBuffer:
             self.outstanding[writer] = 0
             deadline = time.monotonic() + MAX_WAIT_S
             while not self.stopped:
-                headroom = self.limiter.insert_headroom(
-                    self.storage.added, self.storage.sampled_batches, sum(self.outstanding.values())
-                )
-                if headroom >= self.min_grant:
+                outstanding = sum(self.outstanding.values())
+                headroom = self.limiter.insert_headroom(self.storage.added, self.storage.sampled_batches, outstanding)
+                limit_left = None
+                if self.insert_limit is not None:
+                    limit_left = max(0, self.insert_limit - self.storage.added - outstanding)
+                if headroom >= self.min_grant and limit_left != 0:
                     grant = min(self.max_chunk, max(self.min_grant, headroom // self.num_writers))
+                    if limit_left is not None:  # the last steps before a limit may be fewer
+                        grant = min(grant, limit_left)
                     self.outstanding[writer] = grant
                     return self._status(grant)
                 remaining = deadline - time.monotonic()
@@ -151,6 +156,12 @@ class ReplayBuffer:
         if not self.prioritized:
             return 0
         return self.storage.update_priorities(indices, generations, priorities)
+
+    async def set_insert_limit(self, limit: int | None) -> None:
+        """Grant no budget past ``limit`` transitions (a Trainer's iteration, a run's total)."""
+        async with self.changed:
+            self.insert_limit = limit
+            self.changed.notify_all()
 
     async def stats(self) -> dict:
         """Counters for progress reports."""

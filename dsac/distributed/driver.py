@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
 import signal
 import socket
 import statistics
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ import psutil
 import ray
 
 import dsac
+from dsac.algorithms import callbacks_for
 from dsac.artifacts import append_jsonl, save_weights, write_json
 from dsac.config import Config
 from dsac.distributed.actors import ParameterServer, ReplayBuffer
@@ -159,6 +162,297 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {lines[-1] if lines else ''}"
 
 
+def ship_user_code(config: Config) -> None:
+    """Make the user's callbacks, policy class and custom model builders reach every Ray
+    worker: their modules (unless part of dsac or installed packages) travel by value."""
+    import ray.cloudpickle
+
+    objects = [config.callbacks, config.policy_class, *config.custom_models.values()]
+    for obj in objects:
+        if obj is None or isinstance(obj, str):
+            continue
+        module = sys.modules.get(getattr(obj, "__module__", ""))
+        name = getattr(module, "__name__", "")
+        if module is None or name == "__main__" or name.split(".")[0] == "dsac":
+            continue
+        if "site-packages" in (getattr(module, "__file__", "") or ""):
+            continue
+        ray.cloudpickle.register_pickle_by_value(module)
+
+
+class DistributedRun:
+    """A running system: the actors, the tasks, and the files in the output dir.
+
+    ``poll()`` reads the actors' reports and writes progress; ``set_insert_limit()`` bounds how
+    far collection may go (a Trainer's iteration); ``stop()`` shuts everything down gracefully
+    and saves the final weights. Tasks run from construction to ``stop()`` — never restarted.
+    """
+
+    def __init__(self, prepared: Prepared, started_at: float, insert_limit: int | None = None,
+                 initial_weights: dict | None = None):
+        config = self.config = prepared.config
+        self.output_dir = prepared.output_dir
+        self.started_at = started_at
+        obs_space, act_space = self.observation_space, self.action_space = (
+            prepared.observation_space, prepared.action_space
+        )
+        self.plan = plan_resources(config, ray.cluster_resources())
+        log.info("placement plan: %s", self.plan.describe())
+        if self.plan.learner_gpus == 0:
+            log.info("no GPU requested or available: the learner runs on CPU (num_gpus=0)")
+        write_json(os.path.join(self.output_dir, "config.json"), config.to_dict())
+        self.progress_path = os.path.join(self.output_dir, "progress.jsonl")
+        self.weights_path = os.path.join(self.output_dir, "weights.pkl")
+        self.best_weights_path = os.path.join(self.output_dir, "best_weights.pkl")
+        ship_user_code(config)
+        self.callbacks = callbacks_for(config)
+
+        specs = field_specs(obs_space.shape, obs_space.dtype, act_space.shape, act_space.dtype)
+        log.info(
+            "replay buffer: %d transitions, %.1f MiB when full",
+            config.buffer_size, storage_bytes(config.buffer_size, specs) / 2**20,
+        )
+        self.ps = ParameterServer.options(num_cpus=0).remote()
+        # Shard k takes the transitions of workers k, k + K, ...; each keeps the update ratio
+        # for its own share of the data, so together they keep it for all of it.
+        self.num_shards = num_shards = config.num_replay_shards
+        self.shards = [
+            ReplayBuffer.options(num_cpus=0).remote(
+                specs,
+                -(-config.buffer_size // num_shards),
+                samples_per_insert=config.updates_per_step,
+                min_size_to_sample=-(-config.learning_starts // num_shards),
+                max_inserts_ahead=max(1, config.max_steps_ahead // num_shards),
+                num_writers=len(range(k, config.num_workers, num_shards)),
+                max_chunk=config.max_chunk,
+                seed=config.seed + k,
+                prioritized=config.prioritized,
+                priority_alpha=config.priority_alpha,
+                priority_beta=config.priority_beta,
+                beta_anneal_steps=-(-config.total_env_steps // num_shards),
+                insert_limit=None if insert_limit is None else -(-insert_limit // num_shards),
+            )
+            for k in range(num_shards)
+        ]
+        # Independent, non-overlapping seeds for every role, whatever --seed and --num_workers are.
+        seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(config.seed).spawn(config.num_workers)]
+        plan = self.plan
+        self.roles = {
+            learner.options(num_cpus=plan.learner_cpus, num_gpus=plan.learner_gpus).remote(
+                config, obs_space, act_space, self.shards, self.ps, config.seed, plan.learner_gpus,
+                plan.learner_cpus, initial_weights,
+            ): "learner",
+            evaluator.options(num_cpus=plan.evaluator_cpus).remote(
+                config, obs_space, act_space, self.ps, config.seed + 100_000
+            ): "evaluator",
+        }
+        for i in range(config.num_workers):
+            ref = rollout_worker.options(num_cpus=plan.worker_cpus, scheduling_strategy="SPREAD").remote(
+                i, config, self.shards[i % num_shards], self.ps, seeds[i], num_shards
+            )
+            self.roles[ref] = f"rollout_worker_{i}"
+        self.pending = list(self.roles)
+        self.counters: dict = {"env_steps": 0, "updates": 0, "version": 0, "add_calls": 0, "sample_wait_s": 0.0}
+        self.learner_stats: dict = {}
+        self.last_eval: dict = {}
+        self.best_return = -math.inf
+        self.placements: dict[str, str] = {}
+        self.failure: str | None = None
+        self.episodes: list[tuple[float, int, dict]] = []  # since the last take_episodes()
+        self._metrics_since_eval: list[dict] = []
+
+    # --- files ---------------------------------------------------------------------------
+    def payload(self, weights: dict, version: int, counters: dict) -> dict:
+        """What a weights file holds: plain values and numpy arrays only."""
+        config = self.config
+        return {
+            "algo": config.algo,
+            "env": config.env,
+            "observation_space": describe_space(self.observation_space),
+            "action_space": describe_space(self.action_space),
+            "model": {
+                "fcnet_hiddens": list(config.fcnet_hiddens), "fcnet_activation": config.fcnet_activation,
+                "custom_model": config.custom_model, "dueling": config.dueling, "num_atoms": config.num_atoms,
+            },
+            "weights": weights,
+            "version": version,
+            "env_steps": counters.get("env_steps", 0),
+            "updates": counters.get("updates", 0),
+            "eval_return_mean": counters.get("eval_return_mean"),
+            "dsac_version": dsac.__version__,
+        }
+
+    def latest(self) -> dict:
+        """The parameter server's latest weights, version and metadata."""
+        return ray.get(self.ps.latest.remote())
+
+    def save_latest(self, path: str | None = None) -> str | None:
+        """Write the latest weights (their eval return only when the last evaluation was of
+        this very version); returns the path, or None before the learner's first push."""
+        latest = self.latest()
+        if latest["weights"] is None:
+            return None
+        evaluated = self.last_eval.get("weights_version") == latest["version"]
+        counters = {**self.counters, "eval_return_mean": self.last_eval.get("eval_return_mean") if evaluated else None}
+        path = path or self.weights_path
+        save_weights(path, self.payload(latest["weights"], latest["version"], counters))
+        return path
+
+    # --- watching ------------------------------------------------------------------------
+    def check_tasks(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for a task to end; any end before stop() is a failure."""
+        if not self.pending:
+            time.sleep(timeout)
+            return
+        done, self.pending = ray.wait(self.pending, num_returns=len(self.pending), timeout=timeout)
+        for ref in done:
+            try:
+                ray.get(ref)
+                self.failure = self.failure or f"{self.roles[ref]} ended before the run was stopped"
+            except Exception as exc:  # a role crashed: the caller stops, saves, reports
+                self.failure = self.failure or f"{self.roles[ref]} failed: {_one_line(exc)}"
+
+    def poll(self) -> list[dict]:
+        """Read the actors' reports; write one progress line per evaluation; keep the best
+        weights. Returns the new progress lines."""
+        reports = ray.get(self.ps.drain_reports.remote())
+        per_shard = ray.get([shard.stats.remote() for shard in self.shards])
+        stats = {key: sum(s[key] for s in per_shard) for key in ("added", "size", "add_calls", "sample_wait_s")}
+        for p in reports["placements"]:
+            where = f"{p['host']} (node {p['node'][:8]}, pid {p['pid']})"
+            self.placements[p["role"]] = p["node"]
+            log.info("placed %s on %s%s", p["role"], where, f" using {p['device']}" if "device" in p else "")
+        self.episodes.extend(reports["episodes"])
+        self._metrics_since_eval.extend(m for _, _, m in reports["episodes"] if m)
+        self.learner_stats = reports["learner_stats"] or self.learner_stats
+        self.counters.update(
+            env_steps=stats["added"], updates=reports["meta"].get("updates", 0), version=reports["version"],
+            replay_size=stats["size"], add_calls=stats["add_calls"], sample_wait_s=stats["sample_wait_s"],
+        )
+        lines = []
+        for ev in reports["evaluations"]:
+            line = {
+                "env_steps": ev["env_steps"],
+                "updates": ev["updates"],
+                "wall_s": round(time.time() - self.started_at, 3),
+                "eval_return_mean": ev["eval_return_mean"],
+                "eval_return_std": ev["eval_return_std"],
+                "weights_version": ev["weights_version"],
+                "env_steps_collected": stats["added"],
+                "eval_episodes": len(ev["eval_returns"]),
+                **custom_metric_means(self._metrics_since_eval),
+            }
+            self._metrics_since_eval = []
+            append_jsonl(self.progress_path, line)
+            lines.append(line)
+            self.last_eval = line
+            log.info(
+                "eval at %d env steps (%d updates, %.1f s): return %.1f +- %.1f",
+                line["env_steps"], line["updates"], line["wall_s"], line["eval_return_mean"],
+                line["eval_return_std"],
+            )
+            if ev["eval_return_mean"] > self.best_return:
+                self.best_return = ev["eval_return_mean"]
+                save_weights(self.best_weights_path, self.payload(ev["weights"], ev["weights_version"], line))
+        if lines:
+            self.save_latest()
+        return lines
+
+    def take_episodes(self) -> list[tuple[float, int, dict]]:
+        """Episodes reported since the last call: (return, length, custom metrics)."""
+        episodes, self.episodes = self.episodes, []
+        return episodes
+
+    def set_insert_limit(self, total_env_steps: int | None) -> None:
+        """Let collection go up to ``total_env_steps`` transitions (all shards together)."""
+        per_shard = None if total_env_steps is None else -(-total_env_steps // self.num_shards)
+        ray.get([shard.set_insert_limit.remote(per_shard) for shard in self.shards])
+
+    # --- stopping ------------------------------------------------------------------------
+    def stop(self, reason: str) -> dict:
+        """Stop every task, wait for them, read the last reports, save the final weights, and
+        write ``summary.json``; returns the summary."""
+        log.info("stopping (%s)", self.failure or reason)
+        try:
+            ray.get([self.ps.stop.remote(reason)] + [shard.stop.remote() for shard in self.shards])
+            done, not_done = ([], [])
+            if self.pending:
+                done, not_done = ray.wait(self.pending, num_returns=len(self.pending), timeout=SHUTDOWN_TIMEOUT_S)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except Exception as exc:
+                    self.failure = self.failure or f"{self.roles[ref]} failed: {_one_line(exc)}"
+            for ref in not_done:
+                log.warning("%s did not stop within %.0f s; cancelling it", self.roles[ref], SHUTDOWN_TIMEOUT_S)
+                ray.cancel(ref, force=True)
+            self.pending = []
+            self.poll()
+            self.save_latest()
+        except (ray.exceptions.RayError, OSError) as exc:
+            # An actor died or the disk failed: the weights saved at the last evaluation are what is left.
+            self.failure = self.failure or f"shutdown failed: {_one_line(exc)}"
+            log.warning("%s; %s keeps the weights of the last evaluation", self.failure, self.weights_path)
+        workers_per_node: dict[str, int] = {}
+        for role, node in self.placements.items():
+            if role.startswith("rollout_worker"):
+                workers_per_node[node] = workers_per_node.get(node, 0) + 1
+        counters = self.counters
+        summary = {
+            "stop_reason": reason,
+            "failure": self.failure,
+            "env_steps": counters["env_steps"],
+            "updates": counters["updates"],
+            "weights_version": counters["version"],
+            "replay_add_calls": counters["add_calls"],
+            "transitions_per_add": round(counters["env_steps"] / max(1, counters["add_calls"]), 1),
+            "wall_s": round(time.time() - self.started_at, 3),
+            "last_eval": self.last_eval,
+            "best_eval_return": None if self.best_return == -math.inf else self.best_return,
+            "output_dir": self.output_dir,
+            "weights_path": self.weights_path if os.path.exists(self.weights_path) else None,
+            "rollout_workers_per_node": workers_per_node,
+            "placement": self.plan.describe(),
+        }
+        try:
+            write_json(os.path.join(self.output_dir, "summary.json"), summary)
+        except OSError as exc:
+            log.warning("cannot write summary.json: %s", exc)
+        log.info(
+            "done (%s): %d env steps, %d updates, %.1f s; weights in %s",
+            reason, summary["env_steps"], summary["updates"], summary["wall_s"], self.weights_path,
+        )
+        return summary
+
+
+def custom_metric_means(metrics: list[dict]) -> dict:
+    """``custom_metrics/<name>_mean`` over the episodes' custom metrics."""
+    values: dict[str, list[float]] = {}
+    for m in metrics:
+        for key, value in m.items():
+            values.setdefault(key, []).append(float(value))
+    return {f"custom_metrics/{k}_mean": statistics.fmean(v) for k, v in sorted(values.items())}
+
+
+def start(config: Config, started_at: float, insert_limit: int | None = None,
+          initial_weights: dict | None = None) -> tuple[DistributedRun, bool]:
+    """Check the input, start or join Ray and start the system; returns the run and whether
+    Ray was started here (and so should be shut down)."""
+    prepared = prepare(config)
+    output_dir = prepared.output_dir
+    started_ray = False
+    try:
+        started_ray = connect_ray(prepared.config)
+        return DistributedRun(prepared, started_at, insert_limit, initial_weights), started_ray
+    except BaseException:
+        # Refused or failed before training: leave no run directory behind.
+        if prepared.created_output_dir and set(os.listdir(output_dir)) <= {"config.json"}:
+            shutil.rmtree(output_dir, ignore_errors=True)
+        if started_ray:
+            ray.shutdown()
+        raise
+
+
 def run(config: Config, started_at: float | None = None) -> dict:
     """Train until a stop condition; returns a summary dict (``stop_reason``, counters, paths).
 
@@ -168,244 +462,60 @@ def run(config: Config, started_at: float | None = None) -> dict:
         KeyboardInterrupt: after a graceful stop on Ctrl-C (weights saved).
     """
     started_at = time.time() if started_at is None else started_at
-    prepared = prepare(config)
-    output_dir = prepared.output_dir
+    config = config.validate()
+    system, started_ray = start(config, started_at, insert_limit=config.total_env_steps)
     try:
-        started_ray = connect_ray(config)
-    except BaseException:
-        if prepared.created_output_dir and not os.listdir(output_dir):
-            os.rmdir(output_dir)
-        raise
-    try:
-        return _run_on_ray(prepared, started_at)
-    except DsacError:
-        # Refused before training (e.g. a GPU the cluster lacks): leave no run directory.
-        if prepared.created_output_dir and not os.listdir(output_dir):
-            os.rmdir(output_dir)
-        raise
+        return _watch(system)
     finally:
         if started_ray:
             ray.shutdown()
 
 
-def _run_on_ray(prepared: Prepared, started_at: float) -> dict:
-    config = prepared.config
-    output_dir = prepared.output_dir
-    obs_space, act_space = prepared.observation_space, prepared.action_space
-    plan = plan_resources(config, ray.cluster_resources())
-    log.info("placement plan: %s", plan.describe())
-    if plan.learner_gpus == 0:
-        log.info("no GPU requested or available: the learner runs on CPU (num_gpus=0)")
-    write_json(os.path.join(output_dir, "config.json"), config.to_dict())
-    progress_path = os.path.join(output_dir, "progress.jsonl")
-    weights_path = os.path.join(output_dir, "weights.pkl")
-    best_weights_path = os.path.join(output_dir, "best_weights.pkl")
-
-    specs = field_specs(obs_space.shape, obs_space.dtype, act_space.shape, act_space.dtype)
-    log.info(
-        "replay buffer: %d transitions, %.1f MiB when full",
-        config.buffer_size, storage_bytes(config.buffer_size, specs) / 2**20,
-    )
-    ps = ParameterServer.options(num_cpus=0).remote()
-    # Shard k takes the transitions of workers k, k + K, ...; each keeps the update ratio
-    # for its own share of the data, so together they keep it for all of it.
-    num_shards = config.num_replay_shards
-    shards = [
-        ReplayBuffer.options(num_cpus=0).remote(
-            specs,
-            -(-config.buffer_size // num_shards),
-            samples_per_insert=config.updates_per_step,
-            min_size_to_sample=-(-config.learning_starts // num_shards),
-            max_inserts_ahead=max(1, config.max_steps_ahead // num_shards),
-            num_writers=len(range(k, config.num_workers, num_shards)),
-            max_chunk=config.max_chunk,
-            seed=config.seed + k,
-            prioritized=config.prioritized,
-            priority_alpha=config.priority_alpha,
-            priority_beta=config.priority_beta,
-            beta_anneal_steps=-(-config.total_env_steps // num_shards),
-        )
-        for k in range(num_shards)
-    ]
-    # Independent, non-overlapping seeds for every worker, whatever --seed and --num_workers are.
-    seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(config.seed).spawn(config.num_workers + 2)]
-    roles = {
-        learner.options(num_cpus=plan.learner_cpus, num_gpus=plan.learner_gpus).remote(
-            config, obs_space, act_space, shards, ps, config.seed, plan.learner_gpus, plan.learner_cpus
-        ): "learner",
-        evaluator.options(num_cpus=plan.evaluator_cpus).remote(
-            config, obs_space, act_space, ps, config.seed + 100_000
-        ): "evaluator",
-    }
-    for i in range(config.num_workers):
-        ref = rollout_worker.options(num_cpus=plan.worker_cpus, scheduling_strategy="SPREAD").remote(
-            i, config, shards[i % num_shards], ps, seeds[i + 2], num_shards
-        )
-        roles[ref] = f"rollout_worker_{i}"
-
-    def payload(latest: dict, counters: dict) -> dict:
-        return {
-            "algo": config.algo,
-            "env": config.env,
-            "observation_space": describe_space(obs_space),
-            "action_space": describe_space(act_space),
-            "model": {"hiddens": list(config.hiddens), "activation": "relu", "dueling": config.dueling},
-            "weights": latest["weights"],
-            "version": latest["version"],
-            "env_steps": counters.get("env_steps", 0),
-            "updates": counters.get("updates", 0),
-            "eval_return_mean": counters.get("eval_return_mean"),
-            "dsac_version": dsac.__version__,
-        }
-
-    def save_latest() -> None:
-        """weights.pkl: the parameter server's latest weights; their eval return only when
-        the last evaluation was of this very version."""
-        latest = ray.get(ps.latest.remote())
-        if latest["weights"] is not None:
-            evaluated = last_eval.get("weights_version") == latest["version"]
-            save_weights(weights_path, payload(latest, {
-                **counters, "eval_return_mean": last_eval.get("eval_return_mean") if evaluated else None,
-            }))
-
-    best_return = -math.inf
-    pending = list(roles)
+def _watch(system: DistributedRun) -> dict:
+    config = system.config
     recent_returns: deque[float] = deque(maxlen=20)
-    last_eval: dict = {}
-    placements: dict[str, str] = {}
     stop_reason = None
-    failure = None
     last_log = time.monotonic()
-    counters: dict = {}
-
-    def drain() -> list[dict]:
-        """Read the actors' reports; write one progress line per evaluation."""
-        nonlocal last_eval, best_return
-        reports = ray.get(ps.drain_reports.remote())
-        per_shard = ray.get([shard.stats.remote() for shard in shards])
-        stats = {key: sum(s[key] for s in per_shard) for key in ("added", "size", "add_calls", "sample_wait_s")}
-        for p in reports["placements"]:
-            where = f"{p['host']} (node {p['node'][:8]}, pid {p['pid']})"
-            placements[p["role"]] = p["node"]
-            log.info("placed %s on %s%s", p["role"], where, f" using {p['device']}" if "device" in p else "")
-        recent_returns.extend(r for r, _ in reports["episodes"])
-        counters.update(
-            env_steps=stats["added"], updates=reports["meta"].get("updates", 0), version=reports["version"],
-            replay_size=stats["size"], add_calls=stats["add_calls"], sample_wait_s=stats["sample_wait_s"],
-        )
-        for ev in reports["evaluations"]:
-            line = {
-                "env_steps": ev["env_steps"],
-                "updates": ev["updates"],
-                "wall_s": round(time.time() - started_at, 3),
-                "eval_return_mean": ev["eval_return_mean"],
-                "eval_return_std": ev["eval_return_std"],
-                "weights_version": ev["weights_version"],
-                "env_steps_collected": stats["added"],
-                "eval_episodes": len(ev["eval_returns"]),
-            }
-            append_jsonl(progress_path, line)
-            last_eval = line
-            if ev["eval_return_mean"] > best_return:
-                best_return = ev["eval_return_mean"]
-                latest = {"weights": ev["weights"], "version": ev["weights_version"]}
-                save_weights(best_weights_path, payload(latest, {**line, "env_steps": ev["env_steps"]}))
-            log.info(
-                "eval at %d env steps (%d updates, %.1f s): return %.1f +- %.1f",
-                line["env_steps"], line["updates"], line["wall_s"], line["eval_return_mean"],
-                line["eval_return_std"],
-            )
-        return reports["evaluations"]
-
     with _Signals() as signals:
         try:
             while stop_reason is None:
-                if pending:
-                    done, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
-                else:
-                    done = []
-                    time.sleep(POLL_S)
-                for ref in done:
-                    try:
-                        ray.get(ref)
-                        failure = f"{roles[ref]} ended before the run was stopped"
-                    except Exception as exc:  # a role crashed: stop, save, report
-                        failure = f"{roles[ref]} failed: {_one_line(exc)}"
+                system.check_tasks(POLL_S)
+                lines = system.poll()
+                recent_returns.extend(r for r, _, _ in system.take_episodes())
+                if system.callbacks is not None and lines:
+                    for line in lines:
+                        system.callbacks.on_train_result(trainer=None, result=dict(line))
+                wall = time.time() - system.started_at
+                if system.failure:
                     stop_reason = "failed"
-                evaluations = drain()
-                if evaluations:
-                    save_latest()
-                wall = time.time() - started_at
-                if stop_reason:
-                    pass
                 elif signals.received is not None:
                     stop_reason = "sigterm"
                 elif config.stop_return is not None and any(
-                    e["eval_return_mean"] >= config.stop_return for e in evaluations
+                    line["eval_return_mean"] >= config.stop_return for line in lines
                 ):
                     stop_reason = "stop_return"
-                elif counters["env_steps"] >= config.total_env_steps:
+                elif system.counters["env_steps"] >= config.total_env_steps:
                     stop_reason = "total_env_steps"
                 elif config.max_seconds is not None and wall >= config.max_seconds:
                     stop_reason = "max_seconds"
                 if time.monotonic() - last_log >= config.log_every:
                     last_log = time.monotonic()
                     mean_ret = statistics.fmean(recent_returns) if recent_returns else math.nan
+                    c = system.counters
                     log.info(
                         "%d env steps, %d updates, weights v%d, %.0f s; recent episode return %.1f",
-                        counters["env_steps"], counters["updates"], counters["version"], wall, mean_ret,
+                        c["env_steps"], c["updates"], c["version"], wall, mean_ret,
                     )
         except KeyboardInterrupt:
             stop_reason = "interrupted"
         except ray.exceptions.RayError as exc:  # an actor died under the driver
-            failure, stop_reason = f"lost an actor: {_one_line(exc)}", "failed"
+            system.failure, stop_reason = f"lost an actor: {_one_line(exc)}", "failed"
         except OSError as exc:  # e.g. the output disk filled up
-            failure, stop_reason = f"cannot write to {output_dir}: {exc}", "failed"
+            system.failure, stop_reason = f"cannot write to {system.output_dir}: {exc}", "failed"
         signals.shield()
-        log.info("stopping (%s)", failure or stop_reason)
-        try:
-            ray.get([ps.stop.remote(stop_reason)] + [shard.stop.remote() for shard in shards])
-            done, not_done = ray.wait(pending, num_returns=len(pending), timeout=SHUTDOWN_TIMEOUT_S)
-            for ref in done:
-                try:
-                    ray.get(ref)
-                except Exception as exc:
-                    failure = failure or f"{roles[ref]} failed: {_one_line(exc)}"
-            for ref in not_done:
-                log.warning("%s did not stop within %.0f s; cancelling it", roles[ref], SHUTDOWN_TIMEOUT_S)
-                ray.cancel(ref, force=True)
-            drain()
-            save_latest()
-        except (ray.exceptions.RayError, OSError) as exc:
-            # An actor died: the weights saved at the last evaluation are what is left.
-            failure = failure or f"shutdown failed: {_one_line(exc)}"
-            log.warning("%s; %s keeps the weights of the last evaluation", failure, weights_path)
-    workers_per_node: dict[str, int] = {}
-    for role, node in placements.items():
-        if role.startswith("rollout_worker"):
-            workers_per_node[node] = workers_per_node.get(node, 0) + 1
-    summary = {
-        "stop_reason": stop_reason,
-        "failure": failure,
-        "env_steps": counters.get("env_steps", 0),
-        "updates": counters.get("updates", 0),
-        "weights_version": counters.get("version", 0),
-        "replay_add_calls": counters.get("add_calls", 0),
-        "transitions_per_add": round(counters.get("env_steps", 0) / max(1, counters.get("add_calls", 0)), 1),
-        "wall_s": round(time.time() - started_at, 3),
-        "last_eval": last_eval,
-        "output_dir": output_dir,
-        "weights_path": weights_path if os.path.exists(weights_path) else None,
-        "rollout_workers_per_node": workers_per_node,
-        "placement": plan.describe(),
-    }
-    write_json(os.path.join(output_dir, "summary.json"), summary)
-    log.info(
-        "done (%s): %d env steps, %d updates, %.1f s; weights in %s",
-        stop_reason, summary["env_steps"], summary["updates"], summary["wall_s"], weights_path,
-    )
-    if failure:
-        raise RunFailed(failure)
+        summary = system.stop(stop_reason)
+    if summary["failure"]:
+        raise RunFailed(summary["failure"])
     if stop_reason == "interrupted":
         raise KeyboardInterrupt
     return summary

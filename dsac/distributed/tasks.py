@@ -14,7 +14,7 @@ import time
 import numpy as np
 import ray
 
-from dsac.algorithms import get_policy_class
+from dsac.algorithms import callbacks_for, policy_class_for
 from dsac.distributed.topology import describe_process
 from dsac.evaluation import evaluate
 from dsac.rollout import EnvCollector
@@ -78,8 +78,11 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     the replay buffer (counted over all workers; with shards, estimated from this one).
     """
     ps.report_placement.remote(f"rollout_worker_{index}", describe_process())
-    collector = EnvCollector(config.env, config.envs_per_worker, seed, config.gamma, config.n_step)
-    policy = get_policy_class(config.algo)(
+    callbacks = callbacks_for(config)
+    collector = EnvCollector(
+        config.env, config.envs_per_worker, seed, config.gamma, config.n_step, callbacks=callbacks, worker_index=index
+    )
+    policy = policy_class_for(config)(
         collector.observation_space, collector.action_space, config, seed=seed,
         worker_index=index, num_workers=config.num_workers,
     )
@@ -98,6 +101,8 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
                 act = lambda obs: policy.compute_actions(obs, explore=True)  # noqa: E731
             deadline = time.monotonic() + config.chunk_seconds
             chunk = policy.postprocess_trajectory(collector.collect(act, status["grant"], deadline))
+            if callbacks is not None:
+                chunk = callbacks.on_sample_end(worker_index=index, batch=chunk)
             episodes = collector.drain_episodes()
             if episodes:
                 ps.report_episodes.remote(episodes)
@@ -135,17 +140,19 @@ class ShardedSampler:
 # max_calls=1: the process exits after the task, so its GPU memory is given back.
 @ray.remote(num_gpus=1, max_calls=1)
 def learner(config, observation_space, action_space, shards: list, ps, seed: int, num_gpus: float,
-            num_cpus: float) -> dict:
+            num_cpus: float, initial_weights: dict | None = None) -> dict:
     """Trains the policy on batches from the replay shards, pushes weights every
     ``config.push_every`` updates, and (prioritized replay) sends each sample call's new
-    priorities back to its shard in one fire-and-forget call."""
+    priorities back to its shard in one fire-and-forget call. ``initial_weights`` (e.g. from a
+    restored Trainer) replace the fresh policy's weights before the first push."""
     from dsac.tf_setup import configure_tensorflow
 
     device = configure_tensorflow(num_gpus, num_cpus)
     ps.report_placement.remote("learner", {**describe_process(), "device": device})
-    policy = get_policy_class(config.algo)(
-        observation_space, action_space, config, build_learner=True, seed=seed
-    )
+    policy = policy_class_for(config)(observation_space, action_space, config, build_learner=True, seed=seed)
+    callbacks = callbacks_for(config)
+    if initial_weights is not None:
+        policy.set_weights(initial_weights)
     updates, stats = 0, {}
     env_steps_by_shard = [0] * len(shards)
     reply = ray.get(ps.push.remote(policy.get_weights(), {"updates": 0, "env_steps": 0}))
@@ -164,8 +171,11 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
         batches, env_steps_by_shard[shard] = result
         priorities = []
         for i in range(config.batches_per_sample):
-            stats = policy.learn_on_batch({key: value[i] for key, value in batches.items()})
+            batch = {key: value[i] for key, value in batches.items()}
+            stats = policy.learn_on_batch(batch)
             priorities.append(stats.pop("td_abs", None))
+            if callbacks is not None:
+                callbacks.on_learn_on_batch(policy=policy, batch=batch, result=stats)
             updates += 1
             if updates % config.push_every == 0:
                 if last_push is not None:
@@ -184,7 +194,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
     episodes with the latest weights and reports the returns; a last evaluation of the final
     weights when the run stops. Returns the number of evaluations."""
     ps.report_placement.remote("evaluator", describe_process())
-    policy = get_policy_class(config.algo)(observation_space, action_space, config, seed=seed)
+    policy = policy_class_for(config)(observation_space, action_space, config, seed=seed)
     weights = WeightsClient(ps, policy, pull_every=1)
     next_eval, evaluated_version, count = config.eval_every, 0, 0
 

@@ -87,19 +87,18 @@ class DQNLearner:
     Args:
         obs_dim: flat observation size.
         num_actions: size of the Discrete action space.
-        config: :class:`dsac.config.Config` (hiddens, dueling, double_q, lr, grad_clip,
+        config: :class:`dsac.config.Config` (model settings, dueling, double_q, lr, grad_clip,
             target_update_every).
         seed: seeds network initialization.
     """
 
     def __init__(self, obs_dim: int, num_actions: int, config, seed: int = 0):
         keras.utils.set_random_seed(seed)
-        hiddens = list(config.hiddens)
         self.num_atoms = int(config.num_atoms)
         support = c51_support(config)
         self.support = None if support is None else tf.constant(support)
-        self.q_online = build_q_network(obs_dim, num_actions, hiddens, config.dueling, "q", self.num_atoms)
-        self.q_target = build_q_network(obs_dim, num_actions, hiddens, config.dueling, "q_target", self.num_atoms)
+        self.q_online = build_q_network(obs_dim, num_actions, config, "q")
+        self.q_target = build_q_network(obs_dim, num_actions, config, "q_target")
         self.q_target.set_weights(self.q_online.get_weights())
         self.double_q = bool(config.double_q)
         self.grad_clip = float(config.grad_clip)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dsac.models.numpy_ops import ACTIVATIONS
+
 
 def q_layer_names(num_hidden: int, dueling: bool, prefix: str = "q/") -> tuple[list[str], list[str]]:
     """(torso layers, head layers) of the Q-network, input to output."""
@@ -15,19 +17,28 @@ def q_layer_names(num_hidden: int, dueling: bool, prefix: str = "q/") -> tuple[l
 
 
 def q_values(weights: dict[str, np.ndarray], torso: list[str], heads: list[str], x: np.ndarray,
-             support: np.ndarray | None = None) -> np.ndarray:
+             support: np.ndarray | None = None, activation: str = "relu") -> np.ndarray:
     """Q(s, ·) for a batch of observations; dueling: V(s) + A(s, a) − mean_a A(s, a).
     With a C51 ``support`` (atoms z_i), the heads give logits per action and atom and
     Q(s, a) = Σ_i softmax(logits)_i z_i."""
+    act = ACTIVATIONS[activation]
     for name in torso:
-        x = np.maximum(x @ weights[f"{name}/kernel"] + weights[f"{name}/bias"], 0.0)
+        x = act(x @ weights[f"{name}/kernel"] + weights[f"{name}/bias"])
+    return q_from_head_outputs(
+        [x @ weights[f"{name}/kernel"] + weights[f"{name}/bias"] for name in heads], support
+    )
+
+
+def q_from_head_outputs(outputs: list[np.ndarray], support: np.ndarray | None) -> np.ndarray:
+    """Q-values from the raw head outputs: ``[out]`` or dueling ``[value, advantage]``, each
+    with atoms flattened last; C51 logits become expectations over ``support``."""
+    n = len(outputs[0])
     atoms = 1 if support is None else len(support)
-    if len(heads) == 1:
-        out = x @ weights[f"{heads[0]}/kernel"] + weights[f"{heads[0]}/bias"]
-        out = out.reshape(len(x), -1, atoms)
+    if len(outputs) == 1:
+        out = outputs[0].reshape(n, -1, atoms)
     else:
-        value = (x @ weights[f"{heads[0]}/kernel"] + weights[f"{heads[0]}/bias"]).reshape(len(x), 1, atoms)
-        advantage = (x @ weights[f"{heads[1]}/kernel"] + weights[f"{heads[1]}/bias"]).reshape(len(x), -1, atoms)
+        value = outputs[0].reshape(n, 1, atoms)
+        advantage = outputs[1].reshape(n, -1, atoms)
         out = value + advantage - advantage.mean(axis=1, keepdims=True)
     if support is None:
         return out[..., 0]

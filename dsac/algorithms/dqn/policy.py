@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsac.algorithms.dqn.numpy_q import apex_epsilon, c51_support, linear_epsilon, q_layer_names, q_values
+from dsac.algorithms.dqn.numpy_q import (
+    apex_epsilon,
+    c51_support,
+    linear_epsilon,
+    q_from_head_outputs,
+    q_layer_names,
+    q_values,
+)
 from dsac.policy import Policy
 
 
@@ -25,16 +32,22 @@ class DQNPolicy(Policy):
         self.obs_dim = int(np.prod(observation_space.shape))
         self.num_actions = int(action_space.n)
         self.action_start = int(action_space.start)
-        self.torso, self.heads = q_layer_names(len(config.hiddens), config.dueling)
+        self.torso, self.heads = q_layer_names(len(config.fcnet_hiddens), config.dueling)
         self.support = c51_support(config)
         self.steps = 0  # exploring actions taken by this policy
         self._weights: dict[str, np.ndarray] | None = None
         self.learner = None
+        self.keras_q = None  # custom models act through TensorFlow
         if build_learner:
             from dsac.algorithms.dqn.learner import DQNLearner  # TensorFlow only here
 
             self.learner = DQNLearner(self.obs_dim, self.num_actions, config, seed=seed)
             self._weights = self.learner.q_weights.get_weights()
+        elif config.custom_model:
+            from dsac.algorithms.dqn.networks import build_q_network
+            from dsac.models.keras_forward import KerasForward
+
+            self.keras_q = KerasForward(self.obs_dim, self.num_actions, config, "q", build=build_q_network)
 
     @property
     def has_weights(self) -> bool:
@@ -53,7 +66,12 @@ class DQNPolicy(Policy):
     def q_values(self, obs_batch) -> np.ndarray:
         """Q(s, ·) for a batch of observations (numpy forward pass)."""
         x = np.asarray(obs_batch, np.float32).reshape(-1, self.obs_dim)
-        return q_values(self.get_weights(), self.torso, self.heads, x, self.support)
+        weights = self.get_weights()
+        if self.learner is not None:
+            return q_from_head_outputs([self.learner.q_online(x).numpy().reshape(len(x), -1)], self.support)
+        if self.keras_q is not None:
+            return q_from_head_outputs([self.keras_q(x).reshape(len(x), -1)], self.support)
+        return q_values(weights, self.torso, self.heads, x, self.support, self.config.fcnet_activation)
 
     def compute_actions(self, obs_batch, explore=True):
         """Greedy actions; with ``explore``, each is replaced by a uniform one with prob. ε."""
@@ -94,6 +112,8 @@ class DQNPolicy(Policy):
         weights = {k: np.asarray(v, np.float32) for k, v in weights.items()}
         if self.learner is not None:
             self.learner.q_weights.set_weights(weights)
+        elif self.keras_q is not None:
+            self.keras_q.set_weights(weights)
         else:
             expected = {f"{name}/{part}" for name in self.torso + self.heads for part in ("kernel", "bias")}
             if set(weights) != expected:

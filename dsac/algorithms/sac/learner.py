@@ -84,18 +84,17 @@ class SACLearner:
     Args:
         obs_dim, act_dim: flat sizes of observations and actions.
         action_low, action_high: the env's action bounds (replay stores env-space actions).
-        config: :class:`dsac.config.Config` (gamma, tau, lr, hiddens, init_alpha, target_entropy).
+        config: :class:`dsac.config.Config` (gamma, tau, lr, model settings, init_alpha, target_entropy).
         seed: seeds network initialization and the update's noise.
     """
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high, config, seed: int = 0):
         keras.utils.set_random_seed(seed)
-        hiddens = list(config.hiddens)
-        self.actor = build_actor(obs_dim, act_dim, hiddens)
-        self.q1 = build_critic(obs_dim, act_dim, hiddens, "q1")
-        self.q2 = build_critic(obs_dim, act_dim, hiddens, "q2")
-        self.q1_target = build_critic(obs_dim, act_dim, hiddens, "q1_target")
-        self.q2_target = build_critic(obs_dim, act_dim, hiddens, "q2_target")
+        self.actor = build_actor(obs_dim, act_dim, config)
+        self.q1 = build_critic(obs_dim, act_dim, config, "q1")
+        self.q2 = build_critic(obs_dim, act_dim, config, "q2")
+        self.q1_target = build_critic(obs_dim, act_dim, config, "q1_target")
+        self.q2_target = build_critic(obs_dim, act_dim, config, "q2_target")
         self.q1_target.set_weights(self.q1.get_weights())
         self.q2_target.set_weights(self.q2.get_weights())
         self.log_alpha = keras.Variable(math.log(config.init_alpha), dtype="float32", name="log_alpha")

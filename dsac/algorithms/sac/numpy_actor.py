@@ -2,7 +2,7 @@
 
 At the batch sizes of acting (1–64 observations) this is ~30x cheaper than a
 ``tf.function`` call and keeps TensorFlow out of rollout processes. It must agree with
-the Keras actor in :mod:`dsac.algorithms.sac.networks` (tested to 1e-5).
+the catalog's Keras MLP (tested to 1e-5). Custom models act through TensorFlow instead.
 """
 
 from __future__ import annotations
@@ -17,15 +17,6 @@ LOG_STD_MAX = 2.0
 def actor_layer_names(num_hidden: int, prefix: str = "actor/") -> list[str]:
     """Names of the actor's dense layers, input to output."""
     return [f"{prefix}hidden_{i}" for i in range(num_hidden)] + [f"{prefix}out"]
-
-
-def mlp_forward(weights: dict[str, np.ndarray], layers: list[str], x: np.ndarray) -> np.ndarray:
-    """ReLU MLP: every layer but the last is followed by ReLU."""
-    for i, name in enumerate(layers):
-        x = x @ weights[f"{name}/kernel"] + weights[f"{name}/bias"]
-        if i < len(layers) - 1:
-            np.maximum(x, 0.0, out=x)
-    return x
 
 
 def squashed_gaussian(mean: np.ndarray, log_std: np.ndarray, explore: bool, rng: np.random.Generator) -> np.ndarray:

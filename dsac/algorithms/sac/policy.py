@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsac.algorithms.sac.numpy_actor import actor_layer_names, mlp_forward, squashed_gaussian
+from dsac.algorithms.sac.numpy_actor import actor_layer_names, squashed_gaussian
+from dsac.models.numpy_ops import mlp_forward
 from dsac.policy import Policy
 
 
@@ -23,14 +24,19 @@ class SACPolicy(Policy):
         self.act_dim = int(np.prod(action_space.shape))
         self.low = np.asarray(action_space.low, np.float32)
         self.high = np.asarray(action_space.high, np.float32)
-        self.layers = actor_layer_names(len(config.hiddens))
+        self.layers = actor_layer_names(len(config.fcnet_hiddens))
         self._weights: dict[str, np.ndarray] | None = None
         self.learner = None
+        self.keras_actor = None  # custom models act through TensorFlow
         if build_learner:
             from dsac.algorithms.sac.learner import SACLearner  # TensorFlow only here
 
             self.learner = SACLearner(self.obs_dim, self.act_dim, self.low, self.high, config, seed=seed)
             self._weights = self.learner.actor_weights.get_weights()
+        elif config.custom_model:
+            from dsac.models.keras_forward import KerasForward
+
+            self.keras_actor = KerasForward(self.obs_dim, 2 * self.act_dim, config, "actor")
 
     @property
     def has_weights(self) -> bool:
@@ -39,7 +45,13 @@ class SACPolicy(Policy):
     def compute_actions(self, obs_batch, explore=True):
         """Squashed-Gaussian actions scaled to the env's bounds (tanh(mean) when not exploring)."""
         x = np.asarray(obs_batch, np.float32).reshape(-1, self.obs_dim)
-        out = mlp_forward(self.get_weights(), self.layers, x)
+        weights = self.get_weights()
+        if self.learner is not None:
+            out = self.learner.actor(x).numpy()
+        elif self.keras_actor is not None:
+            out = self.keras_actor(x)
+        else:
+            out = mlp_forward(weights, self.layers, x, self.config.fcnet_activation)
         mean, log_std = out[:, : self.act_dim], out[:, self.act_dim :]
         unit = squashed_gaussian(mean, log_std, explore, self.rng)
         return self.low + (unit + 1.0) * 0.5 * (self.high - self.low)
@@ -63,6 +75,8 @@ class SACPolicy(Policy):
         weights = {k: np.asarray(v, np.float32) for k, v in weights.items()}
         if self.learner is not None:
             self.learner.actor_weights.set_weights(weights)
+        elif self.keras_actor is not None:
+            self.keras_actor.set_weights(weights)
         else:
             expected = {f"{name}/{part}" for name in self.layers for part in ("kernel", "bias")}
             if set(weights) != expected:

@@ -1,0 +1,1 @@
+"""Networks by name: the built-in MLP and users' custom Keras models."""

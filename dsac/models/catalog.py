@@ -1,0 +1,78 @@
+"""The model catalog: builds every network an algorithm needs from the model config, as in
+RLlib's ``ModelCatalog`` — the built-in MLP (``fcnet_hiddens``, ``fcnet_activation``) or a
+user's Keras model registered by name::
+
+    import dsac, keras
+
+    def my_model(input_dim, output_dim, model_config, name):
+        inputs = keras.Input((input_dim,))
+        x = keras.layers.Dense(model_config.get("width", 64), activation="tanh")(inputs)
+        return keras.Model(inputs, keras.layers.Dense(output_dim)(x), name=name)
+
+    dsac.register_custom_model("my_model", my_model)
+    trainer = dsac.Trainer({"env": "Pendulum-v1", "model": {"custom_model": "my_model"}})
+
+A builder takes ``(input_dim, output_dim, custom_model_config, name)`` and returns a Keras
+model from (batch, input_dim) to (batch, output_dim). The registration travels with the
+config to every Ray worker. This module imports TensorFlow only when a model is built.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+
+from dsac.errors import DsacError
+
+ACTIVATIONS = ("relu", "tanh", "swish", "linear")
+
+_REGISTRY: dict[str, Callable] = {}
+
+
+def register_custom_model(name: str, builder: Callable) -> None:
+    """Make ``builder`` available as ``model["custom_model"] = name``."""
+    if not callable(builder):
+        raise TypeError(f"custom model builder for '{name}' must be callable")
+    _REGISTRY[name] = builder
+
+
+def registered_models() -> dict[str, Callable]:
+    """A snapshot of the registry (what a run ships to its workers)."""
+    return dict(_REGISTRY)
+
+
+def resolve_builder(name: str, registry: dict[str, Callable]) -> Callable:
+    """The builder registered as ``name``; a one-line error with close matches otherwise."""
+    if name in registry:
+        return registry[name]
+    close = difflib.get_close_matches(name, list(registry), n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    known = f"; registered: {', '.join(sorted(registry))}" if registry else "; none are registered"
+    raise DsacError(f"unknown custom_model '{name}'{hint}{known}")
+
+
+def build_mlp(input_dim: int, fcnet_hiddens: list[int], output_dim: int, name: str, activation: str = "relu"):
+    """An MLP with explicitly named layers (``hidden_<i>``, ``out``), so weight names are stable
+    and readable (``actor/hidden_0/kernel``)."""
+    import keras
+
+    inputs = keras.Input(shape=(input_dim,), name="inputs")
+    x = inputs
+    for i, size in enumerate(fcnet_hiddens):
+        x = keras.layers.Dense(size, activation=activation, name=f"hidden_{i}")(x)
+    return keras.Model(inputs, keras.layers.Dense(output_dim, name="out")(x), name=name)
+
+
+def build_model(input_dim: int, output_dim: int, config, name: str):
+    """The network ``name`` (e.g. ``actor``, ``q1``) from ``config``'s model settings."""
+    if not config.custom_model:
+        return build_mlp(input_dim, list(config.fcnet_hiddens), output_dim, name, config.fcnet_activation)
+    builder = resolve_builder(config.custom_model, config.custom_models)
+    model = builder(input_dim, output_dim, dict(config.custom_model_config), name)
+    out_shape = tuple(model.output_shape)
+    if out_shape[-1] != output_dim:
+        raise DsacError(
+            f"custom_model '{config.custom_model}' built '{name}' with output shape {out_shape}; "
+            f"expected (None, {output_dim})"
+        )
+    return model

@@ -1,0 +1,37 @@
+"""Acting through a Keras model — the path custom models take in rollout workers, where the
+built-in MLPs use a numpy forward pass instead."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dsac.models.catalog import build_model
+
+
+class KerasForward:
+    """A catalog-built Keras model behind a ``tf.function`` taking batches of any size.
+
+    Args:
+        input_dim, output_dim: flat sizes.
+        config: the run's config (model settings).
+        name: the network's name (``actor``, ``q``); also the prefix of its weight names.
+        build: the builder to use, ``build(input_dim, output_dim, config, name)``
+            (default: the catalog's :func:`build_model`).
+    """
+
+    def __init__(self, input_dim: int, output_dim: int, config, name: str, build=build_model):
+        import tensorflow as tf
+
+        from dsac.weights import TensorFlowVariables
+
+        self.model = build(input_dim, output_dim, config, name)
+        self.variables = TensorFlowVariables(self.model, prefix=name)
+        self._forward = tf.function(
+            lambda x: self.model(x), input_signature=[tf.TensorSpec([None, input_dim], tf.float32)]
+        )
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self._forward(np.asarray(x, np.float32)).numpy()
+
+    def set_weights(self, weights: dict) -> None:
+        self.variables.set_weights(weights)

@@ -1,0 +1,194 @@
+"""The Python API: ``Trainer(config)`` runs the distributed system one iteration at a time.
+
+    from dsac import Trainer
+
+    trainer = Trainer({"env": "Pendulum-v1", "num_workers": 4, "model": {"fcnet_hiddens": [64, 64]}})
+    for _ in range(10):
+        result = trainer.train()          # about config.steps_per_iteration more env steps
+        print(result["env_steps"], result.get("eval_return_mean"))
+    path = trainer.save("checkpoints/p")
+    trainer.stop()
+
+    trainer = Trainer.restore("checkpoints/p")
+    action = trainer.compute_single_action(obs)
+
+The actors and tasks start once, in the constructor, and keep running until ``stop()``;
+between ``train()`` calls collection is held at the iteration's limit by the replay buffer,
+and the learner waits for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+
+from dsac.artifacts import load_weights, write_json
+from dsac.config import Config
+from dsac.errors import DsacError
+
+POLL_S = 0.2
+STALL_TIMEOUT_S = 120.0  # train() gives up waiting when nothing moves for this long
+
+
+class Trainer:
+    """Runs dsac's distributed system from Python.
+
+    Args:
+        config: a dict of flag names (plus RLlib's ``model`` dict, ``callbacks``,
+            ``policy_class``) or a :class:`dsac.config.Config`. Unknown keys are refused with
+            close matches; the algorithm's defaults fill what is not given.
+    """
+
+    def __init__(self, config: dict | Config | None = None, *, _initial_weights: dict | None = None):
+        from dsac.distributed.driver import start
+
+        config = config if isinstance(config, Config) else Config.from_dict(config or {})
+        self.config = config.validate()
+        self.started_at = time.time()
+        self.iteration = 0
+        self._system, self._started_ray = start(
+            self.config, self.started_at, insert_limit=0, initial_weights=_initial_weights
+        )
+        self._local_policy = None
+        self._stopped = False
+
+    @property
+    def output_dir(self) -> str:
+        return self._system.output_dir
+
+    @property
+    def actor_handles(self) -> dict:
+        """The Ray handles of the running actors (the same across ``train()`` calls)."""
+        return {"parameter_server": self._system.ps, "replay_shards": list(self._system.shards)}
+
+    def train(self) -> dict:
+        """Let the system collect ``config.steps_per_iteration`` more env steps and the learner
+        catch up with them; returns a result dict: ``iteration``, ``env_steps``, ``updates``,
+        ``env_steps_per_s``, ``updates_per_s``, ``episodes_this_iter``, ``episode_return_mean``,
+        the learner's latest statistics (losses, ...), ``custom_metrics/*`` and, when an
+        evaluation finished during the iteration, ``eval_return_mean`` / ``eval_return_std``.
+
+        Raises:
+            DsacError: the run failed (a role crashed) — what was learned is saved.
+        """
+        if self._stopped:
+            raise DsacError("this Trainer is stopped")
+        system, config = self._system, self.config
+        start_steps, start_updates = system.counters["env_steps"], system.counters["updates"]
+        started = time.monotonic()
+        target = start_steps + config.steps_per_iteration
+        system.set_insert_limit(target)
+        # The learner has caught up when its updates reach the ratio, give or take what is in flight.
+        slack = config.batches_per_sample * (config.prefetch + 1) * config.num_replay_shards + config.push_every
+        evaluations, episodes = [], []
+        last_progress, last_seen = time.monotonic(), (start_steps, start_updates)
+        while True:
+            system.check_tasks(POLL_S)
+            evaluations += system.poll()
+            episodes += system.take_episodes()
+            if system.failure:
+                summary = self.stop()
+                raise DsacError(f"run failed: {summary['failure']} (weights so far are in {system.weights_path})")
+            c = system.counters
+            wanted_updates = config.updates_per_step * (c["env_steps"] - config.learning_starts) - slack
+            if c["env_steps"] >= target and c["updates"] >= wanted_updates:
+                break
+            if (c["env_steps"], c["updates"]) != last_seen:
+                last_seen, last_progress = (c["env_steps"], c["updates"]), time.monotonic()
+            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
+                break  # nothing moves (e.g. the learner cannot catch up): report what there is
+        self.iteration += 1
+        elapsed = max(time.monotonic() - started, 1e-9)
+        c = system.counters
+        from dsac.distributed.driver import custom_metric_means
+
+        result = {
+            "iteration": self.iteration,
+            "env_steps": c["env_steps"],
+            "updates": c["updates"],
+            "weights_version": c["version"],
+            "env_steps_per_s": (c["env_steps"] - start_steps) / elapsed,
+            "updates_per_s": (c["updates"] - start_updates) / elapsed,
+            "time_this_iter_s": elapsed,
+            "episodes_this_iter": len(episodes),
+            "episode_return_mean": float(np.mean([r for r, _, _ in episodes])) if episodes else None,
+            **{k: v for k, v in system.learner_stats.items() if isinstance(v, int | float)},
+            **custom_metric_means([m for _, _, m in episodes if m]),
+        }
+        if evaluations:
+            result["eval_return_mean"] = evaluations[-1]["eval_return_mean"]
+            result["eval_return_std"] = evaluations[-1]["eval_return_std"]
+        if system.callbacks is not None:
+            system.callbacks.on_train_result(trainer=self, result=result)
+        return result
+
+    def get_policy(self):
+        """A local (driver-side, numpy) policy with the latest weights."""
+        from dsac.algorithms import policy_class_for
+
+        deadline = time.monotonic() + STALL_TIMEOUT_S
+        latest = self._system.latest()
+        while latest["weights"] is None:  # the learner's first push comes once TensorFlow is up
+            if self._system.failure:
+                raise DsacError(f"no weights: {self._system.failure}")
+            if time.monotonic() > deadline:
+                raise DsacError("no weights yet: the learner has not pushed any")
+            self._system.check_tasks(POLL_S)
+            latest = self._system.latest()
+        if self._local_policy is None:
+            self._local_policy = policy_class_for(self.config)(
+                self._system.observation_space, self._system.action_space, self.config, seed=self.config.seed
+            )
+        self._local_policy.set_weights(latest["weights"])
+        return self._local_policy
+
+    def compute_single_action(self, obs, explore: bool = False):
+        """The action for one observation (deterministic unless ``explore``)."""
+        return self.get_policy().compute_actions(np.asarray(obs)[None], explore=explore)[0]
+
+    def save(self, checkpoint_dir: str | None = None) -> str:
+        """Write ``weights.pkl`` (latest weights) and ``config.json`` to ``checkpoint_dir``
+        (default: ``<output_dir>/checkpoint-<iteration>``); returns the directory."""
+        checkpoint_dir = checkpoint_dir or os.path.join(self.output_dir, f"checkpoint-{self.iteration:06d}")
+        os.makedirs(checkpoint_dir, exist_ok=True)
+        if self._system.save_latest(os.path.join(checkpoint_dir, "weights.pkl")) is None:
+            raise DsacError("no weights to save yet: call train() first")
+        write_json(os.path.join(checkpoint_dir, "config.json"), self.config.to_dict())
+        return checkpoint_dir
+
+    @classmethod
+    def restore(cls, checkpoint_dir: str, overrides: dict | None = None) -> Trainer:
+        """A new Trainer from :meth:`save`'s directory, acting with the saved weights.
+        ``overrides`` change config keys (e.g. ``output_dir``). The learner starts from the
+        saved acting weights; its other state (critics, optimizer) starts fresh."""
+        config_path = os.path.join(checkpoint_dir, "config.json")
+        if not os.path.exists(config_path):
+            raise DsacError(f"{checkpoint_dir} is not a dsac checkpoint (no config.json)")
+        with open(config_path) as f:
+            values = json.load(f)
+        values.pop("custom_models", None)  # builders come from the registry or module:Name
+        values["output_dir"] = None  # a fresh run directory unless overridden
+        values.update(overrides or {})
+        payload = load_weights(os.path.join(checkpoint_dir, "weights.pkl"))
+        return cls(Config.from_dict(values), _initial_weights=payload["weights"])
+
+    def stop(self) -> dict:
+        """Stop the actors and tasks, save the final weights; returns the run's summary."""
+        if self._stopped:
+            return self._summary
+        import ray
+
+        self._stopped = True
+        self._summary = self._system.stop("trainer.stop")
+        if self._started_ray:
+            ray.shutdown()
+        return self._summary
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
