@@ -203,7 +203,8 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
         returns = evaluate(
             lambda obs: policy.compute_actions(obs, explore=False), config.env, config.eval_episodes, seed
         )
-        ps.report_eval.remote({
+        # Waited for: the final report must reach the parameter server before this task ends.
+        ray.get(ps.report_eval.remote({
             "env_steps": int(weights.meta.get("env_steps", 0)),
             "updates": int(weights.meta.get("updates", 0)),
             "weights_version": weights.version,
@@ -212,7 +213,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
             "eval_returns": [float(r) for r in returns],
             "eval_seconds": time.monotonic() - started,
             "weights": policy.get_weights(),  # the driver keeps the best as best_weights.pkl
-        })
+        }))
 
     while True:
         weights.take(ray.get(ps.pull.remote(weights.version)))
