@@ -15,6 +15,8 @@ _EXPORTS = {
     "Episode": "dsac.callbacks",
     "register_custom_model": "dsac.models.catalog",
     "load_weights": "dsac.artifacts",
+    "load_policy": "dsac.inference",
+    "run": "dsac.distributed.driver",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -73,7 +73,9 @@ def load_weights(path: str) -> dict:
     except FileNotFoundError:
         raise DsacError(f"weights file {path} does not exist") from None
     except pickle.UnpicklingError as exc:
-        raise DsacError(f"weights file {path} is not a dsac weights file: {exc}") from None
+        if str(exc).startswith("refusing"):  # names a global: unsafe, and not ours
+            raise DsacError(f"weights file {path} is not a dsac weights file: {exc}") from None
+        raise DsacError(f"weights file {path} is truncated or corrupt ({exc})") from None
     except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError, OSError) as exc:
         raise DsacError(f"weights file {path} is truncated or corrupt ({type(exc).__name__}: {exc})") from None
     if not isinstance(payload, dict) or "weights" not in payload:

@@ -2,9 +2,13 @@
 
 import json
 
+import pytest
+
 from dsac.artifacts import load_weights
 from dsac.config import Config
 from dsac.distributed.driver import run
+from dsac.evaluation import evaluate
+from dsac.inference import load_policy
 
 
 def test_distributed_sac_learns_pendulum(ray_local, tmp_path):
@@ -28,6 +32,13 @@ def test_distributed_sac_learns_pendulum(ray_local, tmp_path):
     assert summary["transitions_per_add"] >= 8, summary
     payload = load_weights(summary["weights_path"])
     assert payload["version"] == summary["weights_version"]
+    # The saved best weights, loaded without Ray and evaluated on the evaluator's seeds,
+    # score exactly what the evaluator reported for that version.
+    best = load_weights(str(tmp_path / "run" / "best_weights.pkl"))
+    policy = load_policy(str(tmp_path / "run" / "best_weights.pkl"))
+    returns = evaluate(lambda obs: policy(obs), "Pendulum-v1", best["eval_episodes"], best["eval_seed"])
+    assert returns.mean() == pytest.approx(best["eval_return_mean"], abs=1e-6)
+    assert best["eval_return_mean"] == max(line["eval_return_mean"] for line in lines)
 
 
 def test_apex_dqn_with_prioritized_replay_learns_cartpole(ray_local, tmp_path):

@@ -54,7 +54,7 @@ def test_acting_code_does_not_import_tensorflow_at_module_level():
 def test_ruff_is_clean():
     ruff = shutil.which("ruff")
     assert ruff, "ruff is in requirements-dev.txt"
-    result = subprocess.run([ruff, "check", "dsac", "launch.py", "scripts", "tests"], cwd=ROOT,
+    result = subprocess.run([ruff, "check", "dsac", "launch.py", "scripts", "tests", "examples"], cwd=ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -237,13 +237,14 @@ class DistributedRun:
         # Independent, non-overlapping seeds for every role, whatever --seed and --num_workers are.
         seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(config.seed).spawn(config.num_workers)]
         plan = self.plan
+        self.eval_seed = config.seed + 100_000  # evaluation episodes reset with eval_seed + j
         self.roles = {
             learner.options(num_cpus=plan.learner_cpus, num_gpus=plan.learner_gpus).remote(
                 config, obs_space, act_space, self.shards, self.ps, config.seed, plan.learner_gpus,
                 plan.learner_cpus, initial_weights,
             ): "learner",
             evaluator.options(num_cpus=plan.evaluator_cpus).remote(
-                config, obs_space, act_space, self.ps, config.seed + 100_000
+                config, obs_space, act_space, self.ps, self.eval_seed
             ): "evaluator",
         }
         for i in range(config.num_workers):
@@ -272,8 +273,13 @@ class DistributedRun:
             "action_space": describe_space(self.action_space),
             "model": {
                 "fcnet_hiddens": list(config.fcnet_hiddens), "fcnet_activation": config.fcnet_activation,
-                "custom_model": config.custom_model, "dueling": config.dueling, "num_atoms": config.num_atoms,
+                "custom_model": config.custom_model, "custom_model_config": dict(config.custom_model_config),
+                "dueling": config.dueling, "num_atoms": config.num_atoms, "v_min": config.v_min,
+                "v_max": config.v_max,
             },
+            "policy_class": config.to_dict()["policy_class"],
+            "eval_seed": self.eval_seed,
+            "eval_episodes": config.eval_episodes,
             "weights": weights,
             "version": version,
             "env_steps": counters.get("env_steps", 0),

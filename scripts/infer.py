@@ -1,0 +1,83 @@
+"""Run episodes with a saved policy and print their returns (no Ray needed).
+
+    python scripts/infer.py runs/x/weights.pkl --episodes 10 --seed 0
+    python scripts/infer.py runs/x/best_weights.pkl --render          # a window, if there is a display
+    python scripts/infer.py runs/x/weights.pkl --video out.mp4        # needs moviepy
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from dsac.errors import DsacError  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes to run")
+    parser.add_argument("--seed", type=int, default=0, help="episode j resets with seed + j")
+    parser.add_argument("--env", default=None, help="environment id (default: the one in the file)")
+    parser.add_argument("--explore", action="store_true", help="sample actions instead of acting deterministically")
+    parser.add_argument("--render", action="store_true", help="show the episodes in a window")
+    parser.add_argument("--video", default=None, help="write the episodes to this .mp4 (needs moviepy)")
+    args = parser.parse_args(argv)
+    try:
+        if args.episodes <= 0:
+            raise DsacError(f"--episodes must be positive, got {args.episodes}")
+        import gymnasium as gym
+
+        from dsac.envs import make_env
+        from dsac.inference import load_policy
+
+        policy = load_policy(args.path, seed=args.seed)
+        env_id = args.env or policy.env_id
+        if args.video or args.render:
+            try:
+                env = gym.make(env_id, render_mode="rgb_array" if args.video else "human")
+            except gym.error.Error as exc:
+                raise DsacError(f"cannot render {env_id}: {exc}") from None
+            if args.video:
+                try:
+                    import moviepy  # noqa: F401
+                except ImportError:
+                    raise DsacError("--video needs moviepy: pip install moviepy") from None
+                folder = tempfile.mkdtemp(prefix="dsac-video-")
+                env = gym.wrappers.RecordVideo(env, folder, episode_trigger=lambda _: True, name_prefix="episode")
+        else:
+            env = make_env(env_id)
+        if env.observation_space.shape != policy.observation_space.shape:
+            raise DsacError(
+                f"{env_id} observes {env.observation_space.shape}, the policy in {args.path} expects "
+                f"{policy.observation_space.shape}"
+            )
+        returns = []
+        for j in range(args.episodes):
+            obs, _ = env.reset(seed=args.seed + j)
+            total, done = 0.0, False
+            while not done:
+                obs, reward, terminated, truncated, _ = env.step(policy(obs, explore=args.explore))
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+            print(f"episode {j}: return {total:.2f}")
+        env.close()
+        std = statistics.pstdev(returns) if len(returns) > 1 else 0.0
+        print(f"mean return over {len(returns)} episodes: {statistics.fmean(returns):.2f} +- {std:.2f}")
+        if args.video:
+            clips = sorted(f for f in os.listdir(folder) if f.endswith(".mp4"))
+            if clips:
+                os.replace(os.path.join(folder, clips[0]), args.video)
+                print(f"video of episode 0 in {args.video} (all episodes in {folder})")
+    except DsacError as exc:
+        print(f"infer: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

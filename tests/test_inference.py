@@ -1,0 +1,118 @@
+"""Weight files: safe loading, one-line errors, and load_policy acting like the TF networks."""
+
+import os
+import pickle
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from conftest import REPO_ROOT
+
+from dsac import load_policy
+from dsac.algorithms.dqn.policy import DQNPolicy
+from dsac.algorithms.sac.policy import SACPolicy
+from dsac.artifacts import FORMAT_VERSION, load_weights, save_weights
+from dsac.config import Config
+from dsac.envs import describe_space
+from dsac.errors import DsacError
+
+
+def payload_for(policy, algo, env_id, **model):
+    return {
+        "algo": algo, "env": env_id,
+        "observation_space": describe_space(policy.observation_space),
+        "action_space": describe_space(policy.action_space),
+        "model": model, "weights": policy.get_weights(), "version": 7, "env_steps": 123, "updates": 45,
+    }
+
+
+@pytest.mark.parametrize("algo, env_id, model", [
+    ("sac", "Pendulum-v1", {"fcnet_hiddens": [32, 16], "fcnet_activation": "tanh"}),
+    ("dqn", "CartPole-v1", {"fcnet_hiddens": [32], "dueling": True}),
+    ("dqn", "CartPole-v1", {"fcnet_hiddens": [16], "dueling": False, "num_atoms": 11, "v_min": 0.0, "v_max": 50.0}),
+])
+def test_load_policy_matches_the_tf_networks(algo, env_id, model, tmp_path):
+    env = gym.make(env_id)
+    config = Config(algo=algo, env=env_id, **model).validate()
+    cls = SACPolicy if algo == "sac" else DQNPolicy
+    trained = cls(env.observation_space, env.action_space, config, build_learner=True, seed=0)
+    path = str(tmp_path / "weights.pkl")
+    save_weights(path, payload_for(trained, algo, env_id, **model))
+    policy = load_policy(path)
+    obs = np.random.default_rng(0).normal(size=(50, *env.observation_space.shape)).astype(np.float32)
+    if algo == "sac":
+        mean = trained.learner.actor(obs).numpy()[:, :1]
+        np.testing.assert_allclose(policy(obs), 2.0 * np.tanh(mean), atol=1e-5)  # Pendulum bounds: ±2
+        assert policy(obs[0]).shape == (1,)  # one observation -> one action
+        assert not np.allclose(policy(obs, explore=True), policy(obs))
+    else:
+        q_tf = trained.learner.q_online(obs).numpy()
+        if q_tf.ndim == 3:  # C51 logits -> expected Q
+            probs = np.exp(q_tf) / np.exp(q_tf).sum(-1, keepdims=True)
+            q_tf = probs @ np.linspace(0.0, 50.0, 11)
+        np.testing.assert_allclose(policy.policy.q_values(obs), q_tf, atol=1e-5)
+        np.testing.assert_array_equal(policy(obs), q_tf.argmax(1))
+        assert isinstance(policy(obs[0]), np.integer)
+
+
+class Exploit:
+    """A pickle whose loading would run a shell command."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_malicious_pickle_is_refused_and_nothing_runs(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "weights.pkl"
+    path.write_bytes(pickle.dumps({"format_version": FORMAT_VERSION, "weights": Exploit(marker)}))
+    with pytest.raises(DsacError, match=r"refusing to load global (posix|os)\.system"):
+        load_weights(str(path))
+    assert not marker.exists()
+    for name in ("eval", "exec"):
+        path.write_bytes(b"cbuiltins\n" + name.encode() + b"\n(S'1'\ntR.")
+        with pytest.raises(DsacError, match=f"builtins.{name}"):
+            load_weights(str(path))
+
+
+def test_corrupt_truncated_foreign_and_old_files_give_one_line_errors(tmp_path):
+    env = gym.make("Pendulum-v1")
+    policy = SACPolicy(env.observation_space, env.action_space, Config().validate(), build_learner=True)
+    good = tmp_path / "good.pkl"
+    save_weights(str(good), payload_for(policy, "sac", "Pendulum-v1", fcnet_hiddens=[256, 256]))
+    data = good.read_bytes()
+    cases = {
+        "truncated.pkl": (data[: len(data) // 2], "truncated or corrupt"),
+        "garbage.pkl": (b"\x00\x01not a pickle at all", "not a dsac weights file|truncated or corrupt"),
+        "old.pkl": (pickle.dumps({**pickle.loads(data), "format_version": 99}), "format_version 99"),
+        "other.pkl": (pickle.dumps({**pickle.loads(data), "algo": "ppo"}), "algorithm 'ppo'"),
+        "list.pkl": (pickle.dumps([1, 2, 3]), "no weights in it"),
+    }
+    for name, (content, message) in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        with pytest.raises(DsacError, match=message) as err:
+            load_policy(str(path))
+        assert str(path) in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(DsacError, match="not 'dqn'"):
+        load_policy(str(good), algo="dqn")
+
+
+def test_infer_script_runs_episodes(tmp_path):
+    env = gym.make("CartPole-v1")
+    policy = DQNPolicy(env.observation_space, env.action_space, Config(algo="dqn", fcnet_hiddens=[8]).validate(),
+                       build_learner=True)
+    path = tmp_path / "w.pkl"
+    save_weights(str(path), payload_for(policy, "dqn", "CartPole-v1", fcnet_hiddens=[8]))
+    result = subprocess.run([sys.executable, "scripts/infer.py", str(path), "--episodes", "3"], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("episode ") == 3 and "mean return over 3 episodes" in result.stdout
+    bad = subprocess.run([sys.executable, "scripts/infer.py", str(tmp_path / "missing.pkl")], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
