@@ -35,11 +35,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"dsac: error: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """A flag per :class:`dsac.config.Config` field, with its help text and default."""
+def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
+    """A flag per :class:`dsac.config.Config` field, with its help text and default
+    (``suppress_defaults``: only the flags actually given end up in the namespace)."""
     parser = _Parser(
         prog="launch.py",
-        description="Distributed SAC on Ray + TensorFlow 2 + gymnasium.",
+        description="Distributed SAC and Ape-X DQN on Ray + TensorFlow 2 + gymnasium.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     for f in dataclasses.fields(Config):
@@ -56,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         if "choices" in f.metadata and "action" not in kwargs:
             kwargs["choices"] = f.metadata["choices"]
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        parser.add_argument(f"--{f.name}", default=default, **kwargs)
+        parser.add_argument(f"--{f.name}", default=argparse.SUPPRESS if suppress_defaults else default, **kwargs)
     return parser
 
 
@@ -67,8 +68,13 @@ def main(argv=None) -> int:
     )
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        config = Config.from_dict(vars(args)).validate()
-        from dsac.distributed.driver import RunFailed, run  # Ray is imported only now
+        from dsac.distributed.driver import RunFailed, resume_config, run  # imports Ray
+
+        if args.resume:
+            given = vars(build_parser(suppress_defaults=True).parse_args(argv))
+            config = resume_config(args.resume, {k: v for k, v in given.items() if k != "resume"}).validate()
+        else:
+            config = Config.from_dict(vars(args)).validate()
 
         try:
             summary = run(config, started_at=STARTED_AT)

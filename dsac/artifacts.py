@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import tempfile
+
+import numpy as np
 
 from dsac.errors import DsacError
 
@@ -98,3 +101,58 @@ def append_jsonl(path: str, obj) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(obj) + "\n")
         f.flush()
+
+
+CHECKPOINT_DIR = "checkpoint"
+
+
+def write_checkpoint(run_dir: str, state: dict, meta: dict, weights_payload: dict,
+                     replay: list[dict] | None = None) -> str:
+    """Write ``<run_dir>/checkpoint/``: ``state.npz`` (the learner's full state),
+    ``meta.json`` (counters), ``weights.pkl`` and, if given, ``replay_<k>.npz`` per shard
+    (compressed). Built in a temp dir and swapped in by renames, so a crash mid-write leaves
+    the previous checkpoint whole. Returns the checkpoint's path."""
+    final = os.path.join(run_dir, CHECKPOINT_DIR)
+    tmp = tempfile.mkdtemp(dir=run_dir, prefix=".checkpoint-")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; give the directory a normal mode
+    try:
+        np.savez(os.path.join(tmp, "state.npz"), **state)
+        for k, snapshot in enumerate(replay or []):
+            np.savez_compressed(os.path.join(tmp, f"replay_{k}.npz"), **snapshot)
+        save_weights(os.path.join(tmp, "weights.pkl"), weights_payload)
+        write_json(os.path.join(tmp, "meta.json"), {**meta, "replay_shards": len(replay or [])})
+        old = final + ".old"
+        if os.path.exists(final):
+            os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def read_checkpoint(run_dir: str) -> dict:
+    """``{"state", "meta", "replay"}`` of ``<run_dir>/checkpoint/`` (replay: a list of
+    per-shard snapshots, empty without replay checkpointing)."""
+    path = os.path.join(run_dir, CHECKPOINT_DIR)
+    if not os.path.exists(os.path.join(path, "meta.json")):
+        old = path + ".old"  # a crash between the two renames
+        if os.path.exists(os.path.join(old, "meta.json")):
+            path = old
+        else:
+            raise DsacError(f"--resume {run_dir}: no checkpoint in it (runs write one when they stop)")
+    try:
+        with open(os.path.join(path, "meta.json")) as f:
+            meta = json.load(f)
+        with np.load(os.path.join(path, "state.npz"), allow_pickle=False) as data:
+            state = {k: data[k] for k in data.files}
+        replay = []
+        for k in range(meta.get("replay_shards", 0)):
+            with np.load(os.path.join(path, f"replay_{k}.npz"), allow_pickle=False) as data:
+                replay.append({key: data[key] for key in data.files})
+    except (OSError, ValueError, KeyError) as exc:
+        raise DsacError(f"--resume {run_dir}: the checkpoint is unreadable ({exc})") from None
+    return {"state": state, "meta": meta, "replay": replay}

@@ -93,6 +93,11 @@ class Config:
     output_dir: str | None = _f(None, "run directory (default: runs/<algo>-<env>-<timestamp>)")
     log_every: float = _f(10.0, "seconds between progress lines")
     steps_per_iteration: int = _f(1_000, "env steps one Trainer.train() call collects")
+    checkpoint_every: float | None = _f(
+        300.0, "seconds between checkpoints of the full training state (one is always written at the end)"
+    )
+    checkpoint_replay: bool = _f(False, "include the replay buffer's contents in checkpoints (compressed .npz)")
+    resume: str | None = _f(None, "continue the run in this directory from its checkpoint")
 
     # --- learning (shared) ---------------------------------------------------------------
     gamma: float = _f(0.99, "discount factor")
@@ -222,7 +227,7 @@ class Config:
             value = getattr(self, name)
             if not (0.0 < value <= 1.0):
                 raise DsacError(f"--{name} must be in (0, 1], got {value!r}")
-        for name in ("max_seconds", "worker_cpus"):
+        for name in ("max_seconds", "worker_cpus", "checkpoint_every"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise DsacError(f"--{name} must be a positive number, got {value!r}")

@@ -66,6 +66,15 @@ class Policy:
         """Take weights produced by :meth:`get_weights`."""
         raise NotImplementedError
 
+    def get_state(self) -> dict[str, np.ndarray]:
+        """Everything training needs to continue exactly (networks, targets, optimizer state,
+        ...), by name, for checkpoints. Defaults to :meth:`get_weights`."""
+        return self.get_weights()
+
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        """Take a state produced by :meth:`get_state`."""
+        self.set_weights(state)
+
     @property
     def has_weights(self) -> bool:
         """Whether the policy can act (rollout policies wait for their first weights)."""

@@ -7,6 +7,7 @@ distributed run stays as sample-efficient as single-process SAC however fast eit
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -97,6 +98,32 @@ class ReplayStorage:
         return {key: self.data[key][idx] for key in FIELDS}
 
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """The stored transitions, counters and sampling RNG as arrays (for ``np.savez``)."""
+        out = {f"data/{k}": v[: self.size] for k, v in self.data.items()}
+        out["next_index"] = np.array(self.next_index)
+        out["added"] = np.array(self.added)
+        out["sampled_batches"] = np.array(self.sampled_batches)
+        out["rng_state"] = np.array(json.dumps(self.rng.bit_generator.state))
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Take :meth:`state_dict`'s output (the capacity may differ: the newest are kept)."""
+        n = len(state["data/reward"])
+        if n > self.capacity:  # a smaller ring: keep the newest, in order
+            order = (int(state["next_index"]) + np.arange(n)) % n
+            chunk = {k[5:]: v[order][-self.capacity :] for k, v in state.items() if k.startswith("data/")}
+            self.add(chunk)
+        else:
+            for key in FIELDS:
+                self.data[key][:n] = state[f"data/{key}"]
+            self.size = n
+            self.next_index = int(state["next_index"]) % self.capacity if n == self.capacity else n
+        self.added = int(state["added"])
+        self.sampled_batches = int(state["sampled_batches"])
+        self.rng.bit_generator.state = json.loads(str(state["rng_state"]))
+
+
 class PrioritizedReplayStorage(ReplayStorage):
     """Proportional prioritized replay (Schaul et al. 2016): transition i is sampled with
     probability P(i) = p_i^α / Σ_k p_k^α and weighted by w_i = (N·P(i))^-β / max_k w_k.
@@ -155,6 +182,23 @@ class PrioritizedReplayStorage(ReplayStorage):
         probs = self.sum_tree.get(idx) / total
         min_prob = self.min_tree.root / total
         return ((probs / min_prob) ** -beta).astype(np.float32)
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        out = super().state_dict()
+        out["priorities"] = self.sum_tree.get(np.arange(self.size))  # already raised to alpha
+        out["max_priority"] = np.array(self.max_priority)
+        return out
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        super().load_state_dict(state)
+        self.max_priority = float(state.get("max_priority", 1.0))
+        if "priorities" in state and len(state["priorities"]) == self.size:
+            scaled = np.asarray(state["priorities"], np.float64)
+        else:  # priorities lost (or the ring changed size): start every transition at the max
+            scaled = np.full(self.size, self.max_priority**self.alpha)
+        if self.size:
+            self.sum_tree.update(np.arange(self.size), scaled)
+            self.min_tree.update(np.arange(self.size), scaled)
 
     def update_priorities(self, idx: np.ndarray, generations: np.ndarray, priorities: np.ndarray) -> int:
         """Set new priorities (e.g. |TD error|) of sampled transitions still in the buffer;

@@ -142,3 +142,10 @@ class TensorFlowVariables:
             size = int(np.prod(var.shape))
             var.assign(flat[offset : offset + size].reshape(tuple(var.shape)))
             offset += size
+
+
+def named_variables(source, prefix: str = "") -> dict:
+    """``{name: variable}`` of anything :class:`TensorFlowVariables` takes, with its names
+    (for assembling one state from several models and optimizers)."""
+    tfv = TensorFlowVariables(source, prefix)
+    return dict(zip(tfv.names, tfv.variables, strict=True))

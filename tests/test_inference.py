@@ -116,3 +116,30 @@ def test_infer_script_runs_episodes(tmp_path):
     bad = subprocess.run([sys.executable, "scripts/infer.py", str(tmp_path / "missing.pkl")], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("algo, env_id, model", [
+    ("sac", "Pendulum-v1", {"fcnet_hiddens": [16]}),
+    ("dqn", "CartPole-v1", {"fcnet_hiddens": [16], "num_atoms": 5, "v_min": 0.0, "v_max": 10.0}),
+])
+def test_savedmodel_export_matches_the_numpy_policy(algo, env_id, model, tmp_path):
+    import tensorflow as tf
+
+    env = gym.make(env_id)
+    cls = SACPolicy if algo == "sac" else DQNPolicy
+    trained = cls(env.observation_space, env.action_space, Config(algo=algo, env=env_id, **model).validate(),
+                  build_learner=True, seed=0)
+    path = str(tmp_path / "w.pkl")
+    save_weights(path, payload_for(trained, algo, env_id, **model))
+    out = str(tmp_path / "saved")
+    result = subprocess.run([sys.executable, "scripts/export.py", path, "--savedmodel", out], cwd=REPO_ROOT,
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    serve = tf.saved_model.load(out).signatures["serving_default"]
+    obs = np.random.default_rng(1).normal(size=(20, *env.observation_space.shape)).astype(np.float32)
+    exported = serve(obs=tf.constant(obs))["action"].numpy()
+    expected = load_policy(path)(obs)
+    if algo == "sac":
+        np.testing.assert_allclose(exported, expected, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(exported, expected)

@@ -48,17 +48,26 @@ class ReplayBuffer:
         priority_alpha: prioritization exponent.
         priority_beta: initial importance-weight exponent, annealed to 1 over ``beta_anneal_steps``
             inserted transitions.
+        insert_limit: no insert budget past this many transitions (None: unbounded).
+        restore: a :meth:`snapshot` to start from (a resumed run with replay checkpointing).
+        start_added: a resumed run without a replay snapshot: transitions counted so far. The
+            buffer starts empty and warms up again (``min_size_to_sample`` new transitions).
     """
 
     def __init__(self, specs, capacity, *, samples_per_insert, min_size_to_sample, max_inserts_ahead,
                  num_writers, max_chunk, seed=0, prioritized=False, priority_alpha=0.6, priority_beta=0.4,
-                 beta_anneal_steps=1, insert_limit=None):
+                 beta_anneal_steps=1, insert_limit=None, restore: dict | None = None, start_added: int = 0):
         nbytes = storage_bytes(capacity, specs)
         check_fits_in_memory(nbytes, psutil.virtual_memory().available, f"node {socket.gethostname()}")
         if prioritized:
             self.storage = PrioritizedReplayStorage(specs, capacity, seed, alpha=priority_alpha)
         else:
             self.storage = ReplayStorage(specs, capacity, seed)
+        if restore is not None:
+            self.storage.load_state_dict(restore)
+        elif start_added:
+            self.storage.added = int(start_added)
+            min_size_to_sample += int(start_added)  # warm up again before sampling
         self.prioritized = prioritized
         self.priority_beta = float(priority_beta)
         self.beta_anneal_steps = max(1, int(beta_anneal_steps))
@@ -163,6 +172,10 @@ class ReplayBuffer:
             self.insert_limit = limit
             self.changed.notify_all()
 
+    async def snapshot(self) -> dict:
+        """Transitions, priorities, counters and RNG state as arrays (replay checkpoints)."""
+        return self.storage.state_dict()
+
     async def stats(self) -> dict:
         """Counters for progress reports."""
         return {
@@ -191,8 +204,11 @@ class ParameterServer:
     ``pull(newer_than=v)`` returns ``None`` when nothing is newer, so polling is cheap.
     """
 
-    def __init__(self):
-        self.version = 0
+    def __init__(self, start_version: int = 0):
+        self.version = int(start_version)  # a resumed run carries on counting
+        self.state: dict | None = None  # the learner's full state, when asked for (checkpoints)
+        self.state_meta: dict = {}
+        self.state_wanted = False
         self.weights: dict | None = None
         self.meta: dict = {}
         self.stopped = False
@@ -213,7 +229,7 @@ class ParameterServer:
         self.pushes += 1
         if meta and "stats" in meta:
             self.learner_stats = meta["stats"]
-        return {"version": self.version, "stop": self.stopped}
+        return {"version": self.version, "stop": self.stopped, "state_wanted": self.state_wanted}
 
     async def pull(self, newer_than: int = 0, worker: int | None = None) -> dict:
         """``{"stop", "version", "weights"?, "meta"?}``; weights only when newer than ``newer_than``."""
@@ -225,6 +241,22 @@ class ParameterServer:
             reply["meta"] = self.meta
             self.pulls_with_weights += 1
         return reply
+
+    async def request_state(self) -> None:
+        """Ask the learner for its full state (it sends it with ``put_state`` after a push)."""
+        self.state_wanted = True
+
+    async def put_state(self, state: dict, meta: dict) -> None:
+        """The learner's full state (networks, targets, optimizer, counters)."""
+        self.state, self.state_meta, self.state_wanted = state, dict(meta), False
+
+    async def take_state(self) -> dict | None:
+        """The state put since the last call, with its metadata, or None."""
+        if self.state is None:
+            return None
+        out = {"state": self.state, "meta": self.state_meta}
+        self.state = None
+        return out
 
     async def report_placement(self, role: str, where: dict) -> None:
         self.placements.append({"role": role, **where})

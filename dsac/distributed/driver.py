@@ -7,6 +7,7 @@ about a second, not a cluster start-up.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -25,7 +26,7 @@ import ray
 
 import dsac
 from dsac.algorithms import callbacks_for
-from dsac.artifacts import append_jsonl, save_weights, write_json
+from dsac.artifacts import append_jsonl, read_checkpoint, save_weights, write_checkpoint, write_json
 from dsac.config import Config
 from dsac.distributed.actors import ParameterServer, ReplayBuffer
 from dsac.distributed.tasks import evaluator, learner, rollout_worker
@@ -72,7 +73,7 @@ def prepare(config: Config) -> Prepared:
     check_fits_in_memory(
         storage_bytes(config.buffer_size, specs), psutil.virtual_memory().available, "this machine"
     )
-    output_dir = config.output_dir or default_output_dir(config)
+    output_dir = config.resume or config.output_dir or default_output_dir(config)
     created = not os.path.exists(output_dir)
     try:
         os.makedirs(output_dir, exist_ok=True)
@@ -82,7 +83,7 @@ def prepare(config: Config) -> Prepared:
         os.unlink(probe)
     except OSError as exc:
         raise DsacError(f"--output_dir {output_dir} is not writable: {exc.strerror}") from None
-    if os.path.exists(os.path.join(output_dir, "progress.jsonl")):
+    if not config.resume and os.path.exists(os.path.join(output_dir, "progress.jsonl")):
         raise DsacError(f"--output_dir {output_dir} already holds a run: choose another directory")
     return Prepared(config, observation_space, action_space, output_dir, created)
 
@@ -189,7 +190,7 @@ class DistributedRun:
     """
 
     def __init__(self, prepared: Prepared, started_at: float, insert_limit: int | None = None,
-                 initial_weights: dict | None = None):
+                 initial_weights: dict | None = None, checkpoint: dict | None = None):
         config = self.config = prepared.config
         self.output_dir = prepared.output_dir
         self.started_at = started_at
@@ -212,7 +213,18 @@ class DistributedRun:
             "replay buffer: %d transitions, %.1f MiB when full",
             config.buffer_size, storage_bytes(config.buffer_size, specs) / 2**20,
         )
-        self.ps = ParameterServer.options(num_cpus=0).remote()
+        meta = (checkpoint or {}).get("meta", {})
+        replay_snapshots = (checkpoint or {}).get("replay") or []
+        if replay_snapshots and len(replay_snapshots) != config.num_replay_shards:
+            log.warning("checkpoint has %d replay shards, the run %d: the buffer starts empty",
+                        len(replay_snapshots), config.num_replay_shards)
+            replay_snapshots = []
+        if checkpoint:
+            log.info(
+                "resuming from %d env steps, %d updates, weights v%d (%s)", meta["env_steps"], meta["updates"],
+                meta["version"], "with replay contents" if replay_snapshots else "replay refills",
+            )
+        self.ps = ParameterServer.options(num_cpus=0).remote(meta.get("version", 0))
         # Shard k takes the transitions of workers k, k + K, ...; each keeps the update ratio
         # for its own share of the data, so together they keep it for all of it.
         self.num_shards = num_shards = config.num_replay_shards
@@ -231,6 +243,8 @@ class DistributedRun:
                 priority_beta=config.priority_beta,
                 beta_anneal_steps=-(-config.total_env_steps // num_shards),
                 insert_limit=None if insert_limit is None else -(-insert_limit // num_shards),
+                restore=replay_snapshots[k] if replay_snapshots else None,
+                start_added=meta.get("env_steps", 0) // num_shards,
             )
             for k in range(num_shards)
         ]
@@ -241,7 +255,7 @@ class DistributedRun:
         self.roles = {
             learner.options(num_cpus=plan.learner_cpus, num_gpus=plan.learner_gpus).remote(
                 config, obs_space, act_space, self.shards, self.ps, config.seed, plan.learner_gpus,
-                plan.learner_cpus, initial_weights,
+                plan.learner_cpus, initial_weights, (checkpoint or {}).get("state"),
             ): "learner",
             evaluator.options(num_cpus=plan.evaluator_cpus).remote(
                 config, obs_space, act_space, self.ps, self.eval_seed
@@ -253,10 +267,16 @@ class DistributedRun:
             )
             self.roles[ref] = f"rollout_worker_{i}"
         self.pending = list(self.roles)
-        self.counters: dict = {"env_steps": 0, "updates": 0, "version": 0, "add_calls": 0, "sample_wait_s": 0.0}
+        self.counters: dict = {
+            "env_steps": meta.get("env_steps", 0), "updates": meta.get("updates", 0),
+            "version": meta.get("version", 0), "add_calls": 0, "sample_wait_s": 0.0,
+        }
         self.learner_stats: dict = {}
-        self.last_eval: dict = {}
-        self.best_return = -math.inf
+        self.last_eval: dict = meta.get("last_eval", {})
+        best = meta.get("best_eval_return")
+        self.best_return = -math.inf if best is None else best
+        self.last_checkpoint = time.monotonic()
+        self.checkpoint_path: str | None = None
         self.placements: dict[str, str] = {}
         self.failure: str | None = None
         self.episodes: list[tuple[float, int, dict]] = []  # since the last take_episodes()
@@ -362,7 +382,37 @@ class DistributedRun:
                 save_weights(self.best_weights_path, self.payload(ev["weights"], ev["weights_version"], line))
         if lines:
             self.save_latest()
+        self.write_checkpoint_if_ready()
         return lines
+
+    # --- checkpoints ---------------------------------------------------------------------
+    def request_checkpoint_if_due(self) -> None:
+        """Every ``checkpoint_every`` seconds, ask the learner for its full state."""
+        every = self.config.checkpoint_every
+        if every is not None and time.monotonic() - self.last_checkpoint >= every:
+            self.last_checkpoint = time.monotonic()
+            self.ps.request_state.remote()
+
+    def write_checkpoint_if_ready(self) -> None:
+        """Write the learner's state, if it sent one, as ``<output_dir>/checkpoint``."""
+        taken = ray.get(self.ps.take_state.remote())
+        if taken is None:
+            return
+        latest = self.latest()
+        replay = (
+            ray.get([shard.snapshot.remote() for shard in self.shards]) if self.config.checkpoint_replay else None
+        )
+        meta = {
+            "env_steps": self.counters["env_steps"],
+            "updates": int(taken["meta"].get("updates", 0)),
+            "version": latest["version"],
+            "wall_s": round(time.time() - self.started_at, 3),
+            "last_eval": self.last_eval,
+            "best_eval_return": None if self.best_return == -math.inf else self.best_return,
+        }
+        payload = self.payload(latest["weights"], latest["version"], {**self.counters, "updates": meta["updates"]})
+        self.checkpoint_path = write_checkpoint(self.output_dir, taken["state"], meta, payload, replay)
+        log.info("checkpoint at %d env steps, %d updates: %s", meta["env_steps"], meta["updates"], self.checkpoint_path)
 
     def take_episodes(self) -> list[tuple[float, int, dict]]:
         """Episodes reported since the last call: (return, length, custom metrics)."""
@@ -417,6 +467,7 @@ class DistributedRun:
             "best_eval_return": None if self.best_return == -math.inf else self.best_return,
             "output_dir": self.output_dir,
             "weights_path": self.weights_path if os.path.exists(self.weights_path) else None,
+            "checkpoint_path": self.checkpoint_path,
             "rollout_workers_per_node": workers_per_node,
             "placement": self.plan.describe(),
         }
@@ -441,7 +492,7 @@ def custom_metric_means(metrics: list[dict]) -> dict:
 
 
 def start(config: Config, started_at: float, insert_limit: int | None = None,
-          initial_weights: dict | None = None) -> tuple[DistributedRun, bool]:
+          initial_weights: dict | None = None, checkpoint: dict | None = None) -> tuple[DistributedRun, bool]:
     """Check the input, start or join Ray and start the system; returns the run and whether
     Ray was started here (and so should be shut down)."""
     prepared = prepare(config)
@@ -449,7 +500,7 @@ def start(config: Config, started_at: float, insert_limit: int | None = None,
     started_ray = False
     try:
         started_ray = connect_ray(prepared.config)
-        return DistributedRun(prepared, started_at, insert_limit, initial_weights), started_ray
+        return DistributedRun(prepared, started_at, insert_limit, initial_weights, checkpoint), started_ray
     except BaseException:
         # Refused or failed before training: leave no run directory behind.
         if prepared.created_output_dir and set(os.listdir(output_dir)) <= {"config.json"}:
@@ -457,6 +508,25 @@ def start(config: Config, started_at: float, insert_limit: int | None = None,
         if started_ray:
             ray.shutdown()
         raise
+
+
+def resume_config(run_dir: str, overrides: dict) -> Config:
+    """The config a run in ``run_dir`` was started with, changed by ``overrides`` (the flags
+    given on the command line), set to continue in ``run_dir``."""
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.isdir(run_dir):
+        raise DsacError(f"--resume {run_dir}: no such directory")
+    if not os.path.exists(path):
+        raise DsacError(f"--resume {run_dir}: not a dsac run (no config.json)")
+    try:
+        with open(path) as f:
+            values = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise DsacError(f"--resume {run_dir}: config.json is unreadable ({exc})") from None
+    values.pop("custom_models", None)  # builders come from the registry or module:Name
+    values.update(overrides)
+    values.update(resume=run_dir, output_dir=run_dir)
+    return Config.from_dict(values)
 
 
 def run(config: Config, started_at: float | None = None) -> dict:
@@ -469,7 +539,17 @@ def run(config: Config, started_at: float | None = None) -> dict:
     """
     started_at = time.time() if started_at is None else started_at
     config = config.validate()
-    system, started_ray = start(config, started_at, insert_limit=config.total_env_steps)
+    checkpoint = None
+    if config.resume:
+        checkpoint = read_checkpoint(config.resume)
+        done = checkpoint["meta"]["env_steps"]
+        if done >= config.total_env_steps:
+            raise DsacError(
+                f"--resume {config.resume}: the run already has {done} env steps; "
+                f"raise --total_env_steps above {done} to continue it"
+            )
+        started_at = time.time() - checkpoint["meta"].get("wall_s", 0.0)  # wall_s carries on
+    system, started_ray = start(config, started_at, insert_limit=config.total_env_steps, checkpoint=checkpoint)
     try:
         return _watch(system)
     finally:
@@ -486,6 +566,7 @@ def _watch(system: DistributedRun) -> dict:
         try:
             while stop_reason is None:
                 system.check_tasks(POLL_S)
+                system.request_checkpoint_if_due()
                 lines = system.poll()
                 recent_returns.extend(r for r, _, _ in system.take_episodes())
                 if system.callbacks is not None and lines:

@@ -140,11 +140,13 @@ class ShardedSampler:
 # max_calls=1: the process exits after the task, so its GPU memory is given back.
 @ray.remote(num_gpus=1, max_calls=1)
 def learner(config, observation_space, action_space, shards: list, ps, seed: int, num_gpus: float,
-            num_cpus: float, initial_weights: dict | None = None) -> dict:
+            num_cpus: float, initial_weights: dict | None = None, initial_state: dict | None = None) -> dict:
     """Trains the policy on batches from the replay shards, pushes weights every
     ``config.push_every`` updates, and (prioritized replay) sends each sample call's new
     priorities back to its shard in one fire-and-forget call. ``initial_weights`` (e.g. from a
-    restored Trainer) replace the fresh policy's weights before the first push."""
+    restored Trainer) replace the fresh policy's weights before the first push; ``initial_state``
+    (a resumed run's checkpoint) replaces its whole training state. When the parameter server
+    asks for it (checkpoints) and at the end, the learner sends its full state."""
     from dsac.tf_setup import configure_tensorflow
 
     device = configure_tensorflow(num_gpus, num_cpus)
@@ -154,6 +156,9 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     if initial_weights is not None:
         policy.set_weights(initial_weights)
     updates, stats = 0, {}
+    if initial_state is not None:
+        policy.set_state(initial_state)
+        updates = int(initial_state.get("updates", 0))
     env_steps_by_shard = [0] * len(shards)
     reply = ray.get(ps.push.remote(policy.get_weights(), {"updates": 0, "env_steps": 0}))
     sampler = ShardedSampler(shards, config.batch_size, config.batches_per_sample, config.prefetch)
@@ -180,10 +185,13 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
             if updates % config.push_every == 0:
                 if last_push is not None:
                     reply = ray.get(last_push)  # long done: carries the stop flag
+                    if reply.get("state_wanted"):
+                        ps.put_state.remote(policy.get_state(), meta())
                 last_push = ps.push.remote(policy.get_weights(), meta())
         if "indices" in batches and all(p is not None for p in priorities):
             shards[shard].update_priorities.remote(batches["indices"], batches["generations"], np.stack(priorities))
     final = meta(final=True)
+    ray.get(ps.put_state.remote(policy.get_state(), final))  # before the push the evaluator waits for
     ray.get(ps.push.remote(policy.get_weights(), final))
     return final
 

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from dsac.algorithms.dqn.networks import build_q_network
 from dsac.algorithms.dqn.numpy_q import c51_support
-from dsac.weights import TensorFlowVariables
+from dsac.weights import TensorFlowVariables, named_variables
 
 
 def huber(x, delta: float = 1.0):
@@ -106,6 +106,11 @@ class DQNLearner:
         self.optimizer = keras.optimizers.Adam(config.lr)
         self.optimizer.build(self.q_online.trainable_variables)
         self.q_weights = TensorFlowVariables(self.q_online, prefix="q")
+        self.state = TensorFlowVariables({
+            **dict(zip(self.q_weights.names, self.q_weights.variables, strict=True)),
+            **named_variables(self.q_target, "q_target"),
+            **named_variables(self.optimizer.variables, "optimizer"),
+        })
         self.updates = 0
 
     @tf.function

@@ -108,6 +108,21 @@ class DQNPolicy(Policy):
             raise RuntimeError("DQNPolicy has no weights yet: call set_weights first")
         return self._weights
 
+    def get_state(self):
+        """Networks, targets, optimizer state (and SAC's log α) and the update count."""
+        if self.learner is None:
+            return self.get_weights()
+        return {**self.learner.state.get_weights(), "updates": np.array(self.learner.updates)}
+
+    def set_state(self, state):
+        if self.learner is None:
+            self.set_weights(state)
+            return
+        state = dict(state)
+        self.learner.updates = int(state.pop("updates", 0))
+        self.learner.state.set_weights(state)
+        self._weights = None
+
     def set_weights(self, weights):
         weights = {k: np.asarray(v, np.float32) for k, v in weights.items()}
         if self.learner is not None:

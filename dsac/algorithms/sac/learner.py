@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from dsac.algorithms.sac.networks import build_actor, build_critic
 from dsac.algorithms.sac.numpy_actor import LOG_STD_MAX, LOG_STD_MIN
-from dsac.weights import TensorFlowVariables
+from dsac.weights import TensorFlowVariables, named_variables
 
 LOG_2 = math.log(2.0)
 LOG_2PI = math.log(2.0 * math.pi)
@@ -116,6 +116,15 @@ class SACLearner:
         self.alpha_optimizer.build([self.log_alpha])
 
         self.actor_weights = TensorFlowVariables(self.actor, prefix="actor")
+        self.state = TensorFlowVariables({
+            **{n: v for n, v in zip(self.actor_weights.names, self.actor_weights.variables, strict=True)},
+            **named_variables(self.q1, "q1"), **named_variables(self.q2, "q2"),
+            **named_variables(self.q1_target, "q1_target"), **named_variables(self.q2_target, "q2_target"),
+            "log_alpha": self.log_alpha,
+            **named_variables(self.actor_optimizer.variables, "actor_optimizer"),
+            **named_variables(self.critic_optimizer.variables, "critic_optimizer"),
+            **named_variables(self.alpha_optimizer.variables, "alpha_optimizer"),
+        })
         self.updates = 0
 
     def losses(self, batch, noise_next, noise_pi):

@@ -1,0 +1,36 @@
+"""Export a dsac weights file as a TensorFlow SavedModel (obs -> deterministic action).
+
+    python scripts/export.py runs/x/weights.pkl --savedmodel out/
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from dsac.errors import DsacError  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")
+    parser.add_argument("--savedmodel", required=True, help="output directory of the SavedModel")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    try:
+        from dsac.export import export_savedmodel
+
+        out = export_savedmodel(args.path, args.savedmodel)
+    except DsacError as exc:
+        print(f"export: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"export: error: cannot write {args.savedmodel}: {exc}", file=sys.stderr)
+        return 2
+    print(f"SavedModel in {out}: signature serving_default(obs float32[batch, obs_dim]) -> action")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
