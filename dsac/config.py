@@ -6,9 +6,11 @@ Each field carries its help text in ``metadata["help"]`` so the CLI, the README 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import importlib
+import json
 import math
 from dataclasses import dataclass, field
 
@@ -39,6 +41,17 @@ def _f(default, help: str, **kw):
     if isinstance(default, list | dict):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help, **kw})
     return field(default=default, metadata={"help": help, **kw})
+
+
+def json_object(text: str) -> dict:
+    """``--env_kwargs`` and the like: a JSON object (argparse reports the error in one line)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object like '{{\"key\": 1}}'")
+    return value
 
 
 # Keys of RLlib's ``config["model"]`` that dsac understands; they live flat in Config.
@@ -72,6 +85,7 @@ class Config:
     # --- what to train -----------------------------------------------------------------
     algo: str = _f("sac", "algorithm: sac (continuous actions) or dqn (discrete actions)", choices=ALGOS)
     env: str = _f("Pendulum-v1", "gymnasium environment id")
+    env_kwargs: dict = _f({}, 'keyword arguments of the env, as JSON: \'{"g": 9.81}\'', cli_type=json_object)
     seed: int = _f(0, "random seed (envs, networks, replay sampling)")
 
     # --- topology ----------------------------------------------------------------------
@@ -264,6 +278,8 @@ class Config:
             cls = load_object(self.policy_class, "policy_class")
             if not (isinstance(cls, type) and issubclass(cls, Policy)):
                 raise DsacError(f"policy_class must be a dsac.Policy subclass, got {cls!r}")
+        if not isinstance(self.env_kwargs, dict):
+            raise DsacError(f"env_kwargs must be a dict, got {self.env_kwargs!r}")
         if not isinstance(self.custom_model_config, dict):
             raise DsacError("custom_model_config must be a dict")
         if self.fcnet_activation not in ACTIVATIONS:

@@ -10,10 +10,13 @@ import numpy as np
 from dsac.errors import DsacError
 
 
-def make_env(env_id: str) -> gym.Env:
-    """Make a registered gymnasium env, turning gymnasium's errors into one-line ones."""
+def make_env(env_id: str, env_kwargs: dict | None = None) -> gym.Env:
+    """Make a registered gymnasium env (with ``env_kwargs`` for its constructor), turning
+    gymnasium's errors into one-line ones."""
     try:
-        return gym.make(env_id)
+        return gym.make(env_id, **(env_kwargs or {}))
+    except TypeError as exc:
+        raise DsacError(f"environment '{env_id}' does not take --env_kwargs {env_kwargs}: {exc}") from None
     except gym.error.DependencyNotInstalled as exc:
         raise DsacError(f"environment '{env_id}' needs an extra that is not installed: {exc}") from None
     except gym.error.Error as exc:

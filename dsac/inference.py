@@ -31,6 +31,7 @@ class LoadedPolicy:
         if self.algo not in ALGOS:
             raise DsacError(f"weights file {path} is from algorithm {self.algo!r}, which dsac cannot load")
         self.env_id = payload["env"]
+        self.env_kwargs = dict(payload.get("env_kwargs") or {})
         self.observation_space = space_from_description(payload["observation_space"])
         self.action_space = space_from_description(payload["action_space"])
         model = payload.get("model", {})

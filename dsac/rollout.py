@@ -34,11 +34,13 @@ class EnvCollector:
         n_step: rewards summed per transition (1 = plain one-step transitions).
         callbacks: a :class:`dsac.callbacks.Callbacks` whose episode hooks run here.
         worker_index: reported to the callbacks.
+        env_kwargs: keyword arguments of the env's constructor.
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int, gamma: float = 0.99, n_step: int = 1,
-                 callbacks: Callbacks | None = None, worker_index: int | None = None):
-        self.envs = [make_env(env_id) for _ in range(num_envs)]
+                 callbacks: Callbacks | None = None, worker_index: int | None = None,
+                 env_kwargs: dict | None = None):
+        self.envs = [make_env(env_id, env_kwargs) for _ in range(num_envs)]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])

@@ -40,6 +40,11 @@ def launch(*args, timeout=120):
         (["--output_dir", "/dev/null/run"], "not writable"),
         (["--lr", "nan"], "--lr"),
         (["--num_workers", "two"], "invalid int value"),
+        (["--env_kwargs", "{bad json"], "not valid JSON"),
+        (["--env_kwargs", '{"no_such_arg": 1}'], "does not take --env_kwargs"),
+        (["--resume", "/nonexistent/run"], "no such directory"),
+        (["--policy_class", "no_such_module:Policy"], "cannot load policy_class"),
+        (["--custom_model", "tanh_net"], "unknown custom_model 'tanh_net'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, fact, tmp_path):

@@ -65,7 +65,7 @@ def default_output_dir(config: Config) -> str:
 def prepare(config: Config) -> Prepared:
     """Validate the config, the env and its spaces, the replay's memory and the output dir."""
     config = config.validate()
-    env = make_env(config.env)
+    env = make_env(config.env, config.env_kwargs)
     observation_space, action_space = env.observation_space, env.action_space
     env.close()
     check_spaces(config.env, observation_space, action_space, config.algo)
@@ -289,6 +289,7 @@ class DistributedRun:
         return {
             "algo": config.algo,
             "env": config.env,
+            "env_kwargs": dict(config.env_kwargs),
             "observation_space": describe_space(self.observation_space),
             "action_space": describe_space(self.action_space),
             "model": {

@@ -80,7 +80,8 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     ps.report_placement.remote(f"rollout_worker_{index}", describe_process())
     callbacks = callbacks_for(config)
     collector = EnvCollector(
-        config.env, config.envs_per_worker, seed, config.gamma, config.n_step, callbacks=callbacks, worker_index=index
+        config.env, config.envs_per_worker, seed, config.gamma, config.n_step, callbacks=callbacks,
+        worker_index=index, env_kwargs=config.env_kwargs,
     )
     policy = policy_class_for(config)(
         collector.observation_space, collector.action_space, config, seed=seed,
@@ -209,7 +210,8 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
     def run_evaluation():
         started = time.monotonic()
         returns = evaluate(
-            lambda obs: policy.compute_actions(obs, explore=False), config.env, config.eval_episodes, seed
+            lambda obs: policy.compute_actions(obs, explore=False), config.env, config.eval_episodes, seed,
+            config.env_kwargs,
         )
         # Waited for: the final report must reach the parameter server before this task ends.
         ray.get(ps.report_eval.remote({
