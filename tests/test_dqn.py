@@ -157,3 +157,22 @@ def test_c51_update_lowers_its_loss_on_a_fixed_batch():
     # Terminal transitions with reward 1: Q(s, a) moves toward 1.
     q = policy.q_values(batch["obs"])[np.arange(32), batch["action"]]
     assert np.abs(q - 1.0).mean() < np.abs(first["q_mean"] - 1.0)
+
+
+def test_custom_model_q_network_acts_like_the_learner():
+    import keras
+
+    import dsac
+
+    def small(input_dim, output_dim, model_config, name):
+        inputs = keras.Input((input_dim,))
+        x = keras.layers.Dense(8, activation="swish", name="h")(inputs)
+        return keras.Model(inputs, keras.layers.Dense(output_dim, name="o")(x), name=name)
+
+    dsac.register_custom_model("small_q", small)
+    learner = make(build_learner=True, custom_model="small_q", num_atoms=3, v_min=-1.0, v_max=1.0)
+    worker = make(custom_model="small_q", num_atoms=3, v_min=-1.0, v_max=1.0)
+    worker.set_weights(learner.get_weights())
+    obs = np.random.default_rng(5).normal(size=(9, 4)).astype(np.float32)
+    np.testing.assert_allclose(worker.q_values(obs), learner.q_values(obs), atol=1e-5)
+    assert learner.learner.q_online(obs).shape == (9, 2, 3)
