@@ -79,3 +79,75 @@ class Policy:
     def has_weights(self) -> bool:
         """Whether the policy can act (rollout policies wait for their first weights)."""
         return True
+
+
+class LearnerPolicy(Policy):
+    """Base of dsac's own algorithms: acting from weights by name — a numpy forward pass for
+    the built-in networks, a :class:`dsac.models.keras_forward.KerasForward` for custom models —
+    and learning through a TensorFlow learner that exists only with ``build_learner=True``.
+
+    A subclass's ``__init__`` sets ``self.learner`` (an object with ``update(batch)``,
+    ``updates``, and ``acting_weights`` / ``state`` as :class:`dsac.weights.TensorFlowVariables`)
+    or, for a custom model, ``self.keras_forward``; and it implements
+    :meth:`expected_weight_names` for the numpy path.
+    """
+
+    learner = None
+    keras_forward = None
+    _weights: dict | None = None
+
+    def expected_weight_names(self) -> set[str]:
+        """The weight names the numpy forward pass reads."""
+        raise NotImplementedError
+
+    def prepare_batch(self, batch: dict) -> dict:
+        """The batch as the learner wants it (e.g. actions shifted to start at 0)."""
+        return batch
+
+    @property
+    def has_weights(self) -> bool:
+        return self._weights is not None or self.learner is not None
+
+    def learn_on_batch(self, batch):
+        if self.learner is None:
+            raise RuntimeError(f"this {type(self).__name__} was built without a learner (build_learner=True)")
+        stats = self.learner.update(self.prepare_batch(batch))
+        self._weights = None  # fetched lazily from the TF networks by get_weights
+        return stats
+
+    def get_weights(self):
+        if self.learner is not None and self._weights is None:
+            self._weights = self.learner.acting_weights.get_weights()
+        if self._weights is None:
+            raise RuntimeError(f"{type(self).__name__} has no weights yet: call set_weights first")
+        return self._weights
+
+    def set_weights(self, weights):
+        weights = {k: np.asarray(v, np.float32) for k, v in weights.items()}
+        if self.learner is not None:
+            self.learner.acting_weights.set_weights(weights)
+        elif self.keras_forward is not None:
+            self.keras_forward.set_weights(weights)
+        else:
+            expected = self.expected_weight_names()
+            if set(weights) != expected:
+                raise ValueError(
+                    f"{type(self).__name__} weights do not match: missing {sorted(expected - set(weights))}, "
+                    f"extra {sorted(set(weights) - expected)}"
+                )
+        self._weights = weights
+
+    def get_state(self):
+        """Networks, targets, optimizer state and the update count (learner side)."""
+        if self.learner is None:
+            return self.get_weights()
+        return {**self.learner.state.get_weights(), "updates": np.array(self.learner.updates)}
+
+    def set_state(self, state):
+        if self.learner is None:
+            self.set_weights(state)
+            return
+        state = dict(state)
+        self.learner.updates = int(state.pop("updates", 0))
+        self.learner.state.set_weights(state)
+        self._weights = None

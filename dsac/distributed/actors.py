@@ -85,6 +85,17 @@ class ReplayBuffer:
         self.add_calls = 0
         log.info("ReplayBuffer: %d transitions, %.1f MiB when full", capacity, nbytes / 2**20)
 
+    async def _wait_for_change(self, deadline: float) -> bool:
+        """Wait (holding nothing) until another call changes the buffer; False at ``deadline``."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        try:
+            await asyncio.wait_for(self.changed.wait(), remaining)
+            return True
+        except TimeoutError:
+            return False
+
     def _status(self, grant: int = 0) -> dict:
         return {
             "grant": grant,
@@ -122,12 +133,7 @@ class ReplayBuffer:
                         grant = min(grant, limit_left)
                     self.outstanding[writer] = grant
                     return self._status(grant)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    await asyncio.wait_for(self.changed.wait(), remaining)
-                except TimeoutError:
+                if not await self._wait_for_change(deadline):
                     break
             return self._status(0)
 
@@ -145,12 +151,7 @@ class ReplayBuffer:
                     self.sample_wait_s += time.monotonic() - started
                     self.changed.notify_all()  # writers may have new budget
                     return batches, self.storage.added
-                remaining = started + MAX_WAIT_S - time.monotonic()
-                if remaining <= 0:
-                    break
-                try:
-                    await asyncio.wait_for(self.changed.wait(), remaining)
-                except TimeoutError:
+                if not await self._wait_for_change(started + MAX_WAIT_S):
                     break
             self.sample_wait_s += time.monotonic() - started
             return None

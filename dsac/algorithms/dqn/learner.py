@@ -105,9 +105,9 @@ class DQNLearner:
         self.target_update_every = int(config.target_update_every)
         self.optimizer = keras.optimizers.Adam(config.lr)
         self.optimizer.build(self.q_online.trainable_variables)
-        self.q_weights = TensorFlowVariables(self.q_online, prefix="q")
+        self.acting_weights = TensorFlowVariables(self.q_online, prefix="q")
         self.state = TensorFlowVariables({
-            **dict(zip(self.q_weights.names, self.q_weights.variables, strict=True)),
+            **dict(zip(self.acting_weights.names, self.acting_weights.variables, strict=True)),
             **named_variables(self.q_target, "q_target"),
             **named_variables(self.optimizer.variables, "optimizer"),
         })

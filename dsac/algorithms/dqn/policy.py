@@ -19,10 +19,10 @@ from dsac.algorithms.dqn.numpy_q import (
     q_layer_names,
     q_values,
 )
-from dsac.policy import Policy
+from dsac.policy import LearnerPolicy
 
 
-class DQNPolicy(Policy):
+class DQNPolicy(LearnerPolicy):
     """Double/dueling n-step DQN for flat Box observations and Discrete actions."""
 
     def __init__(self, observation_space, action_space, config, *, build_learner=False, seed=0,
@@ -35,23 +35,16 @@ class DQNPolicy(Policy):
         self.torso, self.heads = q_layer_names(len(config.fcnet_hiddens), config.dueling)
         self.support = c51_support(config)
         self.steps = 0  # exploring actions taken by this policy
-        self._weights: dict[str, np.ndarray] | None = None
-        self.learner = None
-        self.keras_q = None  # custom models act through TensorFlow
         if build_learner:
             from dsac.algorithms.dqn.learner import DQNLearner  # TensorFlow only here
 
             self.learner = DQNLearner(self.obs_dim, self.num_actions, config, seed=seed)
-            self._weights = self.learner.q_weights.get_weights()
+            self._weights = self.learner.acting_weights.get_weights()
         elif config.custom_model:
             from dsac.algorithms.dqn.networks import build_q_network
             from dsac.models.keras_forward import KerasForward
 
-            self.keras_q = KerasForward(self.obs_dim, self.num_actions, config, "q", build=build_q_network)
-
-    @property
-    def has_weights(self) -> bool:
-        return self._weights is not None or self.learner is not None
+            self.keras_forward = KerasForward(self.obs_dim, self.num_actions, config, "q", build=build_q_network)
 
     @property
     def epsilon(self) -> float:
@@ -69,8 +62,8 @@ class DQNPolicy(Policy):
         weights = self.get_weights()
         if self.learner is not None:
             return q_from_head_outputs([self.learner.q_online(x).numpy().reshape(len(x), -1)], self.support)
-        if self.keras_q is not None:
-            return q_from_head_outputs([self.keras_q(x).reshape(len(x), -1)], self.support)
+        if self.keras_forward is not None:
+            return q_from_head_outputs([self.keras_forward(x).reshape(len(x), -1)], self.support)
         return q_values(weights, self.torso, self.heads, x, self.support, self.config.fcnet_activation)
 
     def compute_actions(self, obs_batch, explore=True):
@@ -93,47 +86,8 @@ class DQNPolicy(Policy):
         y = batch["reward"] + batch["discount"] * (1.0 - batch["terminated"]) * q_next
         return {**batch, "priority": np.abs(y - q_sa).astype(np.float32)}
 
-    def learn_on_batch(self, batch):
-        if self.learner is None:
-            raise RuntimeError("this DQNPolicy was built without a learner (build_learner=True)")
-        batch = {**batch, "action": np.asarray(batch["action"], np.int64) - self.action_start}
-        stats = self.learner.update(batch)
-        self._weights = None  # fetched lazily from the TF network by get_weights
-        return stats
+    def prepare_batch(self, batch):
+        return {**batch, "action": np.asarray(batch["action"], np.int64) - self.action_start}
 
-    def get_weights(self):
-        if self.learner is not None and self._weights is None:
-            self._weights = self.learner.q_weights.get_weights()
-        if self._weights is None:
-            raise RuntimeError("DQNPolicy has no weights yet: call set_weights first")
-        return self._weights
-
-    def get_state(self):
-        """Networks, targets, optimizer state (and SAC's log α) and the update count."""
-        if self.learner is None:
-            return self.get_weights()
-        return {**self.learner.state.get_weights(), "updates": np.array(self.learner.updates)}
-
-    def set_state(self, state):
-        if self.learner is None:
-            self.set_weights(state)
-            return
-        state = dict(state)
-        self.learner.updates = int(state.pop("updates", 0))
-        self.learner.state.set_weights(state)
-        self._weights = None
-
-    def set_weights(self, weights):
-        weights = {k: np.asarray(v, np.float32) for k, v in weights.items()}
-        if self.learner is not None:
-            self.learner.q_weights.set_weights(weights)
-        elif self.keras_q is not None:
-            self.keras_q.set_weights(weights)
-        else:
-            expected = {f"{name}/{part}" for name in self.torso + self.heads for part in ("kernel", "bias")}
-            if set(weights) != expected:
-                raise ValueError(
-                    f"DQN weights do not match: missing {sorted(expected - set(weights))}, "
-                    f"extra {sorted(set(weights) - expected)}"
-                )
-        self._weights = weights
+    def expected_weight_names(self):
+        return {f"{name}/{part}" for name in self.torso + self.heads for part in ("kernel", "bias")}

@@ -115,9 +115,9 @@ class SACLearner:
         self.critic_optimizer.build(self.critic_variables)
         self.alpha_optimizer.build([self.log_alpha])
 
-        self.actor_weights = TensorFlowVariables(self.actor, prefix="actor")
+        self.acting_weights = TensorFlowVariables(self.actor, prefix="actor")
         self.state = TensorFlowVariables({
-            **{n: v for n, v in zip(self.actor_weights.names, self.actor_weights.variables, strict=True)},
+            **{n: v for n, v in zip(self.acting_weights.names, self.acting_weights.variables, strict=True)},
             **named_variables(self.q1, "q1"), **named_variables(self.q2, "q2"),
             **named_variables(self.q1_target, "q1_target"), **named_variables(self.q2_target, "q2_target"),
             "log_alpha": self.log_alpha,
