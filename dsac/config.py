@@ -24,8 +24,8 @@ ALGOS = ("sac", "dqn")
 # DQN follows Ape-X (Horgan et al. 2018): n-step 3, prioritized replay, dueling, double Q.
 ALGO_DEFAULTS = {
     "sac": {
-        "lr": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 500,
-        "start_steps": 500, "updates_per_step": 1.0, "n_step": 1, "prioritized": False,
+        "lr": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 200,
+        "start_steps": 200, "updates_per_step": 1.0, "n_step": 1, "prioritized": False,
         "total_env_steps": 20_000,
     },
     "dqn": {
@@ -155,7 +155,7 @@ class Config:
     final_epsilon: float = _f(0.02, "one worker: epsilon at the end of its decay (dqn)")
 
     # --- data flow -----------------------------------------------------------------------
-    max_steps_ahead: int = _f(256, "env steps collection may run ahead of the update ratio")
+    max_steps_ahead: int = _f(128, "env steps collection may run ahead of the update ratio")
     batches_per_sample: int = _f(4, "batches one replay sample call returns")
     prefetch: int = _f(2, "replay sample calls the learner keeps in flight")
     push_every: int = _f(10, "learner pushes weights every this many updates")
