@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import importlib
 import json
 import math
 from dataclasses import dataclass, field
 
-from dsac.errors import DsacError
+from dsac.errors import DsacError, did_you_mean
 from dsac.models.catalog import ACTIVATIONS, registered_models, resolve_builder
 
 ALGOS = ("sac", "dqn")
@@ -181,16 +180,12 @@ class Config:
             raise DsacError(f"config key 'model' must be a dict, got {type(model).__name__}")
         for key in model:
             if key not in MODEL_KEYS:
-                close = difflib.get_close_matches(key, MODEL_KEYS, n=3)
-                hint = f" (did you mean {', '.join(close)}?)" if close else ""
-                raise DsacError(f"unknown model config key '{key}'{hint}")
+                raise DsacError(f"unknown model config key '{key}'{did_you_mean(key, MODEL_KEYS)}")
         values.update(model)
         names = [f.name for f in dataclasses.fields(cls)]
         for key in values:
             if key not in names:
-                close = difflib.get_close_matches(key, names, n=3)
-                hint = f" (did you mean {', '.join(close)}?)" if close else ""
-                raise DsacError(f"unknown config key '{key}'{hint}")
+                raise DsacError(f"unknown config key '{key}'{did_you_mean(key, names)}")
         return cls(**values)
 
     def resolved(self) -> Config:

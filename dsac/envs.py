@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
-
 import gymnasium as gym
 import numpy as np
 
-from dsac.errors import DsacError
+from dsac.errors import DsacError, did_you_mean
 
 
 def make_env(env_id: str, env_kwargs: dict | None = None) -> gym.Env:
@@ -20,8 +18,7 @@ def make_env(env_id: str, env_kwargs: dict | None = None) -> gym.Env:
     except gym.error.DependencyNotInstalled as exc:
         raise DsacError(f"environment '{env_id}' needs an extra that is not installed: {exc}") from None
     except gym.error.Error as exc:
-        close = difflib.get_close_matches(env_id, list(gym.envs.registry.keys()), n=3, cutoff=0.6)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        hint = did_you_mean(env_id, gym.envs.registry.keys())
         raise DsacError(f"unknown environment '{env_id}'{hint}: {exc}") from None
     except ImportError as exc:
         raise DsacError(f"environment '{env_id}' failed to import: {exc}") from None

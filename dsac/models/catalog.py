@@ -19,10 +19,9 @@ config to every Ray worker. This module imports TensorFlow only when a model is 
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 
-from dsac.errors import DsacError
+from dsac.errors import DsacError, did_you_mean
 
 ACTIVATIONS = ("relu", "tanh", "swish", "linear")
 
@@ -45,8 +44,7 @@ def resolve_builder(name: str, registry: dict[str, Callable]) -> Callable:
     """The builder registered as ``name``; a one-line error with close matches otherwise."""
     if name in registry:
         return registry[name]
-    close = difflib.get_close_matches(name, list(registry), n=3)
-    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    hint = did_you_mean(name, registry)
     known = f"; registered: {', '.join(sorted(registry))}" if registry else "; none are registered"
     raise DsacError(f"unknown custom_model '{name}'{hint}{known}")
 
