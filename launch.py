@@ -12,6 +12,7 @@ STARTED_AT = time.time()  # wall_s in progress.jsonl counts from here
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
+import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -58,7 +59,38 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
             kwargs["choices"] = f.metadata["choices"]
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         parser.add_argument(f"--{f.name}", default=argparse.SUPPRESS if suppress_defaults else default, **kwargs)
+    parser.add_argument(
+        "--config", default=argparse.SUPPRESS if suppress_defaults else None,
+        help="a .yaml or .json file of flag names and values (a run's config.json repeats that run); "
+             "flags given on the command line override it",
+    )
     return parser
+
+
+def load_config_file(path: str) -> dict:
+    """Flag values from a YAML or JSON file. A run's saved ``config.json`` repeats that run:
+    its output directory and resume target are left out, so the repeat gets a new directory."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as exc:
+        raise DsacError(f"--config {path}: cannot read it ({exc.strerror})") from None
+    try:
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            values = yaml.safe_load(text)
+        else:
+            values = json.loads(text)
+    except Exception as exc:  # yaml.YAMLError / json.JSONDecodeError: say where, in one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DsacError(f"--config {path}: not valid {'YAML' if path.endswith(('.yaml', '.yml')) else 'JSON'} ({first})") from None
+    if not isinstance(values, dict):
+        raise DsacError(f"--config {path}: must hold a mapping of flag names to values")
+    if "custom_models" in values:  # a saved effective config: repeat it in a fresh directory
+        for key in ("custom_models", "output_dir", "resume"):
+            values.pop(key, None)
+    return values
 
 
 def main(argv=None) -> int:
@@ -70,11 +102,16 @@ def main(argv=None) -> int:
     try:
         from dsac.distributed.driver import RunFailed, resume_config, run  # imports Ray
 
+        given = vars(build_parser(suppress_defaults=True).parse_args(argv))  # flags actually typed
+        given.pop("config", None)
         if args.resume:
-            given = vars(build_parser(suppress_defaults=True).parse_args(argv))
             config = resume_config(args.resume, {k: v for k, v in given.items() if k != "resume"}).validate()
+        elif args.config:
+            config = Config.from_dict({**load_config_file(args.config), **given}).validate()
         else:
-            config = Config.from_dict(vars(args)).validate()
+            values = vars(args)
+            values.pop("config")
+            config = Config.from_dict(values).validate()
 
         try:
             summary = run(config, started_at=STARTED_AT)

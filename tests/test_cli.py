@@ -127,3 +127,29 @@ def test_interrupt_and_terminate_save_weights(sig, code, tmp_path):
     payload = load_weights(str(out / "weights.pkl"))
     summary = json.loads((out / "summary.json").read_text())
     assert payload["version"] == summary["weights_version"] > 0
+
+
+def test_config_file_with_cli_override_and_repeat_from_config_json(tmp_path):
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text(
+        "env: Pendulum-v1\nnum_workers: 3\nfcnet_hiddens: [16, 16]\ntotal_env_steps: 600\n"
+        "eval_every: 300\neval_episodes: 2\nlearning_starts: 100\nstart_steps: 100\nseed: 4\n"
+    )
+    first = tmp_path / "first"
+    result = launch("--config", str(config_file), "--num_workers", "2", "--output_dir", str(first), timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    saved = json.loads((first / "config.json").read_text())
+    assert saved["num_workers"] == 2  # the command line wins over the file
+    assert saved["fcnet_hiddens"] == [16, 16] and saved["seed"] == 4 and saved["total_env_steps"] == 600
+    # The saved config.json, passed back, repeats the run (in a directory of its own).
+    second = tmp_path / "second"
+    result = launch("--config", str(first / "config.json"), "--output_dir", str(second), timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    repeated = json.loads((second / "config.json").read_text())
+    assert {k: v for k, v in repeated.items() if k != "output_dir"} == {
+        k: v for k, v in saved.items() if k != "output_dir"
+    }
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("fcnet_hidden: [16]\n")
+    result = launch("--config", str(bad))
+    assert result.returncode == 2 and "did you mean fcnet_hiddens" in result.stderr
