@@ -81,6 +81,7 @@ def test_small_run_writes_config_progress_and_loadable_weights(tmp_path):
     assert payload["weights"]["actor/hidden_0/kernel"].shape == (3, 32)
     assert all(isinstance(v, np.ndarray) for v in payload["weights"].values())
     assert "placed learner" in result.stdout and "placement plan" in result.stdout
+    assert "placed parameter_server" in result.stdout and "placed replay_shard_0" in result.stdout
 
 
 def test_more_bad_input_before_ray(tmp_path):

@@ -267,6 +267,13 @@ class DistributedRun:
             )
             self.roles[ref] = f"rollout_worker_{i}"
         self.pending = list(self.roles)
+        # The actors' own placement (the tasks report theirs through the parameter server).
+        for name, where in zip(
+            ["parameter_server", *(f"replay_shard_{k}" for k in range(num_shards))],
+            ray.get([self.ps.where.remote(), *(shard.where.remote() for shard in self.shards)]),
+            strict=True,
+        ):
+            log.info("placed %s on %s (node %s, pid %s)", name, where["host"], where["node"][:8], where["pid"])
         self.counters: dict = {
             "env_steps": meta.get("env_steps", 0), "updates": meta.get("updates", 0),
             "version": meta.get("version", 0), "add_calls": 0, "sample_wait_s": 0.0,
