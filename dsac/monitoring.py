@@ -1,0 +1,187 @@
+"""What a person watching a run sees: a live progress bar (or, when stdout is not a
+terminal, a summary line every ``--log_every`` seconds) and TensorBoard event files.
+
+Driver-side and free of Ray and TensorFlow: the driver stays a light process. The event
+files are the standard ``events.out.tfevents.*`` that ``tf.summary`` writes, produced with
+tensorboardX so the driver does not pay TensorFlow's ~5 s import and ~500 MB.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import statistics
+import sys
+import time
+
+# Counters whose growth per second the progress line and TensorBoard show.
+RATE_COUNTERS = ("env_steps", "updates", "learner_wait_s")
+
+
+class RateMeter:
+    """Per-second growth of counters over a trailing window of ``window_s`` seconds."""
+
+    def __init__(self, window_s: float):
+        self.window_s = window_s
+        self.samples: collections.deque[tuple[float, dict]] = collections.deque()
+
+    def update(self, now: float, counters: dict) -> dict[str, float]:
+        """Add a sample; return ``{name: rate}`` over the window (0 until two samples)."""
+        self.samples.append((now, {k: float(counters.get(k) or 0.0) for k in RATE_COUNTERS}))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window_s:
+            self.samples.popleft()
+        (t0, first), (t1, last) = self.samples[0], self.samples[-1]
+        if t1 <= t0:
+            return {k: 0.0 for k in RATE_COUNTERS}
+        return {k: max(0.0, (last[k] - first[k]) / (t1 - t0)) for k in RATE_COUNTERS}
+
+
+def format_duration(seconds: float | None) -> str:
+    """``42s``, ``3m05s``, ``1h02m``; ``?`` when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def eta_seconds(status: dict, rates: dict) -> float | None:
+    """Seconds until ``total_env_steps`` at the current collection rate."""
+    left = status["total_env_steps"] - status["env_steps"]
+    if left <= 0:
+        return 0.0
+    return left / rates["env_steps"] if rates["env_steps"] > 0 else None
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def summary_fields(status: dict, rates: dict) -> list[str]:
+    """The progress facts, as short ``name value`` strings (the bar's postfix, the plain line's body)."""
+    return [
+        f"{_fmt(rates['env_steps'], ',.0f')} steps/s",
+        f"{_fmt(rates['updates'], ',.0f')} updates/s",
+        f"eval {_fmt(status.get('last_eval_return'), '.1f')}",
+        f"episode {_fmt(status.get('recent_episode_return'), '.1f')}",
+        f"weights v{status['version']} lag {_fmt(status.get('version_lag'), 'd')}",
+        f"replay {_fmt(status.get('replay_fill'), '.0%')}",
+    ]
+
+
+def status_line(status: dict, rates: dict) -> str:
+    """One plain line: where the run is, how fast it goes, and how long is left."""
+    done, total = status["env_steps"], status["total_env_steps"]
+    head = f"{done:,}/{total:,} env steps ({done / total:.0%}), {status['updates']:,} updates"
+    tail = f"{format_duration(status['wall_s'])} elapsed, ETA {format_duration(eta_seconds(status, rates))}"
+    return " | ".join([head, *summary_fields(status, rates), tail])
+
+
+class ProgressDisplay:
+    """A tqdm bar on a terminal; elsewhere (``ray job logs``, a file) ``status_line`` every
+    ``log_every`` seconds through ``log``."""
+
+    def __init__(self, total: int, log_every: float, log, use_bar: bool | None = None, stream=None):
+        self.stream = stream or sys.stdout
+        self.use_bar = self.stream.isatty() if use_bar is None else use_bar
+        self.log_every = log_every
+        self.log = log
+        self.rates = RateMeter(window_s=30.0)
+        self.last_line = -math.inf
+        self.bar = None
+        self._redirect = None
+        if self.use_bar:
+            from tqdm import tqdm
+            from tqdm.contrib.logging import logging_redirect_tqdm
+
+            self.bar = tqdm(total=total, unit="step", unit_scale=True, file=self.stream, dynamic_ncols=True,
+                            smoothing=0.1, desc="env steps")
+            self._redirect = logging_redirect_tqdm()  # log lines print above the bar, not through it
+            self._redirect.__enter__()
+
+    def update(self, status: dict) -> None:
+        """Show ``status`` (see ``DistributedRun.status``)."""
+        rates = self.rates.update(time.monotonic(), status)
+        if self.bar is not None:
+            self.bar.total = status["total_env_steps"]
+            self.bar.update(max(0, status["env_steps"] - self.bar.n))
+            self.bar.set_postfix_str(", ".join(summary_fields(status, rates)), refresh=True)
+        elif time.monotonic() - self.last_line >= self.log_every:
+            self.last_line = time.monotonic()
+            self.log(status_line(status, rates))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self._redirect.__exit__(None, None, None)
+            self.bar = None
+
+
+class TensorBoardLog:
+    """Scalars in ``<output_dir>/tb`` against env steps (like SB3's ``num_timesteps``).
+
+    Tags: ``eval/*`` at every evaluation; ``rollout/*`` from the workers' finished episodes;
+    ``learner/*`` (losses, alpha, entropy, TD-error stats: whatever the algorithm reports,
+    averaged over the updates since the learner's last push, plus the share of time it
+    waited for data); ``throughput/*``; ``replay/*``; ``weights/*`` (version, lag of the
+    slowest worker); ``custom_metrics/*`` from callbacks.
+    """
+
+    def __init__(self, logdir: str, every_s: float = 5.0):
+        from tensorboardX import SummaryWriter
+
+        self.writer = SummaryWriter(logdir, flush_secs=10)
+        self.logdir = logdir
+        self.every_s = every_s
+        self.rates = RateMeter(window_s=every_s)
+        self.last_write = -math.inf
+        self.episodes: list[tuple[float, int]] = []
+
+    def evaluation(self, line: dict) -> None:
+        """One progress line (an evaluation) of ``progress.jsonl``."""
+        step = int(line["env_steps"])
+        self.writer.add_scalar("eval/return_mean", line["eval_return_mean"], step)
+        self.writer.add_scalar("eval/return_std", line["eval_return_std"], step)
+        for key, value in line.items():
+            if key.startswith("custom_metrics/"):
+                self.writer.add_scalar(key, value, step)
+
+    def system(self, status: dict, episodes: list, learner_stats: dict, force: bool = False) -> None:
+        """Collect ``episodes``; every ``every_s`` seconds (and when ``force``d, at the end)
+        write the system's scalars."""
+        self.episodes.extend((float(r), int(n)) for r, n, *_ in episodes)
+        now = time.monotonic()
+        rates = self.rates.update(now, status)
+        if now - self.last_write < self.every_s and not force:
+            return
+        self.last_write = now
+        step = int(status["env_steps"])
+        scalars = {
+            "throughput/env_steps_per_s": rates["env_steps"],
+            "throughput/updates_per_s": rates["updates"],
+            "learner/wait_fraction": min(1.0, rates["learner_wait_s"]),
+            "learner/updates": status["updates"],
+            "replay/size": status["replay_size"],
+            "replay/fill": status["replay_fill"],
+            "weights/version": status["version"],
+            "weights/version_lag": status.get("version_lag"),
+        }
+        if self.episodes:
+            returns = [r for r, _ in self.episodes]
+            scalars["rollout/episode_return_mean"] = statistics.fmean(returns)
+            scalars["rollout/episode_return_min"] = min(returns)
+            scalars["rollout/episode_return_max"] = max(returns)
+            scalars["rollout/episode_length_mean"] = statistics.fmean(n for _, n in self.episodes)
+            scalars["rollout/episodes"] = len(self.episodes)
+            self.episodes = []
+        for key, value in learner_stats.items():
+            scalars[f"learner/{key}"] = value
+        for tag, value in scalars.items():
+            if value is not None and isinstance(value, int | float) and math.isfinite(value):
+                self.writer.add_scalar(tag, value, step)
+
+    def close(self) -> None:
+        self.writer.close()
