@@ -102,6 +102,11 @@ def main(argv=None) -> int:
     try:
         from dsac.distributed.driver import RunFailed, resume_config, run  # imports Ray
 
+        # Ray's own start-up messages go where dsac's log goes; stderr is kept for the error line.
+        for handler in logging.getLogger("ray").handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:
+                handler.setStream(sys.stdout)
+
         given = vars(build_parser(suppress_defaults=True).parse_args(argv))  # flags actually typed
         given.pop("config", None)
         if args.resume:

@@ -83,8 +83,9 @@ class Config:
 
     # --- what to train -----------------------------------------------------------------
     algo: str = _f("sac", "algorithm: sac (continuous actions) or dqn (discrete actions)", choices=ALGOS)
-    env: str = _f("Pendulum-v1", "gymnasium environment id")
+    env: str = _f("Pendulum-v1", "gymnasium environment id, or module:env-id / module:ClassName of your own")
     env_kwargs: dict = _f({}, 'keyword arguments of the env, as JSON: \'{"g": 9.81}\'', cli_type=json_object)
+    flatten_obs: bool = _f(False, "flatten Dict/Tuple/Discrete/image observations into one flat Box")
     seed: int = _f(0, "random seed (envs, networks, replay sampling)")
 
     # --- topology ----------------------------------------------------------------------
@@ -104,13 +105,18 @@ class Config:
     eval_every: int = _f(1_000, "evaluate every this many env steps")
     eval_episodes: int = _f(10, "deterministic episodes per evaluation")
     output_dir: str | None = _f(None, "run directory (default: runs/<algo>-<env>-<timestamp>)")
-    log_every: float = _f(10.0, "seconds between progress lines")
+    log_every: float = _f(10.0, "seconds between progress lines when stdout is not a terminal")
+    progress_bar: bool = _f(True, "a live progress bar when stdout is a terminal (else a line every --log_every s)")
+    tensorboard: bool = _f(True, "write TensorBoard event files to <output_dir>/tb")
     steps_per_iteration: int = _f(1_000, "env steps one Trainer.train() call collects")
     checkpoint_every: float | None = _f(
         300.0, "seconds between checkpoints of the full training state (one is always written at the end)"
     )
     checkpoint_replay: bool = _f(False, "include the replay buffer's contents in checkpoints (compressed .npz)")
     resume: str | None = _f(None, "continue the run in this directory from its checkpoint")
+    init_weights: str | None = _f(
+        None, "start acting from a weights.pkl dsac wrote (e.g. a best_weights.pkl); critics and optimizer start fresh"
+    )
 
     # --- learning (shared) ---------------------------------------------------------------
     gamma: float = _f(0.99, "discount factor")

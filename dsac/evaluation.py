@@ -8,14 +8,15 @@ from dsac.envs import make_env
 from dsac.rollout import ActFn
 
 
-def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None) -> np.ndarray:
+def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
+             flatten_obs: bool = False) -> np.ndarray:
     """Run ``episodes`` episodes side by side (episode ``j`` reset with ``seed + j``), acting
     on the batch of unfinished ones; return their undiscounted returns.
 
     The same seeds are used at every evaluation, so two evaluations of the same weights give
     the same numbers and curves compare policies, not luck.
     """
-    envs = [make_env(env_id, env_kwargs) for _ in range(episodes)]
+    envs = [make_env(env_id, env_kwargs, flatten_obs) for _ in range(episodes)]
     obs = np.stack([env.reset(seed=seed + j)[0] for j, env in enumerate(envs)])
     returns = np.zeros(episodes, dtype=np.float64)
     active = np.ones(episodes, dtype=bool)

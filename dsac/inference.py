@@ -32,6 +32,7 @@ class LoadedPolicy:
             raise DsacError(f"weights file {path} is from algorithm {self.algo!r}, which dsac cannot load")
         self.env_id = payload["env"]
         self.env_kwargs = dict(payload.get("env_kwargs") or {})
+        self.flatten_obs = bool(payload.get("flatten_obs", False))
         self.observation_space = space_from_description(payload["observation_space"])
         self.action_space = space_from_description(payload["action_space"])
         model = payload.get("model", {})
@@ -45,6 +46,12 @@ class LoadedPolicy:
             self.policy.set_weights(payload["weights"])
         except (ValueError, KeyError) as exc:
             raise DsacError(f"weights file {path} does not fit its own network description: {exc}") from None
+
+    def make_env(self, **extra_kwargs):
+        """The environment the policy was trained on (flattened as in training)."""
+        from dsac.envs import make_env
+
+        return make_env(self.env_id, {**self.env_kwargs, **extra_kwargs}, self.flatten_obs)
 
     def __call__(self, obs, explore: bool = False):
         obs = np.asarray(obs, dtype=self.observation_space.dtype)

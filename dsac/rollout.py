@@ -35,12 +35,13 @@ class EnvCollector:
         callbacks: a :class:`dsac.callbacks.Callbacks` whose episode hooks run here.
         worker_index: reported to the callbacks.
         env_kwargs: keyword arguments of the env's constructor.
+        flatten_obs: flatten the observations into one Box (see :func:`dsac.envs.make_env`).
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int, gamma: float = 0.99, n_step: int = 1,
                  callbacks: Callbacks | None = None, worker_index: int | None = None,
-                 env_kwargs: dict | None = None):
-        self.envs = [make_env(env_id, env_kwargs) for _ in range(num_envs)]
+                 env_kwargs: dict | None = None, flatten_obs: bool = False):
+        self.envs = [make_env(env_id, env_kwargs, flatten_obs) for _ in range(num_envs)]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])

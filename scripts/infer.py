@@ -37,11 +37,9 @@ def main(argv=None) -> int:
         policy = load_policy(args.path, seed=args.seed)
         env_id = args.env or policy.env_id
         env_kwargs = {} if args.env else policy.env_kwargs  # the file's env, unless overridden
+        flatten = policy.flatten_obs
         if args.video or args.render:
-            try:
-                env = gym.make(env_id, render_mode="rgb_array" if args.video else "human", **env_kwargs)
-            except gym.error.Error as exc:
-                raise DsacError(f"cannot render {env_id}: {exc}") from None
+            env = make_env(env_id, {**env_kwargs, "render_mode": "rgb_array" if args.video else "human"}, flatten)
             if args.video:
                 try:
                     import moviepy  # noqa: F401
@@ -50,7 +48,7 @@ def main(argv=None) -> int:
                 folder = tempfile.mkdtemp(prefix="dsac-video-")
                 env = gym.wrappers.RecordVideo(env, folder, episode_trigger=lambda _: True, name_prefix="episode")
         else:
-            env = make_env(env_id, env_kwargs)
+            env = make_env(env_id, env_kwargs, flatten)
         if env.observation_space.shape != policy.observation_space.shape:
             raise DsacError(
                 f"{env_id} observes {env.observation_space.shape}, the policy in {args.path} expects "

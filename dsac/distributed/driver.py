@@ -26,13 +26,21 @@ import ray
 
 import dsac
 from dsac.algorithms import callbacks_for
-from dsac.artifacts import append_jsonl, read_checkpoint, save_weights, write_checkpoint, write_json
+from dsac.artifacts import (
+    append_jsonl,
+    load_weights,
+    read_checkpoint,
+    save_weights,
+    write_checkpoint,
+    write_json,
+)
 from dsac.config import Config
 from dsac.distributed.actors import ParameterServer, ReplayBuffer
 from dsac.distributed.tasks import evaluator, learner, rollout_worker
 from dsac.distributed.topology import plan_resources
 from dsac.envs import check_spaces, describe_space, make_env
 from dsac.errors import DsacError
+from dsac.monitoring import ProgressDisplay, TensorBoardLog
 from dsac.replay import check_fits_in_memory, field_specs, storage_bytes
 
 log = logging.getLogger("dsac")
@@ -55,6 +63,7 @@ class Prepared:
     action_space: object
     output_dir: str
     created_output_dir: bool
+    initial_weights: dict | None = None
 
 
 def default_output_dir(config: Config) -> str:
@@ -65,10 +74,13 @@ def default_output_dir(config: Config) -> str:
 def prepare(config: Config) -> Prepared:
     """Validate the config, the env and its spaces, the replay's memory and the output dir."""
     config = config.validate()
-    env = make_env(config.env, config.env_kwargs)
+    env = make_env(config.env, config.env_kwargs, config.flatten_obs)
     observation_space, action_space = env.observation_space, env.action_space
     env.close()
     check_spaces(config.env, observation_space, action_space, config.algo)
+    initial_weights = None
+    if config.init_weights:
+        initial_weights = fitting_weights(config, config.init_weights, observation_space, action_space)
     specs = field_specs(observation_space.shape, observation_space.dtype, action_space.shape, action_space.dtype)
     check_fits_in_memory(
         storage_bytes(config.buffer_size, specs), psutil.virtual_memory().available, "this machine"
@@ -85,7 +97,27 @@ def prepare(config: Config) -> Prepared:
         raise DsacError(f"--output_dir {output_dir} is not writable: {exc.strerror}") from None
     if not config.resume and os.path.exists(os.path.join(output_dir, "progress.jsonl")):
         raise DsacError(f"--output_dir {output_dir} already holds a run: choose another directory")
-    return Prepared(config, observation_space, action_space, output_dir, created)
+    return Prepared(config, observation_space, action_space, output_dir, created, initial_weights)
+
+
+def fitting_weights(config: Config, path: str, observation_space, action_space) -> dict:
+    """The weights in ``path``, if they fit this run's algorithm, spaces and network."""
+    payload = load_weights(path)
+    if payload.get("algo") != config.algo:
+        raise DsacError(f"--init_weights {path} holds {payload.get('algo')} weights, this run is --algo {config.algo}")
+    for name, space in (("observation", observation_space), ("action", action_space)):
+        if payload.get(f"{name}_space") != describe_space(space):
+            raise DsacError(
+                f"--init_weights {path} was trained on {payload.get('env')} whose {name} space differs from "
+                f"{config.env}'s"
+            )
+    model = payload.get("model", {})
+    for key in ("fcnet_hiddens", "fcnet_activation", "custom_model", "dueling", "num_atoms"):
+        ours = getattr(config, key)
+        ours = list(ours) if isinstance(ours, tuple | list) else ours
+        if key in model and model[key] != ours:
+            raise DsacError(f"--init_weights {path} has {key} {model[key]!r}, this run {ours!r}: pass --{key} to match")
+    return payload["weights"]
 
 
 def connect_ray(config: Config) -> bool:
@@ -101,13 +133,32 @@ def connect_ray(config: Config) -> bool:
             # A `ray job submit` driver already ships its working dir; any other driver ships
             # the dsac package so tasks on other nodes can import it.
             in_job = "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
-            ray.init(address=address, runtime_env=None if in_job else {"py_modules": [dsac]})
+            ray.init(address=address, runtime_env=None if in_job else {"py_modules": [dsac, *user_env_modules(config)]})
         else:
-            pythonpath = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
+            roots = [REPO_ROOT, *(package_root(m) for m in user_env_modules(config)), os.environ.get("PYTHONPATH")]
+            pythonpath = os.pathsep.join(p for p in roots if p)
             ray.init(include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
         raise DsacError(f"cannot join a Ray cluster at {address}: {_one_line(exc)}") from None
     return True
+
+
+def user_env_modules(config: Config) -> list:
+    """The top-level package of a ``module:Name`` env that is the user's own code (not an
+    installed package): every Ray worker must be able to import it."""
+    if ":" not in config.env:
+        return []
+    top = sys.modules.get(config.env.split(":", 1)[0].split(".")[0])
+    path = getattr(top, "__file__", None) or ""
+    if top is None or top is dsac or not path or "-packages" + os.sep in path:
+        return []
+    return [top]
+
+
+def package_root(module) -> str:
+    """The directory to put on PYTHONPATH so that ``import <module>`` works."""
+    path = os.path.dirname(os.path.abspath(module.__file__))
+    return os.path.dirname(path) if os.path.basename(module.__file__) == "__init__.py" else path
 
 
 def check_reachable(address: str, timeout_s: float = 10.0) -> None:
@@ -287,7 +338,9 @@ class DistributedRun:
         self.placements: dict[str, str] = {}
         self.failure: str | None = None
         self.episodes: list[tuple[float, int, dict]] = []  # since the last take_episodes()
+        self.recent_returns: deque[float] = deque(maxlen=20)
         self._metrics_since_eval: list[dict] = []
+        self.tensorboard = TensorBoardLog(os.path.join(self.output_dir, "tb")) if config.tensorboard else None
 
     # --- files ---------------------------------------------------------------------------
     def payload(self, weights: dict, version: int, counters: dict) -> dict:
@@ -297,6 +350,7 @@ class DistributedRun:
             "algo": config.algo,
             "env": config.env,
             "env_kwargs": dict(config.env_kwargs),
+            "flatten_obs": config.flatten_obs,
             "observation_space": describe_space(self.observation_space),
             "action_space": describe_space(self.action_space),
             "model": {
@@ -351,17 +405,24 @@ class DistributedRun:
         weights. Returns the new progress lines."""
         reports = ray.get(self.ps.drain_reports.remote())
         per_shard = ray.get([shard.stats.remote() for shard in self.shards])
-        stats = {key: sum(s[key] for s in per_shard) for key in ("added", "size", "add_calls", "sample_wait_s")}
+        stats = {
+            key: sum(s[key] for s in per_shard) for key in ("added", "size", "capacity", "add_calls", "sample_wait_s")
+        }
         for p in reports["placements"]:
             where = f"{p['host']} (node {p['node'][:8]}, pid {p['pid']})"
             self.placements[p["role"]] = p["node"]
             log.info("placed %s on %s%s", p["role"], where, f" using {p['device']}" if "device" in p else "")
         self.episodes.extend(reports["episodes"])
+        self.recent_returns.extend(r for r, _, _ in reports["episodes"])
         self._metrics_since_eval.extend(m for _, _, m in reports["episodes"] if m)
         self.learner_stats = reports["learner_stats"] or self.learner_stats
+        worker_versions = reports["worker_versions"].values()
         self.counters.update(
             env_steps=stats["added"], updates=reports["meta"].get("updates", 0), version=reports["version"],
-            replay_size=stats["size"], add_calls=stats["add_calls"], sample_wait_s=stats["sample_wait_s"],
+            replay_size=stats["size"], replay_capacity=stats["capacity"], add_calls=stats["add_calls"],
+            sample_wait_s=stats["sample_wait_s"], learner_wait_s=reports["meta"].get("learner_wait_s", 0.0),
+            # How far the slowest worker's weights are behind (as of its last pull).
+            version_lag=reports["version"] - min(worker_versions) if worker_versions else None,
         )
         lines = []
         for ev in reports["evaluations"]:
@@ -378,6 +439,8 @@ class DistributedRun:
             }
             self._metrics_since_eval = []
             append_jsonl(self.progress_path, line)
+            if self.tensorboard is not None:
+                self.tensorboard.evaluation(line)
             lines.append(line)
             self.last_eval = line
             log.info(
@@ -390,8 +453,27 @@ class DistributedRun:
                 save_weights(self.best_weights_path, self.payload(ev["weights"], ev["weights_version"], line))
         if lines:
             self.save_latest()
+        if self.tensorboard is not None:
+            self.tensorboard.system(self.status(), reports["episodes"], self.learner_stats)
         self.write_checkpoint_if_ready()
         return lines
+
+    def status(self) -> dict:
+        """Counters for the progress display and TensorBoard."""
+        c = self.counters
+        return {
+            "env_steps": c["env_steps"],
+            "total_env_steps": self.config.total_env_steps,
+            "updates": c["updates"],
+            "version": c["version"],
+            "version_lag": c.get("version_lag"),
+            "replay_size": c.get("replay_size", 0),
+            "replay_fill": c.get("replay_size", 0) / max(1, c.get("replay_capacity", 1)),
+            "learner_wait_s": c.get("learner_wait_s", 0.0),
+            "wall_s": time.time() - self.started_at,
+            "last_eval_return": self.last_eval.get("eval_return_mean"),
+            "recent_episode_return": statistics.fmean(self.recent_returns) if self.recent_returns else None,
+        }
 
     # --- checkpoints ---------------------------------------------------------------------
     def request_checkpoint_if_due(self) -> None:
@@ -452,6 +534,8 @@ class DistributedRun:
                 ray.cancel(ref, force=True)
             self.pending = []
             self.poll()
+            if self.tensorboard is not None:
+                self.tensorboard.system(self.status(), [], self.learner_stats, force=True)
             self.save_latest()
         except (ray.exceptions.RayError, OSError) as exc:
             # An actor died or the disk failed: the weights saved at the last evaluation are what is left.
@@ -481,8 +565,10 @@ class DistributedRun:
         }
         try:
             write_json(os.path.join(self.output_dir, "summary.json"), summary)
+            if self.tensorboard is not None:
+                self.tensorboard.close()
         except OSError as exc:
-            log.warning("cannot write summary.json: %s", exc)
+            log.warning("cannot write summary.json or the TensorBoard files: %s", exc)
         log.info(
             "done (%s): %d env steps, %d updates, %.1f s; weights in %s",
             reason, summary["env_steps"], summary["updates"], summary["wall_s"], self.weights_path,
@@ -508,10 +594,11 @@ def start(config: Config, started_at: float, insert_limit: int | None = None,
     started_ray = False
     try:
         started_ray = connect_ray(prepared.config)
+        initial_weights = initial_weights if initial_weights is not None else prepared.initial_weights
         return DistributedRun(prepared, started_at, insert_limit, initial_weights, checkpoint), started_ray
     except BaseException:
         # Refused or failed before training: leave no run directory behind.
-        if prepared.created_output_dir and set(os.listdir(output_dir)) <= {"config.json"}:
+        if prepared.created_output_dir and set(os.listdir(output_dir)) <= {"config.json", "tb"}:
             shutil.rmtree(output_dir, ignore_errors=True)
         if started_ray:
             ray.shutdown()
@@ -567,16 +654,16 @@ def run(config: Config, started_at: float | None = None) -> dict:
 
 def _watch(system: DistributedRun) -> dict:
     config = system.config
-    recent_returns: deque[float] = deque(maxlen=20)
     stop_reason = None
-    last_log = time.monotonic()
+    progress = ProgressDisplay(config.total_env_steps, config.log_every, log.info,
+                               use_bar=None if config.progress_bar else False)
     with _Signals() as signals:
         try:
             while stop_reason is None:
                 system.check_tasks(POLL_S)
                 system.request_checkpoint_if_due()
                 lines = system.poll()
-                recent_returns.extend(r for r, _, _ in system.take_episodes())
+                system.take_episodes()  # the status keeps the recent returns it needs
                 if system.callbacks is not None and lines:
                     for line in lines:
                         system.callbacks.on_train_result(trainer=None, result=dict(line))
@@ -593,14 +680,7 @@ def _watch(system: DistributedRun) -> dict:
                     stop_reason = "total_env_steps"
                 elif config.max_seconds is not None and wall >= config.max_seconds:
                     stop_reason = "max_seconds"
-                if time.monotonic() - last_log >= config.log_every:
-                    last_log = time.monotonic()
-                    mean_ret = statistics.fmean(recent_returns) if recent_returns else math.nan
-                    c = system.counters
-                    log.info(
-                        "%d env steps, %d updates, weights v%d, %.0f s; recent episode return %.1f",
-                        c["env_steps"], c["updates"], c["version"], wall, mean_ret,
-                    )
+                progress.update(system.status())
         except KeyboardInterrupt:
             stop_reason = "interrupted"
         except ray.exceptions.RayError as exc:  # an actor died under the driver
@@ -608,6 +688,7 @@ def _watch(system: DistributedRun) -> dict:
         except OSError as exc:  # e.g. the output disk filled up
             system.failure, stop_reason = f"cannot write to {system.output_dir}: {exc}", "failed"
         signals.shield()
+        progress.close()
         summary = system.stop(stop_reason)
     if summary["failure"]:
         raise RunFailed(summary["failure"])

@@ -81,7 +81,7 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     callbacks = callbacks_for(config)
     collector = EnvCollector(
         config.env, config.envs_per_worker, seed, config.gamma, config.n_step, callbacks=callbacks,
-        worker_index=index, env_kwargs=config.env_kwargs,
+        worker_index=index, env_kwargs=config.env_kwargs, flatten_obs=config.flatten_obs,
     )
     policy = policy_class_for(config)(
         collector.observation_space, collector.action_space, config, seed=seed,
@@ -156,7 +156,9 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     callbacks = callbacks_for(config)
     if initial_weights is not None:
         policy.set_weights(initial_weights)
-    updates, stats = 0, {}
+    updates, stats = 0, {}  # stats: means over the updates since the last push
+    stat_sums: dict[str, float] = {}
+    stat_count = 0
     if initial_state is not None:
         policy.set_state(initial_state)
         updates = int(initial_state.get("updates", 0))
@@ -178,12 +180,21 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
         priorities = []
         for i in range(config.batches_per_sample):
             batch = {key: value[i] for key, value in batches.items()}
-            stats = policy.learn_on_batch(batch)
-            priorities.append(stats.pop("td_abs", None))
+            result = policy.learn_on_batch(batch)
+            td_abs = result.pop("td_abs", None)
+            priorities.append(td_abs)
+            if td_abs is not None:
+                result["td_error_mean"], result["td_error_max"] = float(np.mean(td_abs)), float(np.max(td_abs))
             if callbacks is not None:
-                callbacks.on_learn_on_batch(policy=policy, batch=batch, result=stats)
+                callbacks.on_learn_on_batch(policy=policy, batch=batch, result=result)
+            for key, value in result.items():
+                if np.ndim(value) == 0:  # scalars only: a custom policy may report arrays
+                    stat_sums[key] = stat_sums.get(key, 0.0) + float(value)
+            stat_count += 1
             updates += 1
             if updates % config.push_every == 0:
+                stats = {key: total / stat_count for key, total in stat_sums.items()}
+                stat_sums, stat_count = {}, 0
                 if last_push is not None:
                     reply = ray.get(last_push)  # long done: carries the stop flag
                     if reply.get("state_wanted"):
@@ -211,7 +222,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
         started = time.monotonic()
         returns = evaluate(
             lambda obs: policy.compute_actions(obs, explore=False), config.env, config.eval_episodes, seed,
-            config.env_kwargs,
+            config.env_kwargs, config.flatten_obs,
         )
         # Waited for: the final report must reach the parameter server before this task ends.
         ray.get(ps.report_eval.remote({

@@ -1,0 +1,118 @@
+"""Environments beyond the registered ids: a user's own module (imported in every Ray
+worker), flattened Dict observations, and warm starts from a weights file."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from conftest import REPO_ROOT
+
+from dsac.envs import make_env
+from dsac.errors import DsacError
+from dsac.inference import load_policy
+
+REACH_MODULE = textwrap.dedent('''
+    """A point moves to a goal on a line; the observation is a Dict."""
+    import gymnasium as gym
+    import numpy as np
+
+
+    class Reach(gym.Env):
+        def __init__(self, horizon=20):
+            self.observation_space = gym.spaces.Dict({
+                "position": gym.spaces.Box(-2.0, 2.0, (1,), np.float32),
+                "goal": gym.spaces.Box(-1.0, 1.0, (1,), np.float32),
+            })
+            self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+            self.horizon = horizon
+
+        def _obs(self):
+            return {"position": self.pos.astype(np.float32), "goal": self.goal.astype(np.float32)}
+
+        def reset(self, seed=None, options=None):
+            super().reset(seed=seed)
+            self.pos, self.goal, self.t = self.np_random.uniform(-1, 1, 1), self.np_random.uniform(-1, 1, 1), 0
+            return self._obs(), {}
+
+        def step(self, action):
+            self.pos = np.clip(self.pos + 0.2 * np.asarray(action, np.float64), -2, 2)
+            self.t += 1
+            return self._obs(), -float(abs(self.pos - self.goal)[0]), False, self.t >= self.horizon, {}
+
+
+    gym.register("Reach-v0", entry_point=Reach, max_episode_steps=20)
+''')
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """``reach_envs.py`` in a directory of its own, which is the current directory."""
+    (tmp_path / "reach_envs.py").write_text(REACH_MODULE)
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    sys.modules.pop("reach_envs", None)
+
+
+def launch(cwd, *args, timeout=300):
+    return subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), *args], capture_output=True, text=True,
+        timeout=timeout, cwd=cwd, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+
+
+def test_module_class_and_module_id_with_flattening(user_module):
+    by_class = make_env("reach_envs:Reach", {"horizon": 3}, flatten_obs=True)
+    by_id = make_env("reach_envs:Reach-v0", flatten_obs=True)
+    assert by_class.observation_space.shape == by_id.observation_space.shape == (2,)
+    obs, _ = by_class.reset(seed=0)
+    assert obs.shape == (2,)
+    steps = 0
+    while True:
+        _, _, terminated, truncated, _ = by_class.step(np.zeros(1, np.float32))
+        steps += 1
+        if terminated or truncated:
+            break
+    assert steps == 3  # env_kwargs reached the constructor
+    with pytest.raises(DsacError, match="did you mean Reach"):
+        make_env("reach_envs:Rech")
+
+
+def test_custom_env_module_trains_in_every_worker(user_module):
+    """The module is only in the driver's current directory: rollout workers and the
+    evaluator must import it too. A policy that stays put scores about -13; learning must do
+    better than -6."""
+    out = user_module / "run"
+    result = launch(
+        user_module, "--env", "reach_envs:Reach", "--env_kwargs", '{"max_episode_steps": 20}', "--flatten_obs",
+        "--num_workers", "2", "--total_env_steps", "2000", "--eval_every", "500", "--eval_episodes", "5",
+        "--fcnet_hiddens", "32", "32", "--seed", "0", "--output_dir", str(out),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    assert lines[-1]["eval_return_mean"] > -6.0, lines
+    policy = load_policy(str(out / "weights.pkl"))
+    assert policy.flatten_obs and policy.observation_space.shape == (2,)
+    env = policy.make_env()
+    obs, _ = env.reset(seed=1)
+    assert policy.action_space.contains(policy(obs))
+
+    refused = launch(user_module, "--env", "reach_envs:Reach", "--output_dir", str(user_module / "refused"))
+    assert refused.returncode == 2 and "add --flatten_obs" in refused.stderr and "Traceback" not in refused.stderr
+
+    # A warm start from those weights; a corrupt or unfitting weights file is refused before Ray starts.
+    corrupt = user_module / "corrupt.pkl"
+    corrupt.write_bytes((out / "weights.pkl").read_bytes()[:100])
+    for args, fact in (
+        (["--init_weights", str(corrupt)], "truncated or corrupt"),
+        (["--init_weights", str(out / "weights.pkl"), "--fcnet_hiddens", "64"], "fcnet_hiddens"),
+        (["--init_weights", str(out / "weights.pkl"), "--env", "Pendulum-v1"], "space differs"),
+    ):
+        result = launch(user_module, "--env", "reach_envs:Reach", "--flatten_obs", "--fcnet_hiddens", "32", "32",
+                        *args, "--output_dir", str(user_module / "warm"), timeout=60)
+        assert result.returncode == 2, result.stderr
+        assert fact in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        assert not (user_module / "warm").exists()
