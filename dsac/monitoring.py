@@ -9,7 +9,9 @@ tensorboardX so the driver does not pay TensorFlow's ~5 s import and ~500 MB.
 from __future__ import annotations
 
 import collections
+import io
 import math
+import os
 import statistics
 import sys
 import time
@@ -60,10 +62,11 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
-def summary_fields(status: dict, rates: dict) -> list[str]:
-    """The progress facts, as short ``name value`` strings (the bar's postfix, the plain line's body)."""
+def summary_fields(status: dict, rates: dict, env_rate: bool = True) -> list[str]:
+    """The progress facts, as short ``name value`` strings (the bar's postfix, which shows
+    the env step rate itself, and the plain line's body)."""
     return [
-        f"{_fmt(rates['env_steps'], ',.0f')} steps/s",
+        *([f"{_fmt(rates['env_steps'], ',.0f')} steps/s"] if env_rate else []),
         f"{_fmt(rates['updates'], ',.0f')} updates/s",
         f"eval {_fmt(status.get('last_eval_return'), '.1f')}",
         f"episode {_fmt(status.get('recent_episode_return'), '.1f')}",
@@ -78,6 +81,13 @@ def status_line(status: dict, rates: dict) -> str:
     head = f"{done:,}/{total:,} env steps ({done / total:.0%}), {status['updates']:,} updates"
     tail = f"{format_duration(status['wall_s'])} elapsed, ETA {format_duration(eta_seconds(status, rates))}"
     return " | ".join([head, *summary_fields(status, rates), tail])
+
+
+def _terminal_columns(stream) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return 0
 
 
 class ProgressDisplay:
@@ -97,8 +107,10 @@ class ProgressDisplay:
             from tqdm import tqdm
             from tqdm.contrib.logging import logging_redirect_tqdm
 
-            self.bar = tqdm(total=total, unit="step", unit_scale=True, file=self.stream, dynamic_ncols=True,
-                            smoothing=0.1, desc="env steps")
+            sized = _terminal_columns(self.stream) > 0  # a pty without a size (e.g. `script`) reports 0
+            self.bar = tqdm(total=total, unit="step", unit_scale=True, file=self.stream, dynamic_ncols=sized,
+                            ncols=None if sized else 160, nrows=None if sized else 50, smoothing=0.1,
+                            desc="env steps")
             self._redirect = logging_redirect_tqdm()  # log lines print above the bar, not through it
             self._redirect.__enter__()
 
@@ -108,7 +120,7 @@ class ProgressDisplay:
         if self.bar is not None:
             self.bar.total = status["total_env_steps"]
             self.bar.update(max(0, status["env_steps"] - self.bar.n))
-            self.bar.set_postfix_str(", ".join(summary_fields(status, rates)), refresh=True)
+            self.bar.set_postfix_str(", ".join(summary_fields(status, rates, env_rate=False)), refresh=True)
         elif time.monotonic() - self.last_line >= self.log_every:
             self.last_line = time.monotonic()
             self.log(status_line(status, rates))
