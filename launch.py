@@ -17,7 +17,7 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
-from dsac.config import Config  # noqa: E402
+from dsac.config import Config, suggest_key  # noqa: E402
 from dsac.errors import DsacError  # noqa: E402
 
 _TYPES = {"int": int, "float": float, "str": str}
@@ -33,6 +33,10 @@ def _parse_type(annotation: str):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse's own convention)
+        if message.startswith("unrecognized arguments:"):
+            flags = [option for action in self._actions for option in action.option_strings]
+            unknown = [word for word in message.split(":", 1)[1].split() if word.startswith("--")]
+            message += "".join(suggest_key(word.split("=")[0], flags) for word in unknown[:1])
         self.exit(2, f"dsac: error: {message}\n")
 
 

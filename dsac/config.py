@@ -53,6 +53,27 @@ def json_object(text: str) -> dict:
     return value
 
 
+# What RLlib and Stable-Baselines3 call some of dsac's keys, for "did you mean".
+ALIASES = {
+    "learning_rate": "lr", "train_batch_size": "batch_size", "num_env_runners": "num_workers",
+    "num_rollout_workers": "num_workers", "num_envs_per_env_runner": "envs_per_worker",
+    "num_envs_per_worker": "envs_per_worker", "replay_buffer_capacity": "buffer_size",
+    "num_steps_sampled_before_learning_starts": "learning_starts", "training_intensity": "updates_per_step",
+    "train_freq": "updates_per_step", "total_timesteps": "total_env_steps", "timesteps_total": "total_env_steps",
+    "ent_coef": "init_alpha", "initial_alpha": "init_alpha", "n_step_return": "n_step",
+    "evaluation_interval": "eval_every", "evaluation_duration": "eval_episodes", "env_config": "env_kwargs",
+}
+
+
+def suggest_key(key: str, names) -> str:
+    """`` (did you mean x?)`` for a misspelt or foreign config key / flag."""
+    bare = key.lstrip("-").split("=")[0]
+    dashes = key[: len(key) - len(key.lstrip("-"))]
+    if bare in ALIASES:
+        return f" (did you mean {dashes}{ALIASES[bare]}?)"
+    return did_you_mean(key, names)
+
+
 # Keys of RLlib's ``config["model"]`` that dsac understands; they live flat in Config.
 MODEL_KEYS = ("fcnet_hiddens", "fcnet_activation", "custom_model", "custom_model_config")
 
@@ -191,7 +212,7 @@ class Config:
         names = [f.name for f in dataclasses.fields(cls)]
         for key in values:
             if key not in names:
-                raise DsacError(f"unknown config key '{key}'{did_you_mean(key, names)}")
+                raise DsacError(f"unknown config key '{key}'{suggest_key(key, names)}")
         return cls(**values)
 
     def resolved(self) -> Config:

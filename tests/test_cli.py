@@ -40,6 +40,8 @@ def launch(*args, timeout=120):
         (["--output_dir", "/dev/null/run"], "not writable"),
         (["--lr", "nan"], "--lr"),
         (["--num_workers", "two"], "invalid int value"),
+        (["--num_worker", "2", "--gama", "0.9"], "unrecognized arguments: --gama 0.9 (did you mean --gamma"),
+        (["--learning_rate", "3e-4"], "(did you mean --lr?)"),
         (["--env_kwargs", "{bad json"], "not valid JSON"),
         (["--env_kwargs", '{"no_such_arg": 1}'], "does not take --env_kwargs"),
         (["--resume", "/nonexistent/run"], "no such directory"),
