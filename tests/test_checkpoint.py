@@ -74,6 +74,8 @@ def test_resume_carries_counters_and_learning_on(ray_local, tmp_path):
     assert resumed[0]["env_steps"] >= 4_000 and resumed[0]["updates"] >= first["updates"]
     assert resumed[0]["weights_version"] > before[-1]["weights_version"]
     assert resumed[0]["wall_s"] > before[-1]["wall_s"]
-    # The first evaluation after resuming is within noise of the last one before.
-    assert abs(resumed[0]["eval_return_mean"] - before[-1]["eval_return_mean"]) <= 150
+    # Nothing learned is lost: the first evaluation after resuming is no worse than the last
+    # one before, up to noise (a learner starting over scores about -1200 to -1500 here).
+    # Better is fine: training went on between the two.
+    assert resumed[0]["eval_return_mean"] >= before[-1]["eval_return_mean"] - 150
     assert second["env_steps"] == 6_000 and second["updates"] > first["updates"] + 1_500
