@@ -125,7 +125,13 @@ class Config:
     # --- evaluation and output ---------------------------------------------------------
     eval_every: int = _f(1_000, "evaluate every this many env steps")
     eval_episodes: int = _f(10, "deterministic episodes per evaluation")
-    output_dir: str | None = _f(None, "run directory (default: runs/<algo>-<env>-<timestamp>)")
+    output_dir: str | None = _f(
+        None, "run directory (default: <storage_path>/<algo>-<env>-<timestamp>)"
+    )
+    storage_path: str | None = _f(
+        None, "where run directories go: a path every node can reach (NFS) on a cluster (default: runs/, "
+        "or ~/dsac_runs inside a Ray job)"
+    )
     log_every: float = _f(10.0, "seconds between progress lines when stdout is not a terminal")
     progress_bar: bool = _f(True, "a live progress bar when stdout is a terminal (else a line every --log_every s)")
     tensorboard: bool = _f(True, "write TensorBoard event files to <output_dir>/tb")
@@ -165,7 +171,9 @@ class Config:
     prioritized: bool | None = _f(None, "proportional prioritized replay (algorithm default: on for dqn)")
     priority_alpha: float = _f(0.6, "prioritization exponent alpha")
     priority_beta: float = _f(0.4, "initial importance-weight exponent beta, annealed to 1 over the run")
-    num_replay_shards: int = _f(1, "replay buffer actors; each worker writes to one, the learner samples all")
+    num_replay_shards: int | None = _f(
+        None, "replay buffer actors; each worker writes to one, each learner samples its own (default: one per learner)"
+    )
 
     # --- DQN (Mnih et al. 2015; Ape-X, Horgan et al. 2018) --------------------------------
     dueling: bool = _f(True, "dueling value/advantage heads (dqn)")
@@ -220,6 +228,8 @@ class Config:
         if self.algo not in ALGOS:
             raise DsacError(f"--algo must be one of {', '.join(ALGOS)}, got {self.algo!r}")
         fills = {k: v for k, v in ALGO_DEFAULTS[self.algo].items() if getattr(self, k) is None}
+        if self.num_replay_shards is None:
+            fills["num_replay_shards"] = self.num_learners
         # Ship the registered custom models (and any module:builder named) with the config.
         models = {**registered_models(), **self.custom_models}
         if self.custom_model and self.custom_model not in models:
@@ -308,10 +318,26 @@ class Config:
             raise DsacError(f"fcnet_activation must be one of {', '.join(ACTIVATIONS)}, got {self.fcnet_activation!r}")
         if not self.fcnet_hiddens or any(h <= 0 for h in self.fcnet_hiddens):
             raise DsacError(f"--fcnet_hiddens must be positive layer sizes, got {self.fcnet_hiddens!r}")
-        if self.num_learners > 1:
+        if self.num_learners > self.num_workers:
             raise DsacError(
-                f"--num_learners {self.num_learners} is not supported yet: use --num_learners 1"
+                f"--num_learners {self.num_learners} exceeds --num_workers {self.num_workers}: every learner "
+                "samples replay shards of its own, and every shard needs a worker writing to it"
             )
+        if self.num_replay_shards < self.num_learners:
+            raise DsacError(
+                f"--num_replay_shards {self.num_replay_shards} is fewer than --num_learners {self.num_learners}: "
+                "every learner samples shards of its own"
+            )
+        if self.num_learners > 1:
+            from dsac.algorithms import policy_class_for
+            from dsac.policy import Policy
+
+            policy = policy_class_for(self)
+            if policy.compute_gradients is Policy.compute_gradients:
+                raise DsacError(
+                    f"--num_learners {self.num_learners}: policy_class {policy.__name__} does not implement "
+                    "compute_gradients/apply_gradients"
+                )
         if self.batch_size > self.buffer_size:
             raise DsacError(
                 f"--batch_size {self.batch_size} is larger than the replay capacity "

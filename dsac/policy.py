@@ -58,6 +58,17 @@ class Policy:
         optionally ``td_abs``: per-transition |TD error| used as new priorities)."""
         raise NotImplementedError
 
+    def compute_gradients(self, batch: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict]:
+        """``learn_on_batch`` split in two for data-parallel learners (``--num_learners`` > 1):
+        the update's gradients as a list of arrays, and its statistics (as ``learn_on_batch``
+        returns them). The learners average the gradients and each applies the mean."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run with --num_learners > 1")
+
+    def apply_gradients(self, gradients: list[np.ndarray]) -> None:
+        """Apply gradients shaped as :meth:`compute_gradients` returns them: the rest of one
+        ``learn_on_batch`` (optimizer step, target networks)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run with --num_learners > 1")
+
     def get_weights(self) -> dict[str, np.ndarray]:
         """The weights acting needs, by name (what travels to rollout workers)."""
         raise NotImplementedError
@@ -108,12 +119,22 @@ class LearnerPolicy(Policy):
     def has_weights(self) -> bool:
         return self._weights is not None or self.learner is not None
 
-    def learn_on_batch(self, batch):
+    def _require_learner(self):
         if self.learner is None:
             raise RuntimeError(f"this {type(self).__name__} was built without a learner (build_learner=True)")
-        stats = self.learner.update(self.prepare_batch(batch))
+        return self.learner
+
+    def learn_on_batch(self, batch):
+        stats = self._require_learner().update(self.prepare_batch(batch))
         self._weights = None  # fetched lazily from the TF networks by get_weights
         return stats
+
+    def compute_gradients(self, batch):
+        return self._require_learner().compute_gradients(self.prepare_batch(batch))
+
+    def apply_gradients(self, gradients):
+        self._require_learner().apply_gradients(gradients)
+        self._weights = None
 
     def get_weights(self):
         if self.learner is not None and self._weights is None:

@@ -1,6 +1,7 @@
-"""The two Ray actors: ``ReplayBuffer`` and ``ParameterServer``.
+"""The Ray actors: ``ReplayBuffer``, ``ParameterServer`` and, with several learners,
+``GradientAverager``.
 
-Both are asyncio actors: a call that has to wait (a writer over its insert budget, a learner
+They are asyncio actors: a call that has to wait (a writer over its insert budget, a learner
 ahead of the update ratio) awaits a condition instead of polling, and never blocks the
 other callers. Neither knows which algorithm runs.
 """
@@ -12,6 +13,7 @@ import logging
 import socket
 import time
 
+import numpy as np
 import psutil
 import ray
 
@@ -221,6 +223,7 @@ class ParameterServer:
         self.pushes = 0
         self.pulls_with_weights = 0
         self.placements: list[dict] = []
+        self.learner_updates: dict[int, int] = {}
 
     async def push(self, weights: dict, meta: dict | None = None) -> dict:
         """Store new weights; returns ``{"version", "stop"}`` (versions only increase)."""
@@ -234,13 +237,13 @@ class ParameterServer:
 
     async def pull(self, newer_than: int = 0, worker: int | None = None) -> dict:
         """``{"stop", "version", "weights"?, "meta"?}``; weights only when newer than ``newer_than``."""
-        if worker is not None:
-            self.worker_versions[worker] = newer_than
         reply = {"stop": self.stopped, "version": self.version}
         if self.weights is not None and self.version > newer_than:
             reply["weights"] = self.weights
             reply["meta"] = self.meta
             self.pulls_with_weights += 1
+        if worker is not None:  # the version the worker acts with once this reply lands
+            self.worker_versions[worker] = self.version if "weights" in reply else newer_than
         return reply
 
     async def request_state(self) -> None:
@@ -258,6 +261,10 @@ class ParameterServer:
         out = {"state": self.state, "meta": self.state_meta}
         self.state = None
         return out
+
+    async def report_learner(self, learner: int, updates: int) -> None:
+        """A data-parallel learner's update count."""
+        self.learner_updates[learner] = max(updates, self.learner_updates.get(learner, 0))
 
     async def report_placement(self, role: str, where: dict) -> None:
         self.placements.append({"role": role, **where})
@@ -281,6 +288,7 @@ class ParameterServer:
             "meta": self.meta,
             "learner_stats": self.learner_stats,
             "worker_versions": dict(self.worker_versions),
+            "learner_updates": dict(self.learner_updates),
             "stop": self.stopped,
             "stop_reason": self.stop_reason,
         }
@@ -300,3 +308,81 @@ class ParameterServer:
 
     async def where(self) -> dict:
         return describe_process()
+
+
+@ray.remote
+class GradientAverager:
+    """Synchronous data-parallel training for ``--num_learners N``: at every step each
+    learner sends the gradient of its own batch (one flat float32 array) and gets back the
+    mean of all N. Every learner applies the same mean with the same optimizer state, so the
+    N replicas stay identical and every learner's batch is in every update — none is lost or
+    overwritten. The mean over N batches of B is the gradient of one batch of N·B.
+
+    ``average`` also sums a number per learner (the env steps its replay shards hold), so the
+    learners know the run-wide count.
+    """
+
+    def __init__(self, num_learners: int):
+        self.num_learners = num_learners
+        self.sums: dict[int, np.ndarray] = {}
+        self.counts: dict[int, int] = {}
+        self.totals: dict[int, float] = {}
+        self.results: dict[int, tuple[np.ndarray, float]] = {}
+        self.readers: dict[int, int] = {}
+        self.contributions = [0] * num_learners
+        self.changed = asyncio.Condition()
+        self.stopped = False
+        self.initial_state: dict | None = None
+
+    async def broadcast(self, learner: int, state: dict | None) -> dict | None:
+        """Learner 0 sends its starting state, every learner gets it (None if the run stops)."""
+        async with self.changed:
+            if learner == 0:
+                self.initial_state = state
+                self.changed.notify_all()
+            while self.initial_state is None and not self.stopped:
+                try:
+                    await asyncio.wait_for(self.changed.wait(), MAX_WAIT_S)
+                except TimeoutError:
+                    pass
+            return self.initial_state
+
+    async def average(self, learner: int, step: int, gradient: np.ndarray, count: float = 0.0):
+        """``(mean gradient, summed count)`` of ``step`` once all learners sent theirs; None
+        when the run stops first."""
+        async with self.changed:
+            if self.stopped:
+                return None
+            total = self.sums.get(step)
+            # The first array arrives read-only from the object store: sum into a copy.
+            self.sums[step] = gradient.astype(np.float32, copy=True) if total is None else total + gradient
+            self.counts[step] = self.counts.get(step, 0) + 1
+            self.totals[step] = self.totals.get(step, 0.0) + float(count)
+            self.contributions[learner] += 1
+            if self.counts[step] == self.num_learners:
+                mean = self.sums.pop(step) / self.num_learners
+                self.results[step] = (mean, self.totals.pop(step))
+                del self.counts[step]
+                self.changed.notify_all()
+            while step not in self.results and not self.stopped:
+                try:
+                    await asyncio.wait_for(self.changed.wait(), MAX_WAIT_S)
+                except TimeoutError:
+                    pass
+            if step not in self.results:
+                return None
+            result = self.results[step]
+            self.readers[step] = self.readers.get(step, 0) + 1
+            if self.readers[step] == self.num_learners:
+                del self.results[step], self.readers[step]
+            return result
+
+    async def stats(self) -> dict:
+        """Gradients received per learner."""
+        return {"contributions": list(self.contributions)}
+
+    async def stop(self) -> None:
+        """Wake every waiting learner (they get None)."""
+        async with self.changed:
+            self.stopped = True
+            self.changed.notify_all()

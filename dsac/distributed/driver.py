@@ -35,7 +35,7 @@ from dsac.artifacts import (
     write_json,
 )
 from dsac.config import Config
-from dsac.distributed.actors import ParameterServer, ReplayBuffer
+from dsac.distributed.actors import GradientAverager, ParameterServer, ReplayBuffer
 from dsac.distributed.tasks import evaluator, learner, rollout_worker
 from dsac.distributed.topology import plan_resources
 from dsac.envs import check_spaces, describe_space, make_env
@@ -66,9 +66,19 @@ class Prepared:
     initial_weights: dict | None = None
 
 
+def in_ray_job() -> bool:
+    """Whether this driver is the entrypoint of a ``ray job submit``."""
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+
+
 def default_output_dir(config: Config) -> str:
+    """``<storage_path>/<algo>-<env>-<timestamp>``. Inside a Ray job without a storage path
+    the runs go to ``~/dsac_runs`` on the driver's node, not into the job's working directory
+    (a temporary copy Ray may delete)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    return os.path.join("runs", f"{config.algo}-{config.env.replace('/', '_')}-{stamp}")
+    root = config.storage_path or (os.path.expanduser("~/dsac_runs") if in_ray_job() else "runs")
+    name = f"{config.algo}-{config.env.replace('/', '_').replace(':', '_')}-{stamp}"
+    return os.path.join(root, name)
 
 
 def prepare(config: Config) -> Prepared:
@@ -132,7 +142,7 @@ def connect_ray(config: Config) -> bool:
             # Joining: the cluster's resources are what they are — no num_cpus/num_gpus here.
             # A `ray job submit` driver already ships its working dir; any other driver ships
             # the dsac package so tasks on other nodes can import it.
-            in_job = "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+            in_job = in_ray_job()
             ray.init(address=address, runtime_env=None if in_job else {"py_modules": [dsac, *user_env_modules(config)]})
         else:
             roots = [REPO_ROOT, *(package_root(m) for m in user_env_modules(config)), os.environ.get("PYTHONPATH")]
@@ -248,8 +258,12 @@ class DistributedRun:
         obs_space, act_space = self.observation_space, self.action_space = (
             prepared.observation_space, prepared.action_space
         )
-        self.plan = plan_resources(config, ray.cluster_resources())
+        self.plan = plan_resources(config, ray.cluster_resources(), ray.nodes())
         log.info("placement plan: %s", self.plan.describe())
+        log.info("run directory: %s on %s (the driver's machine)", os.path.abspath(self.output_dir),
+                 socket.gethostname())
+        if self.plan.node_names:
+            log.info("rollout workers per node (planned): %s", self.plan.workers_per_node())
         if self.plan.learner_gpus == 0:
             log.info("no GPU requested or available: the learner runs on CPU (num_gpus=0)")
         write_json(os.path.join(self.output_dir, "config.json"), config.to_dict())
@@ -303,17 +317,28 @@ class DistributedRun:
         seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(config.seed).spawn(config.num_workers)]
         plan = self.plan
         self.eval_seed = config.seed + 100_000  # evaluation episodes reset with eval_seed + j
-        self.roles = {
-            learner.options(num_cpus=plan.learner_cpus, num_gpus=plan.learner_gpus).remote(
-                config, obs_space, act_space, self.shards, self.ps, config.seed, plan.learner_gpus,
-                plan.learner_cpus, initial_weights, (checkpoint or {}).get("state"),
-            ): "learner",
-            evaluator.options(num_cpus=plan.evaluator_cpus).remote(
-                config, obs_space, act_space, self.ps, self.eval_seed
-            ): "evaluator",
-        }
+        # Several learners: synchronous data-parallel SGD through a GradientAverager; learner j
+        # samples shards j, j + N, ... (each shard is read by one learner: no shared hot spot).
+        learners = config.num_learners
+        self.averager = GradientAverager.options(num_cpus=0).remote(learners) if learners > 1 else None
+        self.roles = {}
+        for j in range(learners):
+            ref = learner.options(
+                num_cpus=plan.learner_cpus, num_gpus=plan.learner_gpus,
+                scheduling_strategy=plan.scheduling(plan.learner_nodes[j] if plan.learner_nodes else None),
+            ).remote(
+                config, obs_space, act_space, self.shards[j::learners], self.ps, config.seed, plan.learner_gpus,
+                plan.learner_cpus, initial_weights, (checkpoint or {}).get("state"), j, self.averager,
+            )
+            self.roles[ref] = "learner" if learners == 1 else f"learner_{j}"
+        evaluator_ref = evaluator.options(
+            num_cpus=plan.evaluator_cpus, scheduling_strategy=plan.scheduling(plan.evaluator_node)
+        ).remote(config, obs_space, act_space, self.ps, self.eval_seed)
+        self.roles[evaluator_ref] = "evaluator"
         for i in range(config.num_workers):
-            ref = rollout_worker.options(num_cpus=plan.worker_cpus, scheduling_strategy="SPREAD").remote(
+            node = plan.worker_nodes[i] if plan.worker_nodes else None
+            strategy = plan.scheduling(node) if node else "SPREAD"
+            ref = rollout_worker.options(num_cpus=plan.worker_cpus, scheduling_strategy=strategy).remote(
                 i, config, self.shards[i % num_shards], self.ps, seeds[i], num_shards
             )
             self.roles[ref] = f"rollout_worker_{i}"
@@ -330,6 +355,7 @@ class DistributedRun:
             "version": meta.get("version", 0), "add_calls": 0, "sample_wait_s": 0.0,
         }
         self.learner_stats: dict = {}
+        self.learner_results: dict[str, dict] = {}  # what each learner task returned
         self.last_eval: dict = meta.get("last_eval", {})
         best = meta.get("best_eval_return")
         self.best_return = -math.inf if best is None else best
@@ -412,6 +438,10 @@ class DistributedRun:
             where = f"{p['host']} (node {p['node'][:8]}, pid {p['pid']})"
             self.placements[p["role"]] = p["node"]
             log.info("placed %s on %s%s", p["role"], where, f" using {p['device']}" if "device" in p else "")
+            if p["role"].startswith("rollout_worker") and len(self.workers_per_node()) and sum(
+                self.workers_per_node().values()
+            ) == self.config.num_workers:
+                log.info("rollout workers per node: %s", self.workers_per_node())
         self.episodes.extend(reports["episodes"])
         self.recent_returns.extend(r for r, _, _ in reports["episodes"])
         self._metrics_since_eval.extend(m for _, _, m in reports["episodes"] if m)
@@ -421,6 +451,7 @@ class DistributedRun:
             env_steps=stats["added"], updates=reports["meta"].get("updates", 0), version=reports["version"],
             replay_size=stats["size"], replay_capacity=stats["capacity"], add_calls=stats["add_calls"],
             sample_wait_s=stats["sample_wait_s"], learner_wait_s=reports["meta"].get("learner_wait_s", 0.0),
+            learner_updates={f"learner_{k}": v for k, v in sorted(reports["learner_updates"].items())},
             # How far the slowest worker's weights are behind (as of its last pull).
             version_lag=reports["version"] - min(worker_versions) if worker_versions else None,
         )
@@ -435,6 +466,8 @@ class DistributedRun:
                 "weights_version": ev["weights_version"],
                 "env_steps_collected": stats["added"],
                 "eval_episodes": len(ev["eval_returns"]),
+                **({"learner_updates": self.counters["learner_updates"]} if self.averager is not None else {}),
+                "rollout_workers_per_node": self.workers_per_node(),
                 **custom_metric_means(self._metrics_since_eval),
             }
             self._metrics_since_eval = []
@@ -457,6 +490,21 @@ class DistributedRun:
             self.tensorboard.system(self.status(), reports["episodes"], self.learner_stats)
         self.write_checkpoint_if_ready()
         return lines
+
+    def workers_per_node(self) -> dict[str, int]:
+        """``{node id: rollout workers}`` as the workers reported where they run."""
+        counts: dict[str, int] = {}
+        for role, node in self.placements.items():
+            if role.startswith("rollout_worker"):
+                counts[node] = counts.get(node, 0) + 1
+        return counts
+
+    def averager_contributions(self) -> list[int] | None:
+        """Gradients the averager received from each learner."""
+        try:
+            return ray.get(self.averager.stats.remote(), timeout=10)["contributions"]
+        except (ray.exceptions.RayError, TimeoutError):
+            return None
 
     def status(self) -> dict:
         """Counters for the progress display and TensorBoard."""
@@ -520,13 +568,16 @@ class DistributedRun:
         write ``summary.json``; returns the summary."""
         log.info("stopping (%s)", self.failure or reason)
         try:
-            ray.get([self.ps.stop.remote(reason)] + [shard.stop.remote() for shard in self.shards])
+            stopping = [self.ps.stop.remote(reason)] + [shard.stop.remote() for shard in self.shards]
+            ray.get(stopping + ([self.averager.stop.remote()] if self.averager is not None else []))
             done, not_done = ([], [])
             if self.pending:
                 done, not_done = ray.wait(self.pending, num_returns=len(self.pending), timeout=SHUTDOWN_TIMEOUT_S)
             for ref in done:
                 try:
-                    ray.get(ref)
+                    result = ray.get(ref)
+                    if self.roles[ref].startswith("learner"):
+                        self.learner_results[self.roles[ref]] = result
                 except Exception as exc:
                     self.failure = self.failure or f"{self.roles[ref]} failed: {_one_line(exc)}"
             for ref in not_done:
@@ -541,10 +592,6 @@ class DistributedRun:
             # An actor died or the disk failed: the weights saved at the last evaluation are what is left.
             self.failure = self.failure or f"shutdown failed: {_one_line(exc)}"
             log.warning("%s; %s keeps the weights of the last evaluation", self.failure, self.weights_path)
-        workers_per_node: dict[str, int] = {}
-        for role, node in self.placements.items():
-            if role.startswith("rollout_worker"):
-                workers_per_node[node] = workers_per_node.get(node, 0) + 1
         counters = self.counters
         summary = {
             "stop_reason": reason,
@@ -560,8 +607,10 @@ class DistributedRun:
             "output_dir": self.output_dir,
             "weights_path": self.weights_path if os.path.exists(self.weights_path) else None,
             "checkpoint_path": self.checkpoint_path,
-            "rollout_workers_per_node": workers_per_node,
+            "rollout_workers_per_node": self.workers_per_node(),
             "placement": self.plan.describe(),
+            **({"learners": self.learner_results, "gradients_per_learner": self.averager_contributions()}
+               if self.averager is not None else {}),
         }
         try:
             write_json(os.path.join(self.output_dir, "summary.json"), summary)

@@ -8,6 +8,7 @@ several training batches, a set of weights — never one env step.
 from __future__ import annotations
 
 import collections
+import hashlib
 import logging
 import time
 
@@ -23,6 +24,9 @@ log = logging.getLogger("dsac")
 
 # How long a task sleeps between polls while it has nothing to do.
 IDLE_SLEEP_S = 0.05
+# A worker that waited this long for insert budget fetches the newest weights before it
+# collects again (it was idle anyway; otherwise it would act with weights from before the wait).
+REFRESH_AFTER_WAIT_S = 0.02
 
 
 class WeightsClient:
@@ -60,6 +64,14 @@ class WeightsClient:
         if self.steps_since_pull >= self.pull_every:
             self.in_flight = self.ps.pull.remote(self.version, self.worker)
             self.steps_since_pull = 0
+
+    def refresh(self) -> None:
+        """Fetch the newest weights now (blocking): one call, or two with a pull in flight."""
+        if self.in_flight is not None:
+            self.take(ray.get(self.in_flight))
+            self.in_flight = None
+        self.take(ray.get(self.ps.pull.remote(self.version, self.worker)))
+        self.steps_since_pull = 0
 
     def wait_for_weights(self) -> None:
         """Block until the policy has weights (or the run stops)."""
@@ -109,7 +121,10 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
                 ps.report_episodes.remote(episodes)
             chunks_sent += 1
         weights.poll(0 if chunk is None else len(chunk["reward"]))
+        asked = time.monotonic()
         status = ray.get(replay.add.remote(index, chunk))
+        if status["grant"] > 0 and policy.has_weights and time.monotonic() - asked > REFRESH_AFTER_WAIT_S:
+            weights.refresh()
     collector.close()
     return {"worker": index, "env_steps": collector.total_steps, "chunks": chunks_sent}
 
@@ -137,21 +152,61 @@ class ShardedSampler:
         return shard, result
 
 
+class GradientSync:
+    """A learner's side of :class:`dsac.distributed.actors.GradientAverager`: flattens the
+    policy's gradients into one array, averages it with the other learners', applies the mean."""
+
+    def __init__(self, averager, index: int):
+        self.averager = averager
+        self.index = index
+        self.env_steps = 0  # run-wide, summed over the learners' shards at the last step
+
+    def learn(self, policy, batch: dict, step: int, own_env_steps: int) -> dict | None:
+        """One synchronous update; its stats, or None when the run stopped meanwhile."""
+        grads, stats = policy.compute_gradients(batch)
+        shapes = [np.shape(g) for g in grads]
+        flat = np.concatenate([np.asarray(g, np.float32).ravel() for g in grads])
+        reply = ray.get(self.averager.average.remote(self.index, step, flat, own_env_steps))
+        if reply is None:
+            return None
+        mean, self.env_steps = reply
+        ends = np.cumsum([int(np.prod(shape)) for shape in shapes])
+        policy.apply_gradients([part.reshape(shape) for part, shape in zip(np.split(mean, ends[:-1]), shapes,
+                                                                              strict=True)])
+        return stats
+
+
+def weights_digest(weights: dict[str, np.ndarray]) -> str:
+    """A hash of weights by name: equal digests, bit-identical weights."""
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(weights[name]).tobytes())
+    return digest.hexdigest()[:16]
+
+
 # A GPU learner by default; the driver overrides num_gpus to 0 on a cluster without GPUs.
 # max_calls=1: the process exits after the task, so its GPU memory is given back.
 @ray.remote(num_gpus=1, max_calls=1)
 def learner(config, observation_space, action_space, shards: list, ps, seed: int, num_gpus: float,
-            num_cpus: float, initial_weights: dict | None = None, initial_state: dict | None = None) -> dict:
-    """Trains the policy on batches from the replay shards, pushes weights every
+            num_cpus: float, initial_weights: dict | None = None, initial_state: dict | None = None,
+            index: int = 0, averager=None) -> dict:
+    """Trains the policy on batches from its replay shards, pushes weights every
     ``config.push_every`` updates, and (prioritized replay) sends each sample call's new
     priorities back to its shard in one fire-and-forget call. ``initial_weights`` (e.g. from a
     restored Trainer) replace the fresh policy's weights before the first push; ``initial_state``
     (a resumed run's checkpoint) replaces its whole training state. When the parameter server
-    asks for it (checkpoints) and at the end, the learner sends its full state."""
+    asks for it (checkpoints) and at the end, the learner sends its full state.
+
+    With several learners (``averager`` given), learner ``index`` trains on its own shards,
+    every update is the mean of all learners' gradients, and learner 0 alone pushes weights
+    and state (the replicas are identical); each reports its update count."""
     from dsac.tf_setup import configure_tensorflow
 
     device = configure_tensorflow(num_gpus, num_cpus)
-    ps.report_placement.remote("learner", {**describe_process(), "device": device})
+    primary = index == 0
+    role = "learner" if averager is None else f"learner_{index}"
+    ps.report_placement.remote(role, {**describe_process(), "device": device})
     policy = policy_class_for(config)(observation_space, action_space, config, build_learner=True, seed=seed)
     callbacks = callbacks_for(config)
     if initial_weights is not None:
@@ -162,14 +217,24 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     if initial_state is not None:
         policy.set_state(initial_state)
         updates = int(initial_state.get("updates", 0))
+    sync = None
+    if averager is not None:
+        sync = GradientSync(averager, index)
+        # Every replica starts from learner 0's state, whatever its own initialization was.
+        state = ray.get(averager.broadcast.remote(index, policy.get_state() if primary else None))
+        if state is None:
+            return {"learner": index, "updates": updates}
+        policy.set_state(state)
     env_steps_by_shard = [0] * len(shards)
-    reply = ray.get(ps.push.remote(policy.get_weights(), {"updates": 0, "env_steps": 0}))
+    reply = ray.get(ps.push.remote(policy.get_weights(), {"updates": updates, "env_steps": 0})) if primary else {
+        "stop": False}
     sampler = ShardedSampler(shards, config.batch_size, config.batches_per_sample, config.prefetch)
     last_push = None
 
     def meta(**extra):
-        return {"updates": updates, "env_steps": sum(env_steps_by_shard), "stats": stats,
-                "learner_wait_s": sampler.wait_s, **extra}
+        env_steps = sync.env_steps if sync is not None else sum(env_steps_by_shard)
+        return {"updates": updates, "env_steps": env_steps, "stats": stats, "learner_wait_s": sampler.wait_s,
+                **extra}
 
     while not reply["stop"]:
         shard, result = sampler.next()
@@ -180,7 +245,13 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
         priorities = []
         for i in range(config.batches_per_sample):
             batch = {key: value[i] for key, value in batches.items()}
-            result = policy.learn_on_batch(batch)
+            if sync is None:
+                result = policy.learn_on_batch(batch)
+            else:
+                result = sync.learn(policy, batch, updates, sum(env_steps_by_shard))
+                if result is None:  # the run stopped while the others were waited for
+                    reply = {"stop": True}
+                    break
             td_abs = result.pop("td_abs", None)
             priorities.append(td_abs)
             if td_abs is not None:
@@ -195,17 +266,26 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
             if updates % config.push_every == 0:
                 stats = {key: total / stat_count for key, total in stat_sums.items()}
                 stat_sums, stat_count = {}, 0
+                if sync is not None:
+                    ps.report_learner.remote(index, updates)
+                if not primary:
+                    continue
                 if last_push is not None:
                     reply = ray.get(last_push)  # long done: carries the stop flag
                     if reply.get("state_wanted"):
                         ps.put_state.remote(policy.get_state(), meta())
                 last_push = ps.push.remote(policy.get_weights(), meta())
-        if "indices" in batches and all(p is not None for p in priorities):
+        if len(priorities) == config.batches_per_sample and "indices" in batches and all(
+            p is not None for p in priorities
+        ):
             shards[shard].update_priorities.remote(batches["indices"], batches["generations"], np.stack(priorities))
     final = meta(final=True)
-    ray.get(ps.put_state.remote(policy.get_state(), final))  # before the push the evaluator waits for
-    ray.get(ps.push.remote(policy.get_weights(), final))
-    return final
+    if sync is not None:
+        ray.get(ps.report_learner.remote(index, updates))
+    if primary:
+        ray.get(ps.put_state.remote(policy.get_state(), final))  # before the push the evaluator waits for
+        ray.get(ps.push.remote(policy.get_weights(), final))
+    return {"learner": index, "updates": updates, "weights_digest": weights_digest(policy.get_weights())}
 
 
 @ray.remote

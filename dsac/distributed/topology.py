@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ray
 
@@ -18,7 +18,9 @@ EVALUATOR_CPUS = 0.1
 
 @dataclass
 class ResourcePlan:
-    """Ray resource requests of every role."""
+    """Ray resource requests of every role, and the node each is placed on (``None``: let
+    Ray choose). Placement is a soft node affinity: Ray falls back to another node if the
+    planned one is gone or full."""
 
     total_cpus: float
     total_gpus: float
@@ -27,14 +29,37 @@ class ResourcePlan:
     worker_cpus: float
     evaluator_cpus: float
     num_workers: int
+    num_learners: int = 1
+    learner_nodes: list = field(default_factory=list)
+    evaluator_node: str | None = None
+    worker_nodes: list = field(default_factory=list)
+    node_names: dict = field(default_factory=dict)
 
     def describe(self) -> str:
         device = f"{self.learner_gpus:g} GPU" if self.learner_gpus else "CPU (no GPU in the cluster)"
+        nodes = len(self.node_names) or 1
         return (
-            f"cluster {self.total_cpus:g} CPUs / {self.total_gpus:g} GPUs; learner {self.learner_cpus:g} CPU "
-            f"on {device}; {self.num_workers} rollout workers x {self.worker_cpus:g} CPU; "
-            f"evaluator {self.evaluator_cpus:g} CPU; replay buffer and parameter server 0 CPU"
+            f"cluster {nodes} node(s), {self.total_cpus:g} CPUs / {self.total_gpus:g} GPUs; "
+            f"{self.num_learners} learner(s) x {self.learner_cpus:g} CPU on {device}; "
+            f"{self.num_workers} rollout workers x {self.worker_cpus:g} CPU; evaluator {self.evaluator_cpus:g} CPU; "
+            "replay buffer and parameter server 0 CPU"
         )
+
+    def workers_per_node(self) -> dict[str, int]:
+        """``{node name: planned rollout workers}``."""
+        counts: dict[str, int] = {}
+        for node in self.worker_nodes:
+            name = self.node_names.get(node, "any node")
+            counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def scheduling(self, node: str | None):
+        """The scheduling strategy that puts a task on ``node`` (soft), or Ray's default."""
+        if node is None:
+            return "DEFAULT"
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
 
 
 def _floor4(x: float) -> float:
@@ -42,24 +67,34 @@ def _floor4(x: float) -> float:
     return math.floor(x * 10_000) / 10_000
 
 
-def plan_resources(config, cluster: dict) -> ResourcePlan:
-    """Fit every role's request into ``cluster`` (``ray.cluster_resources()``)."""
+def node_name(node: dict) -> str:
+    """``host (node 1a2b3c4d)``: several nodes may share a host."""
+    return f"{node.get('NodeManagerHostname') or node.get('NodeManagerAddress')} (node {node['NodeID'][:8]})"
+
+
+def plan_resources(config, cluster: dict, nodes: list[dict] | None = None) -> ResourcePlan:
+    """Fit every role's request into ``cluster`` (``ray.cluster_resources()``) and, given
+    ``nodes`` (``ray.nodes()``), place learners on GPU nodes when they use GPUs and spread
+    the rollout workers over the nodes in proportion to the CPUs each has left."""
     total_cpus = float(cluster.get("CPU", 0))
     total_gpus = float(cluster.get("GPU", 0))
     if total_cpus <= 0:
         raise DsacError("the Ray cluster has no CPUs")
-    if config.learner_gpus is not None and config.learner_gpus > total_gpus:
+    if config.learner_gpus is not None and config.learner_gpus * config.num_learners > total_gpus:
         raise DsacError(
-            f"--learner_gpus {config.learner_gpus:g} asked for, but the Ray cluster has "
-            f"{total_gpus:g} GPUs: drop --learner_gpus to train on CPU"
+            f"--learner_gpus {config.learner_gpus:g} asked for {config.num_learners} learner(s), but the Ray "
+            f"cluster has {total_gpus:g} GPUs: drop --learner_gpus to train on CPU"
         )
     if config.learner_gpus is not None:
         learner_gpus = float(config.learner_gpus)
     else:
-        learner_gpus = 1.0 if total_gpus >= 1 else 0.0
-    learner_cpus = 1.0 if total_cpus >= 2 else _floor4(total_cpus / 2)
+        learner_gpus = 1.0 if total_gpus >= config.num_learners else 0.0
+    learners = config.num_learners
+    # A whole CPU per learner when there is room for it and the rollout workers; on a
+    # laptop the learners and the workers share what there is.
+    learner_cpus = 1.0 if total_cpus >= learners + 1 else _floor4(total_cpus / (learners + 1))
     evaluator_cpus = min(EVALUATOR_CPUS, _floor4(total_cpus / 10))
-    left = total_cpus - learner_cpus * config.num_learners - evaluator_cpus
+    left = total_cpus - learner_cpus * learners - evaluator_cpus
     if config.worker_cpus is not None:
         worker_cpus = float(config.worker_cpus)
     else:
@@ -67,11 +102,36 @@ def plan_resources(config, cluster: dict) -> ResourcePlan:
     if worker_cpus <= 0 or worker_cpus * config.num_workers > left + 1e-9:
         raise DsacError(
             f"{config.num_workers} rollout workers x {worker_cpus:g} CPU do not fit the "
-            f"{left:g} CPUs the cluster has left after the learner and evaluator: lower "
+            f"{left:g} CPUs the cluster has left after the learner(s) and evaluator: lower "
             "--num_workers or --worker_cpus"
         )
-    return ResourcePlan(total_cpus, total_gpus, learner_cpus, learner_gpus, worker_cpus,
-                        evaluator_cpus, config.num_workers)
+    plan = ResourcePlan(total_cpus, total_gpus, learner_cpus, learner_gpus, worker_cpus, evaluator_cpus,
+                        config.num_workers, learners)
+    alive = [n for n in nodes or [] if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+    if len(alive) > 1:  # one node: nothing to decide
+        _place(plan, alive)
+    return plan
+
+
+def _place(plan: ResourcePlan, nodes: list[dict]) -> None:
+    """Greedy placement: each role goes to the node with the most CPUs left (GPU roles to a
+    node with a GPU left), so the rollout workers spread evenly."""
+    cpus = {n["NodeID"]: float(n["Resources"].get("CPU", 0)) for n in nodes}
+    gpus = {n["NodeID"]: float(n["Resources"].get("GPU", 0)) for n in nodes}
+    plan.node_names = {n["NodeID"]: node_name(n) for n in nodes}
+
+    def take(cpu: float, gpu: float = 0.0) -> str | None:
+        candidates = [node for node in cpus if gpus[node] >= gpu - 1e-9]
+        if not candidates:
+            return None
+        node = max(candidates, key=lambda k: (cpus[k] >= cpu - 1e-9, cpus[k]))
+        cpus[node] -= cpu
+        gpus[node] -= gpu
+        return node
+
+    plan.learner_nodes = [take(plan.learner_cpus, plan.learner_gpus) for _ in range(plan.num_learners)]
+    plan.evaluator_node = take(plan.evaluator_cpus)
+    plan.worker_nodes = [take(plan.worker_cpus) for _ in range(plan.num_workers)]
 
 
 def describe_process() -> dict:

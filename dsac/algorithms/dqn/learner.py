@@ -113,22 +113,60 @@ class DQNLearner:
         })
         self.updates = 0
 
-    @tf.function
-    def _update(self, batch):
+    def _gradients_of(self, batch):
         with tf.GradientTape() as tape:
             if self.support is None:
                 loss, td_abs, q_mean = dqn_loss(self.q_online, self.q_target, batch, self.double_q)
             else:
                 loss, td_abs, q_mean = c51_loss(self.q_online, self.q_target, batch, self.double_q, self.support)
         grads = tape.gradient(loss, self.q_online.trainable_variables)
-        grads, grad_norm = tf.clip_by_global_norm(grads, self.grad_clip)
+        return {"loss": loss, "q_mean": q_mean, "grad_norm": tf.linalg.global_norm(grads), "td_abs": td_abs}, grads
+
+    def _apply_gradients(self, grads):
+        grads, _ = tf.clip_by_global_norm(grads, self.grad_clip)
         self.optimizer.apply_gradients(zip(grads, self.q_online.trainable_variables, strict=True))
-        return {"loss": loss, "q_mean": q_mean, "grad_norm": grad_norm, "td_abs": td_abs}
+
+    @tf.function
+    def _update(self, batch):
+        stats, grads = self._gradients_of(batch)
+        self._apply_gradients(grads)
+        return stats
+
+    @tf.function
+    def _gradients(self, batch):
+        return self._gradients_of(batch)
+
+    @tf.function
+    def _apply(self, grads):
+        self._apply_gradients(grads)
+
+    def _after_step(self) -> None:
+        self.updates += 1
+        if self.updates % self.target_update_every == 0:
+            self.q_target.set_weights(self.q_online.get_weights())
+
+    def compute_gradients(self, batch: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict]:
+        """:meth:`update`'s gradients (before clipping) without applying them; returns
+        ``(gradients, stats)``."""
+        stats, grads = self._gradients(self.to_tensors(batch))
+        return [g.numpy() for g in grads], _to_numpy(stats)
+
+    def apply_gradients(self, grads: list[np.ndarray]) -> None:
+        """:meth:`update`'s step (clipping, optimizer, target copy) with the given gradients."""
+        self._apply([tf.convert_to_tensor(g) for g in grads])
+        self._after_step()
 
     def update(self, batch: dict[str, np.ndarray]) -> dict:
         """One gradient step; every ``target_update_every`` updates, copy to the target."""
+        out = self._update(self.to_tensors(batch))
+        self._after_step()
+        return _to_numpy(out)
+
+    @staticmethod
+    def to_tensors(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The batch as the compiled update takes it."""
         n = len(batch["reward"])
-        tensors = {
+        return {
             "obs": np.asarray(batch["obs"], np.float32),
             "action": np.asarray(batch["action"], np.int32).reshape(n),
             "reward": np.asarray(batch["reward"], np.float32),
@@ -137,10 +175,9 @@ class DQNLearner:
             "discount": np.asarray(batch["discount"], np.float32),
             "weights": np.asarray(batch["weights"], np.float32) if "weights" in batch else np.ones(n, np.float32),
         }
-        out = self._update(tensors)
-        self.updates += 1
-        if self.updates % self.target_update_every == 0:
-            self.q_target.set_weights(self.q_online.get_weights())
-        stats = {k: float(v) for k, v in out.items() if k != "td_abs"}
-        stats["td_abs"] = out["td_abs"].numpy()
-        return stats
+
+
+def _to_numpy(stats: dict) -> dict:
+    out = {k: float(v) for k, v in stats.items() if k != "td_abs"}
+    out["td_abs"] = stats["td_abs"].numpy()
+    return out

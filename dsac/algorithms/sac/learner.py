@@ -134,8 +134,9 @@ class SACLearner:
             batch, self.target_entropy, noise_next, noise_pi,
         )
 
-    @tf.function
-    def _update(self, batch):
+    def _gradients_of(self, batch):
+        """The three objectives' gradients, all at the current parameters (as RLlib's SAC):
+        ``(stats, critic grads + actor grads + [α grad])``."""
         shape = tf.shape(batch["action"])
         noise_next = tf.random.normal(shape)
         noise_pi = tf.random.normal(shape)
@@ -145,14 +146,34 @@ class SACLearner:
         actor_grads = tape.gradient(stats["actor_loss"], self.actor.trainable_variables)
         alpha_grads = tape.gradient(stats["alpha_loss"], [self.log_alpha])
         del tape
-        self.critic_optimizer.apply_gradients(zip(critic_grads, self.critic_variables, strict=True))
-        self.actor_optimizer.apply_gradients(zip(actor_grads, self.actor.trainable_variables, strict=True))
-        self.alpha_optimizer.apply_gradients(zip(alpha_grads, [self.log_alpha], strict=True))
+        return stats, [*critic_grads, *actor_grads, *alpha_grads]
+
+    def _apply_gradients(self, grads):
+        """One optimizer step of critics, actor and α, then the target update."""
+        critic, actor = len(self.critic_variables), len(self.actor.trainable_variables)
+        self.critic_optimizer.apply_gradients(zip(grads[:critic], self.critic_variables, strict=True))
+        self.actor_optimizer.apply_gradients(
+            zip(grads[critic:critic + actor], self.actor.trainable_variables, strict=True)
+        )
+        self.alpha_optimizer.apply_gradients(zip(grads[critic + actor:], [self.log_alpha], strict=True))
         # Polyak averaging: θ_targ ← (1 − τ) θ_targ + τ θ
         for target, source in ((self.q1_target, self.q1), (self.q2_target, self.q2)):
             for t, s in zip(target.weights, source.weights, strict=True):
                 t.assign((1.0 - self.tau) * t + self.tau * s)
+
+    @tf.function
+    def _update(self, batch):
+        stats, grads = self._gradients_of(batch)
+        self._apply_gradients(grads)
         return stats
+
+    @tf.function
+    def _gradients(self, batch):
+        return self._gradients_of(batch)
+
+    @tf.function
+    def _apply(self, grads):
+        self._apply_gradients(grads)
 
     def normalize_batch(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Float32 arrays with actions mapped from the env's bounds into [-1, 1]; one-step
@@ -173,6 +194,21 @@ class SACLearner:
         """One gradient step of critics, actor and α, then the target update."""
         stats = self._update(self.normalize_batch(batch))
         self.updates += 1
-        out = {k: float(v) for k, v in stats.items() if k != "td_abs"}
-        out["td_abs"] = stats["td_abs"].numpy()
-        return out
+        return _to_numpy(stats)
+
+    def compute_gradients(self, batch: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict]:
+        """:meth:`update`'s gradients without applying them (data-parallel learners average
+        them first); returns ``(gradients, stats)``."""
+        stats, grads = self._gradients(self.normalize_batch(batch))
+        return [g.numpy() for g in grads], _to_numpy(stats)
+
+    def apply_gradients(self, grads: list[np.ndarray]) -> None:
+        """:meth:`update`'s step with the given gradients."""
+        self._apply([tf.convert_to_tensor(g) for g in grads])
+        self.updates += 1
+
+
+def _to_numpy(stats: dict) -> dict:
+    out = {k: float(v) for k, v in stats.items() if k != "td_abs"}
+    out["td_abs"] = stats["td_abs"].numpy()
+    return out
