@@ -56,3 +56,29 @@ def test_apex_dqn_with_prioritized_replay_learns_cartpole(ray_local, tmp_path):
     best = load_weights(str(tmp_path / "run" / "best_weights.pkl"))
     assert best["eval_return_mean"] == max(returns)
     assert best["weights"]["q/advantage/kernel"].shape == (256, 2)  # dueling head by default
+
+
+def test_two_data_parallel_learners_add_up(ray_local, tmp_path):
+    """--num_learners 2: every update averages both learners' gradients, so both replicas
+    apply the same updates and end bit-identical; each learner's count reaches the parameter
+    server; and SAC still learns."""
+    config = Config(
+        env="Pendulum-v1", num_workers=2, num_learners=2, seed=0, total_env_steps=10_000, stop_return=-400.0,
+        eval_every=1_000, eval_episodes=5, fcnet_hiddens=[64, 64], output_dir=str(tmp_path / "run"),
+        log_every=30.0,
+    ).validate()
+    assert config.num_replay_shards == 2  # one shard per learner by default
+    summary = run(config)
+    learners = summary["learners"]
+    assert set(learners) == {"learner_0", "learner_1"}
+    assert learners["learner_0"]["updates"] == learners["learner_1"]["updates"] == summary["updates"] > 0
+    assert learners["learner_0"]["weights_digest"] == learners["learner_1"]["weights_digest"]
+    # Every applied update holds one gradient of each learner (a step cut short by the stop
+    # may hold one more gradient that nobody applied).
+    assert all(summary["updates"] <= g <= summary["updates"] + 1 for g in summary["gradients_per_learner"])
+    lines = [json.loads(x) for x in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
+    assert set(lines[-1]["learner_updates"]) == {"learner_0", "learner_1"}
+    assert all(v > 0 for v in lines[-1]["learner_updates"].values())
+    assert max(line["eval_return_mean"] for line in lines) >= -400, [ln["eval_return_mean"] for ln in lines]
+    payload = load_weights(summary["weights_path"])
+    assert payload["version"] == summary["weights_version"]

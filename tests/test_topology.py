@@ -1,0 +1,40 @@
+"""Resource requests and placement across nodes, as plain functions of what the cluster has."""
+
+import pytest
+
+from dsac.config import Config
+from dsac.distributed.topology import plan_resources
+from dsac.errors import DsacError
+
+
+def node(node_id, cpus, gpus=0, alive=True):
+    resources = {"CPU": cpus, **({"GPU": gpus} if gpus else {})}
+    return {"NodeID": node_id * 8, "Alive": alive, "NodeManagerHostname": f"host-{node_id}", "Resources": resources}
+
+
+def test_laptop_eight_workers_on_two_cpus_fit_with_fractional_requests():
+    plan = plan_resources(Config(num_workers=8).validate(), {"CPU": 2.0}, [node("a", 2)])
+    assert plan.learner_cpus == 1.0 and plan.learner_gpus == 0.0
+    assert plan.worker_cpus * 8 + plan.learner_cpus + plan.evaluator_cpus <= 2.0
+    assert plan.worker_nodes == []  # one node: nothing to place
+
+
+def test_workers_spread_over_nodes_and_the_learner_lands_on_the_gpu_node():
+    nodes = [node("a", 8), node("b", 8), node("g", 8, gpus=1), node("dead", 8, alive=False)]
+    config = Config(num_workers=12).validate()
+    plan = plan_resources(config, {"CPU": 24.0, "GPU": 1.0}, nodes)
+    assert plan.learner_gpus == 1.0 and plan.learner_nodes == ["g" * 8]
+    counts = plan.workers_per_node()
+    assert sum(counts.values()) == 12 and "host-dead (node deaddead)" not in counts
+    # Every live node gets workers, in proportion to the CPUs left after the learner and evaluator.
+    assert len(counts) == 3 and min(counts.values()) >= 3 and max(counts.values()) <= 5
+    assert counts["host-g (node gggggggg)"] == min(counts.values())  # the learner's node takes fewest
+
+
+def test_two_learners_share_a_small_machine_and_gpu_requests_must_exist():
+    plan = plan_resources(Config(num_workers=4, num_learners=2).validate(), {"CPU": 2.0}, [node("a", 2)])
+    assert plan.learner_cpus * 2 + plan.worker_cpus * 4 + plan.evaluator_cpus <= 2.0 + 1e-9
+    with pytest.raises(DsacError, match="has 0 GPUs"):
+        plan_resources(Config(learner_gpus=1).validate(), {"CPU": 2.0}, [node("a", 2)])
+    with pytest.raises(DsacError, match="do not fit"):
+        plan_resources(Config(num_workers=4, worker_cpus=1.0).validate(), {"CPU": 2.0}, [node("a", 2)])
