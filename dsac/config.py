@@ -112,7 +112,7 @@ class Config:
     # --- topology ----------------------------------------------------------------------
     num_workers: int = _f(2, "rollout worker tasks")
     envs_per_worker: int = _f(1, "environments each rollout worker steps as one batch")
-    num_learners: int = _f(1, "learner tasks (only 1 is supported for now)")
+    num_learners: int = _f(1, "learner tasks; more than 1 train data-parallel (synchronous gradient averaging)")
     address: str | None = _f(None, "Ray cluster to join (default: RAY_ADDRESS, else a local Ray)")
     worker_cpus: float | None = _f(None, "CPUs requested per rollout worker (default: fit the cluster)")
     learner_gpus: float | None = _f(None, "GPUs for the learner (default: 1 if the cluster has one, else 0)")
