@@ -92,9 +92,12 @@ def test_replay_actor_grants_budgets_and_throttles(ray_local):
     started = time.monotonic()
     assert ray.get(replay.sample.remote(4, 2)) is None  # ahead of the ratio: waits, then gives up
     assert time.monotonic() - started >= 0.5
-    # Collection is now ahead by at most max_inserts_ahead: a writer gets no budget.
-    ray.get(replay.add.remote(0, chunk(30, 10)))
-    assert ray.get(replay.add.remote(1, None))["grant"] == 0
+    # 40 inserted against a limit of 20 + 12 + 10: 2 steps of budget left. Writer 1 has been
+    # waiting in line since its last call, so writer 0, which just delivered, does not get them.
+    assert ray.get(replay.add.remote(0, chunk(30, 10)))["grant"] == 0
+    assert ray.get(replay.add.remote(1, None))["grant"] == 2
+    # Collection is now ahead by max_inserts_ahead: nobody gets budget.
+    assert ray.get(replay.add.remote(0, None))["grant"] == 0
     stats = ray.get(replay.stats.remote())
     assert (stats["added"], stats["sampled_batches"], stats["size"]) == (40, 12, 40)
     # stop() releases a waiting caller at once.

@@ -9,6 +9,7 @@ other callers. Neither knows which algorithm runs.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import socket
 import time
@@ -81,6 +82,9 @@ class ReplayBuffer:
         # run does not degrade into one call per env step.
         self.min_grant = max(1, min(self.max_chunk, max_inserts_ahead // (2 * self.num_writers)))
         self.outstanding: dict[int, int] = {}  # writer id -> budget granted, not yet delivered
+        # Writers waiting for budget, first come first served (-> when last heard of), so a
+        # writer that just delivered cannot take the budget a waiting one was next in line for.
+        self.queue: collections.OrderedDict[int, float] = collections.OrderedDict()
         self.changed = asyncio.Condition()
         self.stopped = False
         self.sample_wait_s = 0.0
@@ -97,6 +101,12 @@ class ReplayBuffer:
             return True
         except TimeoutError:
             return False
+
+    def _forget_gone_writers(self) -> None:
+        """Drop writers not heard of for a while (a dead worker must not block the line)."""
+        cutoff = time.monotonic() - 3 * MAX_WAIT_S
+        for writer in [w for w, seen in self.queue.items() if seen < cutoff]:
+            del self.queue[writer]
 
     def _status(self, grant: int = 0) -> dict:
         return {
@@ -122,18 +132,22 @@ class ReplayBuffer:
                 self.add_calls += 1
                 self.changed.notify_all()
             self.outstanding[writer] = 0
+            self.queue[writer] = time.monotonic()  # a writer already in line keeps its place
             deadline = time.monotonic() + MAX_WAIT_S
             while not self.stopped:
+                self._forget_gone_writers()
                 outstanding = sum(self.outstanding.values())
                 headroom = self.limiter.insert_headroom(self.storage.added, self.storage.sampled_batches, outstanding)
                 limit_left = None
                 if self.insert_limit is not None:
                     limit_left = max(0, self.insert_limit - self.storage.added - outstanding)
-                if headroom >= self.min_grant and limit_left != 0:
+                if headroom >= self.min_grant and limit_left != 0 and next(iter(self.queue)) == writer:
                     grant = min(self.max_chunk, max(self.min_grant, headroom // self.num_writers))
                     if limit_left is not None:  # the last steps before a limit may be fewer
                         grant = min(grant, limit_left)
                     self.outstanding[writer] = grant
+                    del self.queue[writer]
+                    self.changed.notify_all()  # the next in line may fit in what is left
                     return self._status(grant)
                 if not await self._wait_for_change(deadline):
                     break
