@@ -50,11 +50,17 @@ def cluster():
 
 def submit(address: str, job_id: str, *launch_args: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "scripts", "submit.py"), "--address", address, "--no-wait",
-         "--submission-id", job_id, "--", *launch_args],
-        capture_output=True, text=True, timeout=120, env=env,
-    )
+    deadline = time.monotonic() + 120
+    while True:
+        result = subprocess.run(
+            [sys.executable, os.path.join(REPO_ROOT, "scripts", "submit.py"), "--address", address, "--no-wait",
+             "--submission-id", job_id, "--", *launch_args],
+            capture_output=True, text=True, timeout=120, env=env,
+        )
+        # A fresh cluster's job agent may not have registered yet ("please try again later").
+        if result.returncode == 0 or "try again later" not in result.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(2.0)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
 
 
