@@ -285,6 +285,11 @@ class Config:
                 raise DsacError(f"--{name} must be in [0, 1], got {value!r}")
         if not (math.isfinite(self.epsilon_alpha) and self.epsilon_alpha >= 0):
             raise DsacError(f"--epsilon_alpha must be >= 0, got {self.epsilon_alpha!r}")
+        if self.num_learners > self.num_workers:
+            raise DsacError(
+                f"--num_learners {self.num_learners} exceeds --num_workers {self.num_workers}: every learner "
+                "samples replay shards of its own, and every shard needs a worker writing to it"
+            )
         if self.num_replay_shards > self.num_workers:
             raise DsacError(
                 f"--num_replay_shards {self.num_replay_shards} exceeds --num_workers {self.num_workers}: "
@@ -318,11 +323,6 @@ class Config:
             raise DsacError(f"fcnet_activation must be one of {', '.join(ACTIVATIONS)}, got {self.fcnet_activation!r}")
         if not self.fcnet_hiddens or any(h <= 0 for h in self.fcnet_hiddens):
             raise DsacError(f"--fcnet_hiddens must be positive layer sizes, got {self.fcnet_hiddens!r}")
-        if self.num_learners > self.num_workers:
-            raise DsacError(
-                f"--num_learners {self.num_learners} exceeds --num_workers {self.num_workers}: every learner "
-                "samples replay shards of its own, and every shard needs a worker writing to it"
-            )
         if self.num_replay_shards < self.num_learners:
             raise DsacError(
                 f"--num_replay_shards {self.num_replay_shards} is fewer than --num_learners {self.num_learners}: "
