@@ -35,11 +35,14 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     port = free_port()
+    # Every node's dashboard agent gets a port of its own: the default one (52365) may be taken
+    # by another Ray on this machine (the test session's), and then jobs cannot be submitted.
     nodes = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "include_dashboard": True, "dashboard_port": port, "dashboard_host": "127.0.0.1",
+        "dashboard_agent_listen_port": free_port(),
     })
     try:
-        nodes.add_node(num_cpus=2)
+        nodes.add_node(num_cpus=2, dashboard_agent_listen_port=free_port())
         nodes.wait_for_nodes()
         node_ids = {nodes.head_node.node_id, *(n.node_id for n in nodes.worker_nodes)}
         assert len(node_ids) == 2
