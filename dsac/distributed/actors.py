@@ -238,6 +238,9 @@ class ParameterServer:
         self.pulls_with_weights = 0
         self.placements: list[dict] = []
         self.learner_updates: dict[int, int] = {}
+        # Weight sync times: a version's push time until every worker holds it (or newer).
+        self.push_times: collections.OrderedDict[int, float] = collections.OrderedDict()
+        self.synced: collections.deque[float] = collections.deque(maxlen=10_000)
 
     async def push(self, weights: dict, meta: dict | None = None) -> dict:
         """Store new weights; returns ``{"version", "stop"}`` (versions only increase)."""
@@ -245,6 +248,9 @@ class ParameterServer:
         self.weights = weights
         self.meta = dict(meta or {})
         self.pushes += 1
+        self.push_times[self.version] = time.monotonic()
+        while len(self.push_times) > 1_000:  # workers long gone: stop waiting for them
+            self.push_times.popitem(last=False)
         if meta and "stats" in meta:
             self.learner_stats = meta["stats"]
         return {"version": self.version, "stop": self.stopped, "state_wanted": self.state_wanted}
@@ -258,7 +264,22 @@ class ParameterServer:
             self.pulls_with_weights += 1
         if worker is not None:  # the version the worker acts with once this reply lands
             self.worker_versions[worker] = self.version if "weights" in reply else newer_than
+            self._note_synced()
         return reply
+
+    def _note_synced(self) -> None:
+        slowest = min(self.worker_versions.values())
+        now = time.monotonic()
+        while self.push_times and next(iter(self.push_times)) <= slowest:
+            _, pushed = self.push_times.popitem(last=False)
+            self.synced.append(now - pushed)
+
+    async def sync_latencies(self) -> list[float]:
+        """Seconds from each push until every rollout worker held that version or a newer
+        one, for the versions synced since the last call."""
+        out = list(self.synced)
+        self.synced.clear()
+        return out
 
     async def request_state(self) -> None:
         """Ask the learner for its full state (it sends it with ``put_state`` after a push)."""

@@ -1,0 +1,424 @@
+"""dsac's speed on this machine, in one run: a Markdown table on stdout and a JSON file.
+
+    python scripts/benchmark.py --quick            # ~10 minutes on 2 cores
+    python scripts/benchmark.py --seeds 3 --out bench.json
+
+Measures:
+  raw env       env steps/s of one env in one process (the floor to compare against)
+  collection    env steps/s landing in the ReplayBuffer with W rollout workers, learner idle
+  naive         the original Distributed-DRL design as a baseline (a remote call per env step,
+                eager TF at batch 1), same W, same envs -> dsac / naive
+  learner       SAC updates/s on batches held locally vs in the running system (workers
+                collecting, batches from the ReplayBuffer actor) -> feed efficiency
+  weight sync   time from a push to every rollout worker holding that version (p50, p95), with
+                pushes every 70 ms (a learner's pace) and workers collecting
+  time to solve SAC Pendulum-v1 to -200 and DQN CartPole-v1 to 475: wall seconds from process
+                start (Ray start included) and env steps, median over seeds (launch.py as users run it)
+  SB3           optional, when stable-baselines3 is installed (requirements-bench.txt): the same
+                thresholds with rl-zoo settings, side by side -> dsac / SB3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOLVE = {"sac": ("Pendulum-v1", -200.0, 20_000, 4), "dqn": ("CartPole-v1", 475.0, 100_000, 4)}
+
+
+# --- raw env --------------------------------------------------------------------------------
+def raw_env_rate(env_id: str, seconds: float) -> float:
+    """Env steps/s of one env with random actions, in this process."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    env.reset(seed=0)
+    actions = [env.action_space.sample() for _ in range(1000)]
+    steps, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for action in actions:
+            _, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                env.reset()
+        steps += len(actions)
+    return steps / (time.perf_counter() - started)
+
+
+# --- collection -----------------------------------------------------------------------------
+def _initial_weights(config, env_id):
+    """Acting weights of a freshly built policy (what the learner would push first)."""
+    import gymnasium as gym
+
+    from dsac.algorithms import policy_class_for
+
+    env = gym.make(env_id)
+    policy = policy_class_for(config)(env.observation_space, env.action_space, config, build_learner=True, seed=0)
+    return env.observation_space, env.action_space, policy.get_weights()
+
+
+def _unthrottled_buffer(specs, num_writers: int):
+    from dsac.distributed.actors import ReplayBuffer
+
+    # No learner: the rate limiter must never hold collection back.
+    return ReplayBuffer.options(num_cpus=0).remote(
+        specs, 200_000, samples_per_insert=1e-9, min_size_to_sample=10**12, max_inserts_ahead=10**12,
+        num_writers=num_writers, max_chunk=256,
+    )
+
+
+def collection_rate(algo: str, env_id: str, workers: int, seconds: float, naive: bool = False,
+                    push_every_s: float | None = None) -> float | tuple[float, list[float]]:
+    """Env steps/s reaching one ReplayBuffer from ``workers`` rollout workers, learner idle.
+    With ``push_every_s``, new weights are pushed that often meanwhile (as a learner would)
+    and the push-to-every-worker times come back too."""
+    import ray
+
+    from dsac.config import Config
+    from dsac.distributed.actors import ParameterServer
+    from dsac.distributed.tasks import rollout_worker
+    from dsac.replay import field_specs
+
+    config = Config(algo=algo, env=env_id, num_workers=workers, start_steps=0, learning_starts=0).validate()
+    obs_space, act_space, weights = _initial_weights(config, env_id)
+    specs = field_specs(obs_space.shape, obs_space.dtype, act_space.shape, act_space.dtype)
+    replay = _unthrottled_buffer(specs, workers)
+    ps = ParameterServer.options(num_cpus=0).remote()
+    ray.get(ps.push.remote(weights, {}))
+    cpus = min(1.0, (ray.cluster_resources()["CPU"] - 0.01) / workers)
+    if naive:
+        refs = [naive_worker.options(num_cpus=cpus).remote(i, config, replay, ps, i) for i in range(workers)]
+    else:
+        refs = [rollout_worker.options(num_cpus=cpus).remote(i, config, replay, ps, 1000 + i) for i in range(workers)]
+    # Start counting once every worker is up (TF import for the naive ones, env creation for ours).
+    deadline = time.monotonic() + 120
+    while ray.get(replay.stats.remote())["add_calls"] < 3 * workers and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    first = ray.get(replay.stats.remote())["added"]
+    started = time.monotonic()
+    if push_every_s is None:
+        time.sleep(seconds)
+    else:
+        weights_ref = ray.put(weights)
+        ray.get(ps.sync_latencies.remote())  # from here on
+        while time.monotonic() - started < seconds:
+            ps.push.remote(weights_ref, {})
+            time.sleep(push_every_s)
+    added = ray.get(replay.stats.remote())["added"] - first
+    elapsed = time.monotonic() - started
+    sync = ray.get(ps.sync_latencies.remote()) if push_every_s is not None else None
+    ray.get([ps.stop.remote("benchmark"), replay.stop.remote()])
+    ray.get(refs)
+    for actor in (ps, replay):
+        ray.kill(actor)
+    return (added / elapsed, sync) if push_every_s is not None else added / elapsed
+
+
+def _naive_worker(index, config, replay, ps, seed):
+    """The original Distributed-DRL worker: eager TF actor at batch 1, one env, and one
+    remote call per env step (bounded to 64 in flight so the queue cannot grow without end)."""
+    import gymnasium as gym
+    import ray
+    import tensorflow as tf
+
+    from dsac.algorithms import policy_class_for
+
+    env = gym.make(config.env)
+    policy = policy_class_for(config)(env.observation_space, env.action_space, config, build_learner=True, seed=seed)
+    policy.set_weights(ray.get(ps.pull.remote(0))["weights"])
+    learner = policy.learner
+    obs, _ = env.reset(seed=seed)
+    in_flight = []
+    while True:
+        for _ in range(200):
+            x = tf.constant(obs[None], tf.float32)
+            if hasattr(learner, "actor"):  # SAC: deterministic mean through the Keras actor
+                mean, _ = tf.split(learner.actor(x), 2, axis=-1)
+                action = (np.tanh(mean.numpy()[0]) + 1.0) / 2.0 * (env.action_space.high - env.action_space.low)
+                action = (env.action_space.low + action).astype(np.float32)
+            else:
+                action = int(np.argmax(learner.q_online(x).numpy()[0]))
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            chunk = {
+                "obs": obs[None].astype(np.float32), "action": np.asarray(action, np.float32).reshape(1, -1)
+                if hasattr(learner, "actor") else np.asarray([action]),
+                "reward": np.asarray([reward], np.float32), "next_obs": next_obs[None].astype(np.float32),
+                "terminated": np.asarray([terminated], np.float32), "discount": np.asarray([0.99], np.float32),
+            }
+            in_flight.append(replay.add.remote(index, chunk))
+            if len(in_flight) >= 64:
+                _, in_flight = ray.wait(in_flight, num_returns=len(in_flight) - 32)
+            obs = next_obs
+            if terminated or truncated:
+                obs, _ = env.reset()
+        if ray.get(ps.should_stop.remote()):
+            break
+    ray.get(in_flight)
+    env.close()
+
+
+naive_worker = None  # made a Ray task once Ray is imported
+
+
+# --- learner --------------------------------------------------------------------------------
+def local_learner_rate(seconds: float) -> float:
+    """SAC updates/s (batch 256, 2x256) on batches already in this process."""
+    import gymnasium as gym
+
+    from dsac.algorithms.sac.policy import SACPolicy
+    from dsac.config import Config
+    from dsac.tf_setup import configure_tensorflow
+
+    configure_tensorflow(0, 1)
+    env = gym.make("Pendulum-v1")
+    config = Config().validate()
+    policy = SACPolicy(env.observation_space, env.action_space, config, build_learner=True)
+    rng = np.random.default_rng(0)
+    n = config.batch_size
+    batches = [{
+        "obs": rng.normal(size=(n, 3)).astype(np.float32), "action": rng.uniform(-2, 2, (n, 1)).astype(np.float32),
+        "reward": rng.normal(size=n).astype(np.float32), "next_obs": rng.normal(size=(n, 3)).astype(np.float32),
+        "terminated": np.zeros(n, np.float32), "discount": np.full(n, 0.99, np.float32),
+    } for _ in range(8)]
+    for batch in batches:  # trace
+        policy.learn_on_batch(batch)
+    updates, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        policy.learn_on_batch(batches[updates % len(batches)])
+        updates += 1
+    return updates / (time.perf_counter() - started)
+
+
+def in_system(seconds: float, workers: int = 4) -> dict:
+    """A real SAC Pendulum run (updates_per_step 4: the learner, not collection, is the limit)
+    for ``seconds`` after the first 200 updates: learner updates/s and its share of time spent
+    waiting for batches."""
+    from dsac.config import Config
+    from dsac.distributed.driver import DistributedRun, prepare
+
+    out = tempfile.mkdtemp(prefix="dsac-bench-")
+    config = Config(env="Pendulum-v1", num_workers=workers, updates_per_step=4.0, total_env_steps=10**7,
+                    eval_every=10**7, output_dir=os.path.join(out, "run"), tensorboard=False).validate()
+    system = DistributedRun(prepare(config), time.time())
+    try:
+        deadline = time.monotonic() + 120
+        while system.counters["updates"] < 200 and time.monotonic() < deadline:
+            system.check_tasks(0.5)
+            system.poll()
+        start_updates, start_wait = system.counters["updates"], system.counters.get("learner_wait_s", 0.0)
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            system.check_tasks(0.5)
+            system.poll()
+        elapsed = time.monotonic() - started
+        result = {
+            "updates_per_s": (system.counters["updates"] - start_updates) / elapsed,
+            "wait_fraction": (system.counters.get("learner_wait_s", 0.0) - start_wait) / elapsed,
+        }
+    finally:
+        system.stop("benchmark")
+    return result
+
+
+# --- time to solve --------------------------------------------------------------------------
+def time_to_solve(algo: str, seed: int, workers: int) -> dict:
+    """launch.py as a user runs it, to the threshold: wall seconds from process start, env steps."""
+    env_id, threshold, total, _ = SOLVE[algo]
+    out = os.path.join(tempfile.mkdtemp(prefix="dsac-bench-"), "run")
+    started = time.time()
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--algo", algo, "--env", env_id, "--num_workers",
+         str(workers), "--stop_return", str(threshold), "--total_env_steps", str(total), "--seed", str(seed),
+         "--output_dir", out, "--no-tensorboard", "--log_every", "60"],
+        capture_output=True, text=True, cwd=REPO_ROOT,
+    )
+    wall = time.time() - started
+    lines = [json.loads(x) for x in open(os.path.join(out, "progress.jsonl"))] if result.returncode == 0 else []
+    hit = next((ln for ln in lines if ln["eval_return_mean"] >= threshold), None)
+    return {"seed": seed, "solved": hit is not None, "wall_s": hit["wall_s"] if hit else None,
+            "env_steps": hit["env_steps"] if hit else None, "process_s": round(wall, 1)}
+
+
+def sb3_time_to_solve(algo: str, seed: int) -> dict | None:
+    """Stable-Baselines3 with rl-zoo settings to the same threshold, evaluated like dsac (10
+    deterministic episodes every 1,000 steps); None when SB3 is not installed."""
+    code = SB3_SCRIPT.format(algo=algo, seed=seed)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if result.returncode == 3:
+        return None
+    if result.returncode != 0:
+        return {"seed": seed, "solved": False, "error": result.stderr.strip().splitlines()[-1:]}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+SB3_SCRIPT = r'''
+import time
+started = time.time()
+import json, sys
+try:
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.evaluation import evaluate_policy
+    import gymnasium as gym
+except ImportError:
+    sys.exit(3)
+algo, seed = "{algo}", {seed}
+env_id, threshold = ("Pendulum-v1", -200.0) if algo == "sac" else ("CartPole-v1", 475.0)
+env = gym.make(env_id)
+eval_env = gym.make(env_id)
+if algo == "sac":  # rl-zoo hyperparams/sac.yml, Pendulum-v1
+    model = sb3.SAC("MlpPolicy", env, learning_rate=1e-3, seed=seed, verbose=0)
+    total = 20000
+else:  # rl-zoo hyperparams/dqn.yml, CartPole-v1
+    model = sb3.DQN("MlpPolicy", env, learning_rate=2.3e-3, batch_size=64, buffer_size=100000,
+                    learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
+                    gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
+                    policy_kwargs=dict(net_arch=[256, 256]), seed=seed, verbose=0)
+    total = 100000
+class Stop(BaseCallback):
+    hit = None
+    def _on_step(self):
+        if self.num_timesteps % 1000 == 0:
+            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=10, deterministic=True)
+            if mean >= threshold:
+                Stop.hit = {{"seed": seed, "solved": True, "wall_s": round(time.time() - started, 1),
+                            "env_steps": self.num_timesteps}}
+                return False
+        return True
+model.learn(total, callback=Stop())
+print(json.dumps(Stop.hit or {{"seed": seed, "solved": False}}))
+'''
+
+
+# --- report ---------------------------------------------------------------------------------
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(value, spec=",.0f"):
+    return "-" if value is None else format(value, spec)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="short windows (about 10 minutes on 2 cores)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per time-to-solve")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], help="rollout workers to measure")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["collection", "naive", "learner", "sync", "solve", "sb3"],
+                        help="parts to leave out")
+    parser.add_argument("--out", default="benchmark.json", help="where the JSON goes")
+    args = parser.parse_args(argv)
+    window = 3.0 if args.quick else 10.0
+    report: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                "platform": platform.platform()}, "quick": args.quick}
+    t0 = time.time()
+    report["raw_env_steps_per_s"] = {e: raw_env_rate(e, 2.0) for e in ("Pendulum-v1", "CartPole-v1")}
+    print(f"raw env: {report['raw_env_steps_per_s']}", file=sys.stderr)
+
+    import ray
+
+    global naive_worker
+    naive_worker = ray.remote(_naive_worker)
+    ray.init(include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}})
+    cores = ray.cluster_resources()["CPU"]
+    if "collection" not in args.skip:
+        report["collection"] = {}
+        for algo, env_id in (("sac", "Pendulum-v1"), ("dqn", "CartPole-v1")):
+            report["collection"][env_id] = {w: collection_rate(algo, env_id, w, window) for w in args.workers}
+            print(f"collection {env_id}: {report['collection'][env_id]}", file=sys.stderr)
+    if "naive" not in args.skip:
+        w = 2
+        report["naive"] = {"workers": w, "Pendulum-v1": collection_rate("sac", "Pendulum-v1", w, window, naive=True)}
+        print(f"naive: {report['naive']}", file=sys.stderr)
+    if "learner" not in args.skip:
+        local = local_learner_rate(window)
+        system = in_system(2 * window)
+        report["learner"] = {"local_updates_per_s": local, **system, "feed_efficiency": system["updates_per_s"] / local}
+        print(f"learner: {report['learner']}", file=sys.stderr)
+    if "sync" not in args.skip:
+        w = max(args.workers)
+        # A learner pushes every --push_every (10) updates: ~70 ms at ~150 updates/s.
+        _, sync = collection_rate("sac", "Pendulum-v1", w, window, push_every_s=0.07)
+        sync = [1000 * s for s in sync]
+        report["weight_sync_ms"] = {"workers": w, "count": len(sync),
+                                    "p50": float(np.percentile(sync, 50)) if sync else None,
+                                    "p95": float(np.percentile(sync, 95)) if sync else None}
+        print(f"sync: {report['weight_sync_ms']}", file=sys.stderr)
+    ray.shutdown()
+    if "solve" not in args.skip:
+        report["solve"] = {}
+        for algo in ("sac", "dqn"):
+            runs = [time_to_solve(algo, seed, SOLVE[algo][3]) for seed in range(args.seeds)]
+            report["solve"][algo] = {"runs": runs, "median_wall_s": median(r["wall_s"] for r in runs),
+                                     "median_env_steps": median(r["env_steps"] for r in runs)}
+            print(f"solve {algo}: {report['solve'][algo]}", file=sys.stderr)
+    if "sb3" not in args.skip:
+        report["sb3"] = {}
+        for algo in ("sac", "dqn"):
+            runs = [sb3_time_to_solve(algo, seed) for seed in range(args.seeds)]
+            if any(r is None for r in runs):
+                report["sb3"] = None
+                print("SB3 not installed: pip install -r requirements-bench.txt for the side-by-side", file=sys.stderr)
+                break
+            report["sb3"][algo] = {"runs": runs, "median_wall_s": median(r.get("wall_s") for r in runs)}
+    report["benchmark_s"] = round(time.time() - t0, 1)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2, default=float)
+    print(markdown(report, cores))
+    return 0
+
+
+def markdown(r: dict, cores: float) -> str:
+    """The report as a Markdown table, targets beside the figures."""
+    rows = ["| measure | value | target |", "|---|---|---|"]
+    raw = r["raw_env_steps_per_s"]
+    rows += [f"| raw env steps/s, one env, one process: {e} | {fmt(v)} | |" for e, v in raw.items()]
+    for env_id, by_w in r.get("collection", {}).items():
+        for w, rate in by_w.items():
+            floor = raw[env_id] * min(int(w), cores)
+            target = f"≥ 35% of {fmt(floor)} (W=2, Pendulum)" if env_id == "Pendulum-v1" and int(w) == 2 else ""
+            rows.append(f"| collection {env_id}, W={w} | {fmt(rate)} steps/s ({rate / floor:.0%} of raw×min(W,cores)) "
+                        f"| {target} |")
+    if "naive" in r:
+        ours = r.get("collection", {}).get("Pendulum-v1", {}).get(r["naive"]["workers"])
+        ratio = f" → dsac {ours / r['naive']['Pendulum-v1']:.0f}×" if ours else ""
+        rows.append(f"| naive baseline (remote call per step, eager TF batch 1), Pendulum W={r['naive']['workers']} "
+                    f"| {fmt(r['naive']['Pendulum-v1'])} steps/s{ratio} | dsac ≥ 20× |")
+    if "learner" in r:
+        lr = r["learner"]
+        rows.append(f"| SAC learner updates/s, local batches | {fmt(lr['local_updates_per_s'])} | |")
+        rows.append(f"| SAC learner updates/s, in the running system (4 workers) | {fmt(lr['updates_per_s'])} "
+                    f"(waiting for data {lr['wait_fraction']:.0%} of the time) | |")
+        rows.append(f"| feed efficiency (in system / local) | {lr['feed_efficiency']:.2f} | ≥ 0.9 |")
+    if "weight_sync_ms" in r:
+        ws = r["weight_sync_ms"]
+        rows.append(f"| weight sync, push → all {ws['workers']} workers hold it (ms, n={ws['count']}) "
+                    f"| p50 {fmt(ws['p50'], '.0f')}, p95 {fmt(ws['p95'], '.0f')} | p95 ≤ 100 |")
+    for algo, s in r.get("solve", {}).items():
+        env_id, threshold = SOLVE[algo][:2]
+        per_seed = ", ".join(f"{fmt(x['wall_s'], '.1f')} s / {fmt(x['env_steps'])}" for x in s["runs"])
+        sb3 = (r.get("sb3") or {}).get(algo)
+        versus = f"; SB3 median {fmt(sb3['median_wall_s'], '.1f')} s" if sb3 else ""
+        rows.append(f"| time to solve {algo.upper()} {env_id} to {threshold:g}: median wall s (per seed: s / steps) "
+                    f"| {fmt(s['median_wall_s'], '.1f')} ({per_seed}){versus} | ≤ 0.5× SB3 |")
+    rows.append(f"| benchmark wall time | {r['benchmark_s']} s | |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
