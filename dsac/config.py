@@ -116,6 +116,10 @@ class Config:
     address: str | None = _f(None, "Ray cluster to join (default: RAY_ADDRESS, else a local Ray)")
     worker_cpus: float | None = _f(None, "CPUs requested per rollout worker (default: fit the cluster)")
     learner_gpus: float | None = _f(None, "GPUs for the learner (default: 1 if the cluster has one, else 0)")
+    learner_threads: int | None = _f(
+        None, "TensorFlow threads of a learner (default: its node's cores, at most 4: rollout workers mostly "
+        "wait for the learner, so it may use the cores they leave idle)"
+    )
 
     # --- stopping ----------------------------------------------------------------------
     total_env_steps: int | None = _f(None, "stop after this many env steps, all workers together (algorithm default)")
@@ -277,6 +281,10 @@ class Config:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise DsacError(f"--{name} must be a positive number, got {value!r}")
+        if self.learner_threads is not None and (
+            isinstance(self.learner_threads, bool) or not isinstance(self.learner_threads, int) or self.learner_threads <= 0
+        ):
+            raise DsacError(f"--learner_threads must be a positive integer, got {self.learner_threads!r}")
         if self.learner_gpus is not None and not (math.isfinite(self.learner_gpus) and self.learner_gpus >= 0):
             raise DsacError(f"--learner_gpus must be >= 0, got {self.learner_gpus!r}")
         for name in ("priority_alpha", "priority_beta", "final_epsilon"):

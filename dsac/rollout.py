@@ -81,9 +81,11 @@ class EnvCollector:
         chunk["discount"][n] = discount
         return n + 1
 
-    def collect(self, act: ActFn, max_transitions: int, deadline: float | None = None) -> dict[str, np.ndarray]:
+    def collect(self, act: ActFn, max_transitions: int, deadline: float | None = None,
+                on_step: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
         """Step all envs until about ``max_transitions`` env steps are taken (rounded up to
         whole batches of envs) or ``time.monotonic()`` passes ``deadline``; at least one batch.
+        ``on_step(n)`` runs after every batch of ``n`` env steps (e.g. to take new weights).
 
         Returns the transitions completed meanwhile: with n-step returns a transition is
         emitted n steps after it started, or when its episode ends.
@@ -136,6 +138,8 @@ class EnvCollector:
                     self.episodes[i] = self._start_episode(i)
                 else:
                     self.obs[i] = next_obs
+            if on_step is not None:
+                on_step(n_envs)
             if deadline is not None and time.monotonic() >= deadline:
                 break
         self.total_steps += taken

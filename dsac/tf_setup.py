@@ -6,10 +6,11 @@ import math
 import os
 
 
-def configure_tensorflow(num_gpus: float, num_cpus: float) -> str:
+def configure_tensorflow(num_gpus: float, num_cpus: float, threads: int | None = None) -> str:
     """Call before building any model. Hides GPUs the process was not given (Ray does not
     always do it for ``num_gpus=0``), lets TF grow GPU memory instead of grabbing it all,
-    and sizes TF's thread pools to the CPUs the process asked for. Returns the device used."""
+    and sizes TF's thread pools: ``threads``, else the CPUs the process asked for. Returns
+    the device used."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if num_gpus <= 0:
         # Not given a GPU: keep CUDA from even probing for one (and logging that it failed).
@@ -26,7 +27,7 @@ def configure_tensorflow(num_gpus: float, num_cpus: float) -> str:
         else:
             for gpu in gpus:
                 tf.config.experimental.set_memory_growth(gpu, True)
-        threads = max(1, math.ceil(num_cpus))
+        threads = threads or max(1, math.ceil(num_cpus))
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
     except RuntimeError:

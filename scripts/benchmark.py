@@ -36,7 +36,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOLVE = {"sac": ("Pendulum-v1", -200.0, 20_000, 4), "dqn": ("CartPole-v1", 475.0, 100_000, 4)}
+# algo: (env, threshold, env step budget, rollout workers): the defaults' 2 workers, as users run it.
+SOLVE = {"sac": ("Pendulum-v1", -200.0, 20_000, 2), "dqn": ("CartPole-v1", 475.0, 100_000, 2)}
 
 
 # --- raw env --------------------------------------------------------------------------------
@@ -175,14 +176,15 @@ naive_worker = None  # made a Ray task once Ray is imported
 
 # --- learner --------------------------------------------------------------------------------
 def local_learner_rate(seconds: float) -> float:
-    """SAC updates/s (batch 256, 2x256) on batches already in this process."""
+    """SAC updates/s (batch 256, 2x256) on batches already in this process, with the TF
+    threads a learner uses."""
     import gymnasium as gym
 
     from dsac.algorithms.sac.policy import SACPolicy
     from dsac.config import Config
     from dsac.tf_setup import configure_tensorflow
 
-    configure_tensorflow(0, 1)
+    configure_tensorflow(0, 1, min(4, len(os.sched_getaffinity(0))))
     env = gym.make("Pendulum-v1")
     config = Config().validate()
     policy = SACPolicy(env.observation_space, env.action_space, config, build_learner=True)

@@ -234,6 +234,7 @@ class ParameterServer:
         self.episodes: list[tuple[float, int]] = []
         self.learner_stats: dict = {}
         self.worker_versions: dict[int, int] = {}
+        self.held_versions: dict[int, int] = {}  # what each worker said it acts with
         self.pushes = 0
         self.pulls_with_weights = 0
         self.placements: list[dict] = []
@@ -264,19 +265,20 @@ class ParameterServer:
             self.pulls_with_weights += 1
         if worker is not None:  # the version the worker acts with once this reply lands
             self.worker_versions[worker] = self.version if "weights" in reply else newer_than
+            self.held_versions[worker] = newer_than
             self._note_synced()
         return reply
 
     def _note_synced(self) -> None:
-        slowest = min(self.worker_versions.values())
+        slowest = min(self.held_versions.values())
         now = time.monotonic()
         while self.push_times and next(iter(self.push_times)) <= slowest:
             _, pushed = self.push_times.popitem(last=False)
             self.synced.append(now - pushed)
 
     async def sync_latencies(self) -> list[float]:
-        """Seconds from each push until every rollout worker held that version or a newer
-        one, for the versions synced since the last call."""
+        """Seconds from each push until every rollout worker said (in its next pull) that it
+        acts with that version or a newer one, for the versions synced since the last call."""
         out = list(self.synced)
         self.synced.clear()
         return out

@@ -10,6 +10,8 @@ from __future__ import annotations
 import collections
 import hashlib
 import logging
+import math
+import os
 import time
 
 import numpy as np
@@ -42,6 +44,7 @@ class WeightsClient:
         self.meta: dict = {}
         self.stop = False
         self.steps_since_pull = pull_every  # pull at the first chance
+        self.next_check = 0
         self.in_flight = None
 
     def take(self, reply: dict) -> None:
@@ -53,17 +56,23 @@ class WeightsClient:
             self.meta = reply["meta"]
 
     def poll(self, steps: int) -> None:
-        """Count ``steps`` env steps; collect a finished pull; start one when due."""
+        """Count ``steps`` env steps; every ``pull_every`` steps, take the reply of the pull
+        in flight (if it has landed) and start the next. Cheap between pulls: it runs after
+        every env step, inside chunks too, so a long chunk does not delay new weights."""
         self.steps_since_pull += steps
+        if steps and self.steps_since_pull < self.next_check:
+            return
         if self.in_flight is not None:
             ready, _ = ray.wait([self.in_flight], timeout=0)
-            if not ready:
+            if not ready:  # look again a little later, not at every step
+                self.next_check = self.steps_since_pull + max(1, self.pull_every // 4)
                 return
             self.take(ray.get(self.in_flight))
             self.in_flight = None
         if self.steps_since_pull >= self.pull_every:
             self.in_flight = self.ps.pull.remote(self.version, self.worker)
             self.steps_since_pull = 0
+        self.next_check = self.pull_every
 
     def refresh(self) -> None:
         """Fetch the newest weights now (blocking): one call, or two with a pull in flight."""
@@ -113,14 +122,16 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
                     break
                 act = lambda obs: policy.compute_actions(obs, explore=True)  # noqa: E731
             deadline = time.monotonic() + config.chunk_seconds
-            chunk = policy.postprocess_trajectory(collector.collect(act, status["grant"], deadline))
+            # New weights are taken (and the next pull started) every pull_every steps, also
+            # inside a chunk: a chunk of 256 steps must not delay them.
+            chunk = policy.postprocess_trajectory(collector.collect(act, status["grant"], deadline, weights.poll))
             if callbacks is not None:
                 chunk = callbacks.on_sample_end(worker_index=index, batch=chunk)
             episodes = collector.drain_episodes()
             if episodes:
                 ps.report_episodes.remote(episodes)
             chunks_sent += 1
-        weights.poll(0 if chunk is None else len(chunk["reward"]))
+        weights.poll(0)
         asked = time.monotonic()
         status = ray.get(replay.add.remote(index, chunk))
         if status["grant"] > 0 and policy.has_weights and time.monotonic() - asked > REFRESH_AFTER_WAIT_S:
@@ -203,10 +214,13 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     and state (the replicas are identical); each reports its update count."""
     from dsac.tf_setup import configure_tensorflow
 
-    device = configure_tensorflow(num_gpus, num_cpus)
+    # Rollout workers mostly wait for the learner (the rate limiter): its matrix products
+    # may use the node's idle cores (1.5x the updates/s of one thread on 2 cores).
+    threads = config.learner_threads or max(math.ceil(num_cpus), min(4, len(os.sched_getaffinity(0))))
+    device = configure_tensorflow(num_gpus, num_cpus, threads)
     primary = index == 0
     role = "learner" if averager is None else f"learner_{index}"
-    ps.report_placement.remote(role, {**describe_process(), "device": device})
+    ps.report_placement.remote(role, {**describe_process(), "device": f"{device}, {threads} TF threads"})
     policy = policy_class_for(config)(observation_space, action_space, config, build_learner=True, seed=seed)
     callbacks = callbacks_for(config)
     if initial_weights is not None:
