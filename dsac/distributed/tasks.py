@@ -26,6 +26,11 @@ log = logging.getLogger("dsac")
 
 # How long a task sleeps between polls while it has nothing to do.
 IDLE_SLEEP_S = 0.05
+# Weights: a rollout worker looks for a landed pull at most this often, and starts pulls at
+# most this often (a fast worker would otherwise spend its time on RPCs: 20 steps of
+# Pendulum take ~1 ms).
+CHECK_INTERVAL_S = 0.002
+MIN_PULL_INTERVAL_S = 0.02
 # A worker that waited this long for insert budget fetches the newest weights before it
 # collects again (it was idle anyway; otherwise it would act with weights from before the wait).
 REFRESH_AFTER_WAIT_S = 0.02
@@ -44,7 +49,8 @@ class WeightsClient:
         self.meta: dict = {}
         self.stop = False
         self.steps_since_pull = pull_every  # pull at the first chance
-        self.next_check = 0
+        self.next_check_at = 0.0
+        self.pulled_at = -MIN_PULL_INTERVAL_S
         self.in_flight = None
 
     def take(self, reply: dict) -> None:
@@ -56,23 +62,25 @@ class WeightsClient:
             self.meta = reply["meta"]
 
     def poll(self, steps: int) -> None:
-        """Count ``steps`` env steps; every ``pull_every`` steps, take the reply of the pull
-        in flight (if it has landed) and start the next. Cheap between pulls: it runs after
-        every env step, inside chunks too, so a long chunk does not delay new weights."""
+        """Count ``steps`` env steps; take the reply of the pull in flight once it has landed;
+        start the next pull every ``pull_every`` steps, but at most every ``MIN_PULL_INTERVAL_S``.
+        Runs after every env step, inside chunks too (so a long chunk does not hold new
+        weights back), and costs a clock read between checks."""
         self.steps_since_pull += steps
-        if steps and self.steps_since_pull < self.next_check:
+        now = time.monotonic()
+        if steps and now < self.next_check_at:
             return
+        self.next_check_at = now + CHECK_INTERVAL_S
         if self.in_flight is not None:
             ready, _ = ray.wait([self.in_flight], timeout=0)
-            if not ready:  # look again a little later, not at every step
-                self.next_check = self.steps_since_pull + max(1, self.pull_every // 4)
+            if not ready:
                 return
             self.take(ray.get(self.in_flight))
             self.in_flight = None
-        if self.steps_since_pull >= self.pull_every:
+        if self.steps_since_pull >= self.pull_every and now - self.pulled_at >= MIN_PULL_INTERVAL_S:
             self.in_flight = self.ps.pull.remote(self.version, self.worker)
             self.steps_since_pull = 0
-        self.next_check = self.pull_every
+            self.pulled_at = now
 
     def refresh(self) -> None:
         """Fetch the newest weights now (blocking): one call, or two with a pull in flight."""
