@@ -151,3 +151,22 @@ def test_waiting_calls_wake_as_soon_as_the_other_side_moves(ray_local):
     ray.get(replay.sample.remote(2, 8))
     assert ray.get(blocked)["grant"] > 0
     assert time.monotonic() - started < 0.5
+
+
+def test_parameter_server_times_a_push_until_every_worker_acts_with_it(ray_local):
+    ray = ray_local
+    from dsac.distributed.actors import ParameterServer
+
+    ps = ParameterServer.remote()
+    weights = {"a": np.zeros(3, np.float32)}
+    ray.get([ps.pull.remote(0, 0), ps.pull.remote(0, 1)])  # two workers, holding nothing yet
+    ray.get(ps.push.remote(weights))
+    assert ray.get(ps.pull.remote(0, 0))["version"] == 1  # worker 0 gets v1 ...
+    ray.get(ps.pull.remote(1, 0))  # ... and says it acts with it
+    assert ray.get(ps.sync_latencies.remote()) == []  # worker 1 has not caught up
+    time.sleep(0.05)
+    ray.get(ps.pull.remote(0, 1))
+    ray.get(ps.pull.remote(1, 1))
+    (latency,) = ray.get(ps.sync_latencies.remote())
+    assert 0.05 <= latency < 5.0
+    assert ray.get(ps.sync_latencies.remote()) == []  # drained
