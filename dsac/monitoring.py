@@ -3,7 +3,8 @@ terminal, a summary line every ``--log_every`` seconds) and TensorBoard event fi
 
 Driver-side and free of Ray and TensorFlow: the driver stays a light process. The event
 files are the standard ``events.out.tfevents.*`` that ``tf.summary`` writes, produced with
-tensorboardX so the driver does not pay TensorFlow's ~5 s import and ~500 MB.
+the tensorboard package's record writer and protos, so the driver does not pay TensorFlow's
+~5 s import and ~500 MB (tensorboardX would import PyTorch wherever it is installed).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import collections
 import io
 import math
 import os
+import socket
 import statistics
 import sys
 import time
@@ -132,6 +134,32 @@ class ProgressDisplay:
             self.bar = None
 
 
+class EventWriter:
+    """Scalars into one ``events.out.tfevents.*`` file (TFRecord-framed ``Event`` protos)."""
+
+    def __init__(self, logdir: str):
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.summary.writer.record_writer import RecordWriter
+
+        self._event, self._summary = Event, Summary
+        os.makedirs(logdir, exist_ok=True)
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
+        self._file = open(os.path.join(logdir, name), "wb")
+        self._records = RecordWriter(self._file)
+        self._records.write(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+
+    def add_scalars(self, scalars: dict[str, float], step: int) -> None:
+        """One event holding every scalar, at ``step``; flushed at once."""
+        values = [self._summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items()]
+        event = self._event(wall_time=time.time(), step=int(step), summary=self._summary(value=values))
+        self._records.write(event.SerializeToString())
+        self._records.flush()
+
+    def close(self) -> None:
+        self._records.close()
+
+
 class TensorBoardLog:
     """Scalars in ``<output_dir>/tb`` against env steps (like SB3's ``num_timesteps``).
 
@@ -143,9 +171,7 @@ class TensorBoardLog:
     """
 
     def __init__(self, logdir: str, every_s: float = 5.0):
-        from tensorboardX import SummaryWriter
-
-        self.writer = SummaryWriter(logdir, flush_secs=10)
+        self.writer = EventWriter(logdir)
         self.logdir = logdir
         self.every_s = every_s
         self.rates = RateMeter(window_s=every_s)
@@ -154,12 +180,9 @@ class TensorBoardLog:
 
     def evaluation(self, line: dict) -> None:
         """One progress line (an evaluation) of ``progress.jsonl``."""
-        step = int(line["env_steps"])
-        self.writer.add_scalar("eval/return_mean", line["eval_return_mean"], step)
-        self.writer.add_scalar("eval/return_std", line["eval_return_std"], step)
-        for key, value in line.items():
-            if key.startswith("custom_metrics/"):
-                self.writer.add_scalar(key, value, step)
+        scalars = {"eval/return_mean": line["eval_return_mean"], "eval/return_std": line["eval_return_std"]}
+        scalars.update({k: v for k, v in line.items() if k.startswith("custom_metrics/")})
+        self.writer.add_scalars(scalars, int(line["env_steps"]))
 
     def system(self, status: dict, episodes: list, learner_stats: dict, force: bool = False) -> None:
         """Collect ``episodes``; every ``every_s`` seconds (and when ``force``d, at the end)
@@ -191,9 +214,9 @@ class TensorBoardLog:
             self.episodes = []
         for key, value in learner_stats.items():
             scalars[f"learner/{key}"] = value
-        for tag, value in scalars.items():
-            if value is not None and isinstance(value, int | float) and math.isfinite(value):
-                self.writer.add_scalar(tag, value, step)
+        self.writer.add_scalars(
+            {tag: v for tag, v in scalars.items() if isinstance(v, int | float) and math.isfinite(v)}, step
+        )
 
     def close(self) -> None:
         self.writer.close()
