@@ -125,7 +125,7 @@ def test_actions_scale_to_asymmetric_bounds_in_several_dimensions():
     env_actions = actor.compute_actions(obs, explore=False)
     np.testing.assert_allclose(env_actions, [0.0, -1.0] + (np.tanh(mean) + 1) * [2.0, 2.0], atol=1e-5)
     # The learner maps the stored env actions back to the actor's [-1, 1] space.
-    unit = trainer.learner.normalize_batch({
+    unit = trainer.learner.to_tensors({
         "obs": obs, "action": env_actions, "reward": np.zeros(16), "next_obs": obs, "terminated": np.zeros(16),
     })["action"]
     np.testing.assert_allclose(unit, np.tanh(mean), atol=1e-5)

@@ -20,6 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from dsac.algorithms.compiled import CompiledUpdate
 from dsac.algorithms.dqn.networks import build_q_network
 from dsac.algorithms.dqn.numpy_q import c51_support
 from dsac.weights import TensorFlowVariables, named_variables
@@ -81,7 +82,7 @@ def c51_loss(q_online, q_target, batch, double_q: bool, support):
     return loss, cross_entropy, tf.reduce_mean(q_sa)
 
 
-class DQNLearner:
+class DQNLearner(CompiledUpdate):
     """Q-network, target network, optimizer and the compiled update.
 
     Args:
@@ -126,41 +127,10 @@ class DQNLearner:
         grads, _ = tf.clip_by_global_norm(grads, self.grad_clip)
         self.optimizer.apply_gradients(zip(grads, self.q_online.trainable_variables, strict=True))
 
-    @tf.function
-    def _update(self, batch):
-        stats, grads = self._gradients_of(batch)
-        self._apply_gradients(grads)
-        return stats
-
-    @tf.function
-    def _gradients(self, batch):
-        return self._gradients_of(batch)
-
-    @tf.function
-    def _apply(self, grads):
-        self._apply_gradients(grads)
-
     def _after_step(self) -> None:
-        self.updates += 1
+        super()._after_step()
         if self.updates % self.target_update_every == 0:
             self.q_target.set_weights(self.q_online.get_weights())
-
-    def compute_gradients(self, batch: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict]:
-        """:meth:`update`'s gradients (before clipping) without applying them; returns
-        ``(gradients, stats)``."""
-        stats, grads = self._gradients(self.to_tensors(batch))
-        return [g.numpy() for g in grads], _to_numpy(stats)
-
-    def apply_gradients(self, grads: list[np.ndarray]) -> None:
-        """:meth:`update`'s step (clipping, optimizer, target copy) with the given gradients."""
-        self._apply([tf.convert_to_tensor(g) for g in grads])
-        self._after_step()
-
-    def update(self, batch: dict[str, np.ndarray]) -> dict:
-        """One gradient step; every ``target_update_every`` updates, copy to the target."""
-        out = self._update(self.to_tensors(batch))
-        self._after_step()
-        return _to_numpy(out)
 
     @staticmethod
     def to_tensors(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -175,9 +145,3 @@ class DQNLearner:
             "discount": np.asarray(batch["discount"], np.float32),
             "weights": np.asarray(batch["weights"], np.float32) if "weights" in batch else np.ones(n, np.float32),
         }
-
-
-def _to_numpy(stats: dict) -> dict:
-    out = {k: float(v) for k, v in stats.items() if k != "td_abs"}
-    out["td_abs"] = stats["td_abs"].numpy()
-    return out

@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from dsac.algorithms.compiled import CompiledUpdate
 from dsac.algorithms.sac.networks import build_actor, build_critic
 from dsac.algorithms.sac.numpy_actor import LOG_STD_MAX, LOG_STD_MIN
 from dsac.weights import TensorFlowVariables, named_variables
@@ -78,7 +79,7 @@ def sac_losses(actor, q1, q2, q1_target, q2_target, log_alpha, batch, target_ent
     }
 
 
-class SACLearner:
+class SACLearner(CompiledUpdate):
     """Networks, optimizers and the compiled update of SAC.
 
     Args:
@@ -161,21 +162,7 @@ class SACLearner:
             for t, s in zip(target.weights, source.weights, strict=True):
                 t.assign((1.0 - self.tau) * t + self.tau * s)
 
-    @tf.function
-    def _update(self, batch):
-        stats, grads = self._gradients_of(batch)
-        self._apply_gradients(grads)
-        return stats
-
-    @tf.function
-    def _gradients(self, batch):
-        return self._gradients_of(batch)
-
-    @tf.function
-    def _apply(self, grads):
-        self._apply_gradients(grads)
-
-    def normalize_batch(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def to_tensors(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Float32 arrays with actions mapped from the env's bounds into [-1, 1]; one-step
         discount and unit importance weights where the batch has none."""
         n = len(batch["reward"])
@@ -189,26 +176,3 @@ class SACLearner:
             if "discount" in batch else np.full(n, self.gamma, np.float32),
             "weights": np.asarray(batch["weights"], np.float32) if "weights" in batch else np.ones(n, np.float32),
         }
-
-    def update(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
-        """One gradient step of critics, actor and α, then the target update."""
-        stats = self._update(self.normalize_batch(batch))
-        self.updates += 1
-        return _to_numpy(stats)
-
-    def compute_gradients(self, batch: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict]:
-        """:meth:`update`'s gradients without applying them (data-parallel learners average
-        them first); returns ``(gradients, stats)``."""
-        stats, grads = self._gradients(self.normalize_batch(batch))
-        return [g.numpy() for g in grads], _to_numpy(stats)
-
-    def apply_gradients(self, grads: list[np.ndarray]) -> None:
-        """:meth:`update`'s step with the given gradients."""
-        self._apply([tf.convert_to_tensor(g) for g in grads])
-        self.updates += 1
-
-
-def _to_numpy(stats: dict) -> dict:
-    out = {k: float(v) for k, v in stats.items() if k != "td_abs"}
-    out["td_abs"] = stats["td_abs"].numpy()
-    return out
