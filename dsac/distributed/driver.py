@@ -438,10 +438,10 @@ class DistributedRun:
             where = f"{p['host']} (node {p['node'][:8]}, pid {p['pid']})"
             self.placements[p["role"]] = p["node"]
             log.info("placed %s on %s%s", p["role"], where, f" using {p['device']}" if "device" in p else "")
-            if p["role"].startswith("rollout_worker") and len(self.workers_per_node()) and sum(
-                self.workers_per_node().values()
-            ) == self.config.num_workers:
-                log.info("rollout workers per node: %s", self.workers_per_node())
+            if p["role"].startswith("rollout_worker"):
+                per_node = self.workers_per_node()
+                if sum(per_node.values()) == self.config.num_workers:  # the last one just reported
+                    log.info("rollout workers per node: %s", per_node)
         self.episodes.extend(reports["episodes"])
         self.recent_returns.extend(r for r, _, _ in reports["episodes"])
         self._metrics_since_eval.extend(m for _, _, m in reports["episodes"] if m)
