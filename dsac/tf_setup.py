@@ -9,8 +9,10 @@ import os
 def configure_tensorflow(num_gpus: float, num_cpus: float, threads: int | None = None) -> str:
     """Call before building any model. Hides GPUs the process was not given (Ray does not
     always do it for ``num_gpus=0``), lets TF grow GPU memory instead of grabbing it all,
-    and sizes TF's thread pools: ``threads``, else the CPUs the process asked for. Returns
-    the device used."""
+    and sizes TF's thread pools: ``threads``, else the CPUs the process asked for or, more,
+    its node's cores up to 4 (rollout workers mostly wait for the learner under the rate
+    limiter, so its matrix products may use the cores they leave idle: 1.5x the updates/s of
+    one thread on 2 cores). Returns the device used."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if num_gpus <= 0:
         # Not given a GPU: keep CUDA from even probing for one (and logging that it failed).
@@ -27,9 +29,10 @@ def configure_tensorflow(num_gpus: float, num_cpus: float, threads: int | None =
         else:
             for gpu in gpus:
                 tf.config.experimental.set_memory_growth(gpu, True)
-        threads = threads or max(1, math.ceil(num_cpus))
+        threads = threads or max(1, math.ceil(num_cpus), min(4, len(os.sched_getaffinity(0))))
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
     except RuntimeError:
         pass
-    return f"GPU ({gpus[0].name})" if num_gpus > 0 and gpus else "CPU"
+    device = f"GPU ({gpus[0].name})" if num_gpus > 0 and gpus else "CPU"
+    return f"{device}, {tf.config.threading.get_intra_op_parallelism_threads()} TF threads"

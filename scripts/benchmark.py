@@ -184,7 +184,7 @@ def local_learner_rate(seconds: float) -> float:
     from dsac.config import Config
     from dsac.tf_setup import configure_tensorflow
 
-    configure_tensorflow(0, 1, min(4, len(os.sched_getaffinity(0))))
+    configure_tensorflow(0, 1)  # the threads a learner uses
     env = gym.make("Pendulum-v1")
     config = Config().validate()
     policy = SACPolicy(env.observation_space, env.action_space, config, build_learner=True)

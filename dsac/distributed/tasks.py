@@ -10,8 +10,6 @@ from __future__ import annotations
 import collections
 import hashlib
 import logging
-import math
-import os
 import time
 
 import numpy as np
@@ -222,13 +220,10 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     and state (the replicas are identical); each reports its update count."""
     from dsac.tf_setup import configure_tensorflow
 
-    # Rollout workers mostly wait for the learner (the rate limiter): its matrix products
-    # may use the node's idle cores (1.5x the updates/s of one thread on 2 cores).
-    threads = config.learner_threads or max(math.ceil(num_cpus), min(4, len(os.sched_getaffinity(0))))
-    device = configure_tensorflow(num_gpus, num_cpus, threads)
+    device = configure_tensorflow(num_gpus, num_cpus, config.learner_threads)
     primary = index == 0
     role = "learner" if averager is None else f"learner_{index}"
-    ps.report_placement.remote(role, {**describe_process(), "device": f"{device}, {threads} TF threads"})
+    ps.report_placement.remote(role, {**describe_process(), "device": device})
     policy = policy_class_for(config)(observation_space, action_space, config, build_learner=True, seed=seed)
     callbacks = callbacks_for(config)
     if initial_weights is not None:
