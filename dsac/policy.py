@@ -58,6 +58,11 @@ class Policy:
         optionally ``td_abs``: per-transition |TD error| used as new priorities)."""
         raise NotImplementedError
 
+    def learn_on_batches(self, batches: list[dict[str, np.ndarray]]) -> list[dict]:
+        """One update per batch, in order; returns each update's statistics. The default
+        calls :meth:`learn_on_batch`; dsac's algorithms run them in one compiled call."""
+        return [self.learn_on_batch(batch) for batch in batches]
+
     def compute_gradients(self, batch: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict]:
         """``learn_on_batch`` split in two for data-parallel learners (``--num_learners`` > 1):
         the update's gradients as a list of arrays, and its statistics (as ``learn_on_batch``
@@ -127,6 +132,11 @@ class LearnerPolicy(Policy):
     def learn_on_batch(self, batch):
         stats = self._require_learner().update(self.prepare_batch(batch))
         self._weights = None  # fetched lazily from the TF networks by get_weights
+        return stats
+
+    def learn_on_batches(self, batches):
+        stats = self._require_learner().update_many([self.prepare_batch(batch) for batch in batches])
+        self._weights = None
         return stats
 
     def compute_gradients(self, batch):

@@ -13,7 +13,8 @@ Measures:
   weight sync   time from a push to every rollout worker holding that version (p50, p95), with
                 pushes every 70 ms (a learner's pace) and workers collecting
   time to solve SAC Pendulum-v1 to -200 and DQN CartPole-v1 to 475: wall seconds from process
-                start (Ray start included) and env steps, median over seeds (launch.py as users run it)
+                start (Ray start included) and env steps, median over seeds (launch.py as users run it,
+                with the tuned settings in scripts/configs/, as rl-zoo's are SB3's)
   SB3           optional, when stable-baselines3 is installed (requirements-bench.txt): the same
                 thresholds with rl-zoo settings, side by side -> dsac / SB3
 """
@@ -36,8 +37,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# algo: (env, threshold, env step budget, rollout workers): the defaults' 2 workers, as users run it.
-SOLVE = {"sac": ("Pendulum-v1", -200.0, 20_000, 2), "dqn": ("CartPole-v1", 475.0, 100_000, 2)}
+# algo: (env, threshold, env-step budget, dsac's tuned settings: rl-zoo's role for SB3)
+CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+SOLVE = {
+    "sac": ("Pendulum-v1", -200.0, 20_000, os.path.join(CONFIGS, "sac_pendulum.yaml")),
+    "dqn": ("CartPole-v1", 475.0, 100_000, os.path.join(CONFIGS, "dqn_cartpole.yaml")),
+}
 
 
 # --- raw env --------------------------------------------------------------------------------
@@ -177,7 +182,7 @@ naive_worker = None  # made a Ray task once Ray is imported
 # --- learner --------------------------------------------------------------------------------
 def local_learner_rate(seconds: float) -> float:
     """SAC updates/s (batch 256, 2x256) on batches already in this process, with the TF
-    threads a learner uses."""
+    threads a learner uses and its blocks of ``batches_per_sample`` updates per call."""
     import gymnasium as gym
 
     from dsac.algorithms.sac.policy import SACPolicy
@@ -194,13 +199,12 @@ def local_learner_rate(seconds: float) -> float:
         "obs": rng.normal(size=(n, 3)).astype(np.float32), "action": rng.uniform(-2, 2, (n, 1)).astype(np.float32),
         "reward": rng.normal(size=n).astype(np.float32), "next_obs": rng.normal(size=(n, 3)).astype(np.float32),
         "terminated": np.zeros(n, np.float32), "discount": np.full(n, 0.99, np.float32),
-    } for _ in range(8)]
-    for batch in batches:  # trace
-        policy.learn_on_batch(batch)
+    } for _ in range(config.batches_per_sample)]
+    policy.learn_on_batches(batches)  # trace
     updates, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
-        policy.learn_on_batch(batches[updates % len(batches)])
-        updates += 1
+        policy.learn_on_batches(batches)
+        updates += len(batches)
     return updates / (time.perf_counter() - started)
 
 
@@ -236,14 +240,14 @@ def in_system(seconds: float, workers: int = 4) -> dict:
 
 
 # --- time to solve --------------------------------------------------------------------------
-def time_to_solve(algo: str, seed: int, workers: int) -> dict:
-    """launch.py as a user runs it, to the threshold: wall seconds from process start, env steps."""
-    env_id, threshold, total, _ = SOLVE[algo]
+def time_to_solve(algo: str, seed: int) -> dict:
+    """launch.py as a user runs it with the tuned config, to the threshold: wall seconds from
+    process start, env steps."""
+    env_id, threshold, total, config_file = SOLVE[algo]
     out = os.path.join(tempfile.mkdtemp(prefix="dsac-bench-"), "run")
     started = time.time()
     result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--algo", algo, "--env", env_id, "--num_workers",
-         str(workers), "--stop_return", str(threshold), "--total_env_steps", str(total), "--seed", str(seed),
+        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--config", config_file, "--stop_return", str(threshold), "--total_env_steps", str(total), "--seed", str(seed),
          "--output_dir", out, "--no-tensorboard", "--log_every", "60"],
         capture_output=True, text=True, cwd=REPO_ROOT,
     )
@@ -366,7 +370,7 @@ def main(argv=None) -> int:
     if "solve" not in args.skip:
         report["solve"] = {}
         for algo in ("sac", "dqn"):
-            runs = [time_to_solve(algo, seed, SOLVE[algo][3]) for seed in range(args.seeds)]
+            runs = [time_to_solve(algo, seed) for seed in range(args.seeds)]
             report["solve"][algo] = {"runs": runs, "median_wall_s": median(r["wall_s"] for r in runs),
                                      "median_env_steps": median(r["env_steps"] for r in runs)}
             print(f"solve {algo}: {report['solve'][algo]}", file=sys.stderr)

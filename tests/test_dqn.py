@@ -70,6 +70,32 @@ def test_update_returns_priorities_and_copies_target():
         np.testing.assert_array_equal(a, b)
 
 
+def test_updates_in_one_compiled_call_equal_the_same_updates_one_by_one():
+    """learn_on_batches (a graph loop) gives the stats, weights and target copies of
+    learn_on_batch called once per batch."""
+    rng = np.random.default_rng(1)
+    batches = [{
+        "obs": rng.normal(size=(8, 4)).astype(np.float32), "action": rng.integers(0, 2, 8),
+        "reward": rng.normal(size=8).astype(np.float32), "next_obs": rng.normal(size=(8, 4)).astype(np.float32),
+        "terminated": np.zeros(8, np.float32), "discount": np.full(8, 0.99, np.float32),
+    } for _ in range(5)]
+    one_by_one, fused = make(build_learner=True, target_update_every=2), make(build_learner=True, target_update_every=2)
+    expected = [one_by_one.learn_on_batch(batch) for batch in batches]
+    got = fused.learn_on_batches(batches)
+    assert len(got) == 5 and fused.learner.updates == 5
+    for want, have in zip(expected, got, strict=True):
+        assert set(want) == set(have)
+        for key in want:
+            np.testing.assert_allclose(have[key], want[key], rtol=1e-4, atol=1e-6)
+    for net in ("q_online", "q_target"):
+        for a, b in zip(getattr(one_by_one.learner, net).get_weights(), getattr(fused.learner, net).get_weights(),
+                        strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    # 5 updates with a copy every 2: the target holds the online weights of update 4, not 5.
+    assert not all(np.allclose(a, b) for a, b in zip(
+        fused.learner.q_online.get_weights(), fused.learner.q_target.get_weights(), strict=True))
+
+
 def test_initial_priorities_are_td_errors_under_the_workers_weights():
     learner, worker = make(build_learner=True), make()
     worker.set_weights(learner.get_weights())

@@ -97,6 +97,21 @@ def test_update_applies_polyak_to_the_targets(learner):
     assert float(tf.exp(learner.log_alpha)) != pytest.approx(0.5)
 
 
+def test_updates_in_one_compiled_call_report_each_update(learner):
+    """update_many runs its batches in order in one graph loop and reports every update with
+    the stats update reports (STATS lists them all)."""
+    env_batch = {**BATCH, "action": BATCH["action"] * 2.0}
+    single = learner.update(env_batch)
+    fused = learner.update_many([env_batch, env_batch])
+    assert learner.updates == 3 and len(fused) == 2
+    for stats in fused:
+        assert set(stats) == set(single) and stats["td_abs"].shape == (3,)
+    # Each update sees the temperature the previous one left: the steps ran one after another.
+    assert single["alpha"] != pytest.approx(fused[0]["alpha"], abs=1e-6)
+    assert fused[0]["alpha"] != pytest.approx(fused[1]["alpha"], abs=1e-6)
+    assert fused[1]["alpha"] != pytest.approx(float(tf.exp(learner.log_alpha)), abs=1e-6)
+
+
 def test_numpy_actor_matches_keras_actor():
     env = gym.make("Pendulum-v1")
     config = Config(fcnet_hiddens=[32, 32]).validate()

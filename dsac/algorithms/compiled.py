@@ -1,10 +1,11 @@
 """The compiled-update skeleton SAC's and DQN's learners share.
 
 A learner defines ``to_tensors(batch)`` (the batch as its graph takes it),
-``_gradients_of(batch) -> (stats, gradients)`` and ``_apply_gradients(gradients)``, and may
-extend ``_after_step`` (e.g. a target-network copy). It gets the fused ``update`` of one
-learner and the split ``compute_gradients`` / ``apply_gradients`` of data-parallel learners,
-each compiled once with ``tf.function``.
+``_gradients_of(batch) -> (stats, gradients)``, ``_apply_gradients(gradients)`` (optimizer
+steps and target networks, all in the graph) and ``STATS``, the names of the scalar stats
+``_gradients_of`` returns besides ``td_abs``. It gets ``update`` (one step), ``update_many``
+(several steps in one graph loop) and the split ``compute_gradients`` / ``apply_gradients`` of
+data-parallel learners, each compiled once with ``tf.function``.
 """
 
 from __future__ import annotations
@@ -14,14 +15,28 @@ import tensorflow as tf
 
 
 class CompiledUpdate:
-    """Mixin: ``update``, ``compute_gradients`` and ``apply_gradients`` from the learner's
-    gradient and apply steps. The learner counts its applied updates in ``self.updates``."""
+    """Mixin: ``update``, ``update_many``, ``compute_gradients`` and ``apply_gradients`` from the
+    learner's gradient and apply steps. The learner counts its applied updates in ``self.updates``."""
+
+    STATS: tuple[str, ...] = ()
 
     @tf.function
     def _update(self, batch):
         stats, grads = self._gradients_of(batch)
         self._apply_gradients(grads)
         return stats
+
+    @tf.function
+    def _update_many(self, stack):
+        # A graph loop (tf.while_loop) rather than one call per batch: the call's own overhead
+        # is ~1/3 of a small network's update (2x64 SAC: ~840 vs ~560 updates/s on one core).
+        count = tf.shape(stack["reward"])[0]
+        arrays = {name: tf.TensorArray(tf.float32, size=count) for name in (*self.STATS, "td_abs")}
+        for i in tf.range(count):
+            stats, grads = self._gradients_of({key: value[i] for key, value in stack.items()})
+            self._apply_gradients(grads)
+            arrays = {name: array.write(i, stats[name]) for name, array in arrays.items()}
+        return {name: array.stack() for name, array in arrays.items()}
 
     @tf.function
     def _gradients(self, batch):
@@ -31,15 +46,23 @@ class CompiledUpdate:
     def _apply(self, grads):
         self._apply_gradients(grads)
 
-    def _after_step(self) -> None:
-        """Runs after every applied update."""
-        self.updates += 1
-
     def update(self, batch: dict[str, np.ndarray]) -> dict:
         """One gradient step; returns float stats and per-transition ``td_abs``."""
         stats = self._update(self.to_tensors(batch))
-        self._after_step()
+        self.updates += 1
         return stats_to_numpy(stats)
+
+    def update_many(self, batches: list[dict[str, np.ndarray]]) -> list[dict]:
+        """One gradient step per batch, in order, in one compiled call; returns each step's
+        stats as :meth:`update` does."""
+        tensors = [self.to_tensors(batch) for batch in batches]
+        stacked = self._update_many({key: np.stack([t[key] for t in tensors]) for key in tensors[0]})
+        self.updates += len(batches)
+        arrays = {name: value.numpy() for name, value in stacked.items()}
+        return [
+            {**{name: float(arrays[name][i]) for name in self.STATS}, "td_abs": arrays["td_abs"][i]}
+            for i in range(len(batches))
+        ]
 
     def compute_gradients(self, batch: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict]:
         """:meth:`update`'s gradients without applying them (data-parallel learners average
@@ -50,7 +73,7 @@ class CompiledUpdate:
     def apply_gradients(self, grads: list[np.ndarray]) -> None:
         """:meth:`update`'s step with the given gradients."""
         self._apply([tf.convert_to_tensor(g) for g in grads])
-        self._after_step()
+        self.updates += 1
 
 
 def stats_to_numpy(stats: dict) -> dict:

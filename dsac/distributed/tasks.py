@@ -208,7 +208,8 @@ def weights_digest(weights: dict[str, np.ndarray]) -> str:
 def learner(config, observation_space, action_space, shards: list, ps, seed: int, num_gpus: float,
             num_cpus: float, initial_weights: dict | None = None, initial_state: dict | None = None,
             index: int = 0, averager=None) -> dict:
-    """Trains the policy on batches from its replay shards, pushes weights every
+    """Trains the policy on batches from its replay shards (each sample call's batches in one
+    ``learn_on_batches``), pushes weights after the call that passes a multiple of
     ``config.push_every`` updates, and (prioritized replay) sends each sample call's new
     priorities back to its shard in one fire-and-forget call. ``initial_weights`` (e.g. from a
     restored Trainer) replace the fresh policy's weights before the first push; ``initial_state``
@@ -259,11 +260,14 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
             reply = {"stop": ray.get(ps.should_stop.remote())}
             continue
         batches, env_steps_by_shard[shard] = result
-        priorities = []
-        for i in range(config.batches_per_sample):
-            batch = {key: value[i] for key, value in batches.items()}
+        batch_list = [{key: value[i] for key, value in batches.items()} for i in range(config.batches_per_sample)]
+        # One learner runs the sample call's batches in one compiled call; data-parallel
+        # learners average every update's gradients with the others first.
+        results = policy.learn_on_batches(batch_list) if sync is None else []
+        priorities, block_start = [], updates
+        for i, batch in enumerate(batch_list):
             if sync is None:
-                result = policy.learn_on_batch(batch)
+                result = results[i]
             else:
                 result = sync.learn(policy, batch, updates, sum(env_steps_by_shard))
                 if result is None:  # the run stopped while the others were waited for
@@ -280,13 +284,13 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
                     stat_sums[key] = stat_sums.get(key, 0.0) + float(value)
             stat_count += 1
             updates += 1
-            if updates % config.push_every == 0:
-                stats = {key: total / stat_count for key, total in stat_sums.items()}
-                stat_sums, stat_count = {}, 0
-                if sync is not None:
-                    ps.report_learner.remote(index, updates)
-                if not primary:
-                    continue
+        # Push once a multiple of push_every was passed, with the weights after the whole block.
+        if updates // config.push_every > block_start // config.push_every and not reply["stop"]:
+            stats = {key: total / stat_count for key, total in stat_sums.items()}
+            stat_sums, stat_count = {}, 0
+            if sync is not None:
+                ps.report_learner.remote(index, updates)
+            if primary:
                 if last_push is not None:
                     reply = ray.get(last_push)  # long done: carries the stop flag
                     if reply.get("state_wanted"):

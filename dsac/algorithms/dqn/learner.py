@@ -114,6 +114,8 @@ class DQNLearner(CompiledUpdate):
         })
         self.updates = 0
 
+    STATS = ("loss", "q_mean", "grad_norm")
+
     def _gradients_of(self, batch):
         with tf.GradientTape() as tape:
             if self.support is None:
@@ -126,11 +128,18 @@ class DQNLearner(CompiledUpdate):
     def _apply_gradients(self, grads):
         grads, _ = tf.clip_by_global_norm(grads, self.grad_clip)
         self.optimizer.apply_gradients(zip(grads, self.q_online.trainable_variables, strict=True))
+        # Hard target copy every target_update_every updates, counted by the optimizer (its
+        # step count is part of the checkpointed state) so that it happens inside the graph.
+        tf.cond(
+            tf.equal(self.optimizer.iterations % self.target_update_every, 0),
+            self._copy_target,
+            lambda: None,
+        )
 
-    def _after_step(self) -> None:
-        super()._after_step()
-        if self.updates % self.target_update_every == 0:
-            self.q_target.set_weights(self.q_online.get_weights())
+    def _copy_target(self):
+        for target, online in zip(self.q_target.weights, self.q_online.weights, strict=True):
+            target.assign(online)
+        return None
 
     @staticmethod
     def to_tensors(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -128,6 +128,8 @@ class SACLearner(CompiledUpdate):
         })
         self.updates = 0
 
+    STATS = ("qf1_loss", "qf2_loss", "qf_loss", "actor_loss", "alpha_loss", "alpha", "entropy", "q_mean")
+
     def losses(self, batch, noise_next, noise_pi):
         """:func:`sac_losses` on this learner's networks (batch actions already in [-1, 1])."""
         return sac_losses(
