@@ -6,6 +6,7 @@
 Measures:
   raw env       env steps/s of one env in one process (the floor to compare against)
   collection    env steps/s landing in the ReplayBuffer with W rollout workers, learner idle
+                (one env per worker, and 2 workers with 16 envs each)
   naive         the original Distributed-DRL design as a baseline (a remote call per env step,
                 eager TF at batch 1), same W, same envs -> dsac / naive
   learner       SAC updates/s on batches held locally vs in the running system (workers
@@ -38,6 +39,7 @@ import numpy as np  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # algo: (env, threshold, env-step budget, dsac's tuned settings: rl-zoo's role for SB3)
+BATCHED_ENVS = 16  # --envs_per_worker of the extra collection row
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 SOLVE = {
     "sac": ("Pendulum-v1", -200.0, 20_000, os.path.join(CONFIGS, "sac_pendulum.yaml")),
@@ -86,7 +88,7 @@ def _unthrottled_buffer(specs, num_writers: int):
 
 
 def collection_rate(algo: str, env_id: str, workers: int, seconds: float, naive: bool = False,
-                    push_every_s: float | None = None) -> float | tuple[float, list[float]]:
+                    push_every_s: float | None = None, envs_per_worker: int = 1) -> float | tuple[float, list[float]]:
     """Env steps/s reaching one ReplayBuffer from ``workers`` rollout workers, learner idle.
     With ``push_every_s``, new weights are pushed that often meanwhile (as a learner would)
     and the push-to-every-worker times come back too."""
@@ -97,7 +99,8 @@ def collection_rate(algo: str, env_id: str, workers: int, seconds: float, naive:
     from dsac.distributed.tasks import rollout_worker
     from dsac.replay import field_specs
 
-    config = Config(algo=algo, env=env_id, num_workers=workers, start_steps=0, learning_starts=0).validate()
+    config = Config(algo=algo, env=env_id, num_workers=workers, envs_per_worker=envs_per_worker, start_steps=0,
+                    learning_starts=0).validate()
     obs_space, act_space, weights = _initial_weights(config, env_id)
     specs = field_specs(obs_space.shape, obs_space.dtype, act_space.shape, act_space.dtype)
     replay = _unthrottled_buffer(specs, workers)
@@ -346,6 +349,9 @@ def main(argv=None) -> int:
         report["collection"] = {}
         for algo, env_id in (("sac", "Pendulum-v1"), ("dqn", "CartPole-v1")):
             report["collection"][env_id] = {w: collection_rate(algo, env_id, w, window) for w in args.workers}
+            # Acting on a batch of envs spreads the policy's forward pass over them.
+            report["collection"][env_id][f"2x{BATCHED_ENVS}"] = collection_rate(
+                algo, env_id, 2, window, envs_per_worker=BATCHED_ENVS)
             print(f"collection {env_id}: {report['collection'][env_id]}", file=sys.stderr)
     if "naive" not in args.skip:
         w = 2
@@ -397,10 +403,12 @@ def markdown(r: dict, cores: float) -> str:
     rows += [f"| raw env steps/s, one env, one process: {e} | {fmt(v)} | |" for e, v in raw.items()]
     for env_id, by_w in r.get("collection", {}).items():
         for w, rate in by_w.items():
-            floor = raw[env_id] * min(int(w), cores)
-            target = f"≥ 35% of {fmt(floor)} (W=2, Pendulum)" if env_id == "Pendulum-v1" and int(w) == 2 else ""
-            rows.append(f"| collection {env_id}, W={w} | {fmt(rate)} steps/s ({rate / floor:.0%} of raw×min(W,cores)) "
-                        f"| {target} |")
+            workers, _, envs = str(w).partition("x")
+            floor = raw[env_id] * min(int(workers), cores)
+            target = f"≥ 35% of {fmt(floor)} (W=2, Pendulum)" if env_id == "Pendulum-v1" and int(workers) == 2 else ""
+            label = f"W={workers}" + (f", {envs} envs per worker" if envs else "")
+            rows.append(f"| collection {env_id}, {label} | {fmt(rate)} steps/s ({rate / floor:.0%} of "
+                        f"raw×min(W,cores)) | {target} |")
     if "naive" in r:
         ours = r.get("collection", {}).get("Pendulum-v1", {}).get(r["naive"]["workers"])
         ratio = f" → dsac {ours / r['naive']['Pendulum-v1']:.0f}×" if ours else ""
