@@ -62,6 +62,7 @@ ALIASES = {
     "train_freq": "updates_per_step", "total_timesteps": "total_env_steps", "timesteps_total": "total_env_steps",
     "ent_coef": "init_alpha", "initial_alpha": "init_alpha", "n_step_return": "n_step",
     "evaluation_interval": "eval_every", "evaluation_duration": "eval_episodes", "env_config": "env_kwargs",
+    "checkpoint_every": "snapshot_every", "checkpoint_freq": "snapshot_every", "max_failures": "max_restarts",
 }
 
 
@@ -140,10 +141,19 @@ class Config:
     progress_bar: bool = _f(True, "a live progress bar when stdout is a terminal (else a line every --log_every s)")
     tensorboard: bool = _f(True, "write TensorBoard event files to <output_dir>/tb")
     steps_per_iteration: int = _f(1_000, "env steps one Trainer.train() call collects")
-    checkpoint_every: float | None = _f(
-        300.0, "seconds between checkpoints of the full training state (one is always written at the end)"
+    snapshot_every: float | None = _f(
+        30.0, "seconds between snapshots of the full training state (networks, optimizer, targets, entropy "
+        "coefficient, version) into <output_dir>/checkpoint; a restarted learner or parameter server resumes from "
+        "the latest (one is always written at the end)"
     )
-    checkpoint_replay: bool = _f(False, "include the replay buffer's contents in checkpoints (compressed .npz)")
+    checkpoint_replay: bool = _f(False, "include the replay buffer's contents in snapshots (compressed .npz)")
+    max_restarts: int = _f(
+        10, "times each role (rollout worker, learner, evaluator, replay shard, parameter server) is restarted "
+        "after its process died (killed, out of memory, node lost) before the run stops"
+    )
+    max_nonfinite_updates: int = _f(
+        100, "updates in a row with a non-finite loss or gradient (each skipped) that stop the run"
+    )
     resume: str | None = _f(None, "continue the run in this directory from its checkpoint")
     init_weights: str | None = _f(
         None, "start acting from a weights.pkl dsac wrote (e.g. a best_weights.pkl); critics and optimizer start fresh"
@@ -221,6 +231,8 @@ class Config:
             if key not in MODEL_KEYS:
                 raise DsacError(f"unknown model config key '{key}'{did_you_mean(key, MODEL_KEYS)}")
         values.update(model)
+        if "checkpoint_every" in values and "snapshot_every" not in values:  # config.json of older runs
+            values["snapshot_every"] = values.pop("checkpoint_every")
         names = [f.name for f in dataclasses.fields(cls)]
         for key in values:
             if key not in names:
@@ -259,7 +271,7 @@ class Config:
             "num_workers", "envs_per_worker", "num_learners", "total_env_steps", "eval_every",
             "eval_episodes", "batch_size", "buffer_size", "batches_per_sample", "prefetch",
             "push_every", "pull_every", "max_chunk", "max_steps_ahead", "n_step", "num_replay_shards",
-            "target_update_every", "num_atoms", "steps_per_iteration",
+            "target_update_every", "num_atoms", "steps_per_iteration", "max_nonfinite_updates",
         )
         for name in positive_ints:
             value = getattr(self, name)
@@ -277,10 +289,12 @@ class Config:
             value = getattr(self, name)
             if not (0.0 < value <= 1.0):
                 raise DsacError(f"--{name} must be in (0, 1], got {value!r}")
-        for name in ("max_seconds", "worker_cpus", "checkpoint_every"):
+        for name in ("max_seconds", "worker_cpus", "snapshot_every"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise DsacError(f"--{name} must be a positive number, got {value!r}")
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise DsacError(f"--max_restarts must be an integer >= 0, got {self.max_restarts!r}")
         if self.learner_threads is not None and (
             isinstance(self.learner_threads, bool) or not isinstance(self.learner_threads, int) or self.learner_threads <= 0
         ):

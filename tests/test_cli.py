@@ -132,6 +132,7 @@ def test_interrupt_and_terminate_save_weights(sig, code, tmp_path):
     while not (out / "weights.pkl").exists():  # the first evaluation has saved weights
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.5)
+    signalled = time.time()
     if sig == signal.SIGINT:
         os.killpg(proc.pid, sig)  # like Ctrl-C in a terminal: the whole process group
     else:
@@ -145,6 +146,8 @@ def test_interrupt_and_terminate_save_weights(sig, code, tmp_path):
     payload = load_weights(str(out / "weights.pkl"))
     summary = json.loads((out / "summary.json").read_text())
     assert payload["version"] == summary["weights_version"] > 0
+    # The final weights were written after the signal, and within 10 s of it.
+    assert 0 <= (out / "weights.pkl").stat().st_mtime - signalled < 10
 
 
 def test_config_file_with_cli_override_and_repeat_from_config_json(tmp_path):

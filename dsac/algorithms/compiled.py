@@ -6,6 +6,9 @@ steps and target networks, all in the graph) and ``STATS``, the names of the sca
 ``_gradients_of`` returns besides ``td_abs``. It gets ``update`` (one step), ``update_many``
 (several steps in one graph loop) and the split ``compute_gradients`` / ``apply_gradients`` of
 data-parallel learners, each compiled once with ``tf.function``.
+
+A step whose gradients are not all finite is skipped (nothing is applied: one NaN would
+poison every weight) and reported as ``skipped`` = 1.
 """
 
 from __future__ import annotations
@@ -20,21 +23,25 @@ class CompiledUpdate:
 
     STATS: tuple[str, ...] = ()
 
+    def _step(self, batch):
+        """Gradients of one batch, applied only when all are finite; the stats with ``skipped``."""
+        stats, grads = self._gradients_of(batch)
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        tf.cond(finite, lambda: self._apply_gradients(grads), lambda: None)
+        return {**stats, "skipped": 1.0 - tf.cast(finite, tf.float32)}
+
     @tf.function
     def _update(self, batch):
-        stats, grads = self._gradients_of(batch)
-        self._apply_gradients(grads)
-        return stats
+        return self._step(batch)
 
     @tf.function
     def _update_many(self, stack):
         # A graph loop (tf.while_loop) rather than one call per batch: the call's own overhead
         # is ~1/3 of a small network's update (2x64 SAC: ~840 vs ~560 updates/s on one core).
         count = tf.shape(stack["reward"])[0]
-        arrays = {name: tf.TensorArray(tf.float32, size=count) for name in (*self.STATS, "td_abs")}
+        arrays = {name: tf.TensorArray(tf.float32, size=count) for name in (*self.STATS, "skipped", "td_abs")}
         for i in tf.range(count):
-            stats, grads = self._gradients_of({key: value[i] for key, value in stack.items()})
-            self._apply_gradients(grads)
+            stats = self._step({key: value[i] for key, value in stack.items()})
             arrays = {name: array.write(i, stats[name]) for name, array in arrays.items()}
         return {name: array.stack() for name, array in arrays.items()}
 
@@ -44,7 +51,8 @@ class CompiledUpdate:
 
     @tf.function
     def _apply(self, grads):
-        self._apply_gradients(grads)
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        tf.cond(finite, lambda: self._apply_gradients(grads), lambda: None)
 
     def update(self, batch: dict[str, np.ndarray]) -> dict:
         """One gradient step; returns float stats and per-transition ``td_abs``."""
@@ -60,7 +68,7 @@ class CompiledUpdate:
         self.updates += len(batches)
         arrays = {name: value.numpy() for name, value in stacked.items()}
         return [
-            {**{name: float(arrays[name][i]) for name in self.STATS}, "td_abs": arrays["td_abs"][i]}
+            {**{name: float(arrays[name][i]) for name in (*self.STATS, "skipped")}, "td_abs": arrays["td_abs"][i]}
             for i in range(len(batches))
         ]
 
@@ -68,10 +76,12 @@ class CompiledUpdate:
         """:meth:`update`'s gradients without applying them (data-parallel learners average
         them first); returns ``(gradients, stats)``."""
         stats, grads = self._gradients(self.to_tensors(batch))
-        return [g.numpy() for g in grads], stats_to_numpy(stats)
+        grads = [g.numpy() for g in grads]
+        # The mean of all learners' gradients is applied only if finite (see _apply).
+        return grads, {**stats_to_numpy(stats), "skipped": float(not all(np.isfinite(g).all() for g in grads))}
 
     def apply_gradients(self, grads: list[np.ndarray]) -> None:
-        """:meth:`update`'s step with the given gradients."""
+        """:meth:`update`'s step with the given gradients (none if any is not finite)."""
         self._apply([tf.convert_to_tensor(g) for g in grads])
         self.updates += 1
 

@@ -13,6 +13,7 @@ import collections
 import logging
 import socket
 import time
+import warnings
 
 import numpy as np
 import psutil
@@ -28,6 +29,13 @@ from dsac.replay import (
 )
 
 log = logging.getLogger("dsac")
+
+
+def restarted_by_ray() -> bool:
+    """Whether this actor is a restart after its process died (Ray calls ``__init__`` again)."""
+    with warnings.catch_warnings():  # deprecated in Ray 2.60 but without a replacement yet
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ray.get_runtime_context().was_current_actor_reconstructed
 
 # Longest a blocked add/sample waits before returning empty-handed, so callers can look
 # at the stop flag even if nothing else happens.
@@ -66,11 +74,16 @@ class ReplayBuffer:
             self.storage = PrioritizedReplayStorage(specs, capacity, seed, alpha=priority_alpha)
         else:
             self.storage = ReplayStorage(specs, capacity, seed)
+        self.warmup = int(min_size_to_sample)
         if restore is not None:
             self.storage.load_state_dict(restore)
         elif start_added:
             self.storage.added = int(start_added)
             min_size_to_sample += int(start_added)  # warm up again before sampling
+        self.added_at_start = self.storage.added
+        # Ray restarted this actor after its process died: it starts empty, and counts on from
+        # where the run was once the driver calls resume().
+        self.needs_restore = restarted_by_ray()
         self.prioritized = prioritized
         self.priority_beta = float(priority_beta)
         self.beta_anneal_steps = max(1, int(beta_anneal_steps))
@@ -193,6 +206,25 @@ class ReplayBuffer:
         """Transitions, priorities, counters and RNG state as arrays (replay checkpoints)."""
         return self.storage.state_dict()
 
+    async def resume(self, added_before: int, insert_limit: int | None, snapshot: dict | None = None) -> None:
+        """After a restart: count on from the ``added_before`` transitions the run had, with the
+        driver's insert limit, and warm up again before the learner samples — or start from
+        ``snapshot`` (the last replay checkpoint) and sample at once. What was added since the
+        restart stays."""
+        async with self.changed:
+            if snapshot is not None:
+                sampled = self.storage.sampled_batches
+                self.storage.load_state_dict(snapshot)
+                self.storage.sampled_batches = sampled
+            inserted = self.storage.added - self.added_at_start if snapshot is None else 0
+            self.storage.added = int(added_before) + inserted
+            self.added_at_start = int(added_before)
+            # The update ratio starts afresh: samples_per_insert x what is inserted from here on.
+            self.limiter.min_size_to_sample = int(added_before) + (0 if snapshot is not None else self.warmup)
+            self.insert_limit = insert_limit
+            self.needs_restore = False
+            self.changed.notify_all()
+
     async def stats(self) -> dict:
         """Counters for progress reports."""
         return {
@@ -202,6 +234,7 @@ class ReplayBuffer:
             "sampled_batches": self.storage.sampled_batches,
             "add_calls": self.add_calls,
             "sample_wait_s": self.sample_wait_s,
+            "needs_restore": self.needs_restore,
         }
 
     async def stop(self) -> None:
@@ -242,6 +275,19 @@ class ParameterServer:
         # Weight sync times: a version's push time until every worker holds it (or newer).
         self.push_times: collections.OrderedDict[int, float] = collections.OrderedDict()
         self.synced: collections.deque[float] = collections.deque(maxlen=10_000)
+        # Ray restarted this actor after its process died: until the driver calls restore(),
+        # versions count from the start again (workers ignore versions below their own).
+        self.needs_restore = restarted_by_ray()
+
+    async def restore(self, version: int, weights: dict | None, meta: dict, stopped: bool) -> None:
+        """After a restart: versions carry on above ``version`` (the last the run saw); the
+        snapshot's ``weights`` unless the learner pushed newer ones since the restart."""
+        self.version = int(version) + self.pushes
+        self.push_times.clear()
+        if self.weights is None and weights is not None:
+            self.weights, self.meta = weights, dict(meta)
+        self.stopped = self.stopped or stopped
+        self.needs_restore = False
 
     async def push(self, weights: dict, meta: dict | None = None) -> dict:
         """Store new weights; returns ``{"version", "stop"}`` (versions only increase)."""
@@ -328,6 +374,7 @@ class ParameterServer:
             "learner_updates": dict(self.learner_updates),
             "stop": self.stopped,
             "stop_reason": self.stop_reason,
+            "needs_restore": self.needs_restore,
         }
 
     async def latest(self) -> dict:

@@ -36,6 +36,7 @@ from dsac.artifacts import (
 )
 from dsac.config import Config
 from dsac.distributed.actors import GradientAverager, ParameterServer, ReplayBuffer
+from dsac.distributed.recovery import Restarts, process_died
 from dsac.distributed.tasks import evaluator, learner, rollout_worker
 from dsac.distributed.topology import plan_resources
 from dsac.envs import check_spaces, describe_space, make_env
@@ -289,12 +290,14 @@ class DistributedRun:
                 "resuming from %d env steps, %d updates, weights v%d (%s)", meta["env_steps"], meta["updates"],
                 meta["version"], "with replay contents" if replay_snapshots else "replay refills",
             )
-        self.ps = ParameterServer.options(num_cpus=0).remote(meta.get("version", 0))
+        # Actors Ray restarts when their process dies; calls to them wait for the new one.
+        restartable = {"num_cpus": 0, "max_restarts": config.max_restarts, "max_task_retries": -1}
+        self.ps = ParameterServer.options(**restartable).remote(meta.get("version", 0))
         # Shard k takes the transitions of workers k, k + K, ...; each keeps the update ratio
         # for its own share of the data, so together they keep it for all of it.
         self.num_shards = num_shards = config.num_replay_shards
         self.shards = [
-            ReplayBuffer.options(num_cpus=0).remote(
+            ReplayBuffer.options(**restartable).remote(
                 specs,
                 -(-config.buffer_size // num_shards),
                 samples_per_insert=config.updates_per_step,
@@ -313,36 +316,32 @@ class DistributedRun:
             )
             for k in range(num_shards)
         ]
+        self.insert_limit = insert_limit
         # Independent, non-overlapping seeds for every role, whatever --seed and --num_workers are.
-        seeds = [int(s.generate_state(1)[0]) for s in np.random.SeedSequence(config.seed).spawn(config.num_workers)]
-        plan = self.plan
+        self.worker_seeds = [
+            int(s.generate_state(1)[0]) for s in np.random.SeedSequence(config.seed).spawn(config.num_workers)
+        ]
         self.eval_seed = config.seed + 100_000  # evaluation episodes reset with eval_seed + j
         # Several learners: synchronous data-parallel SGD through a GradientAverager; learner j
         # samples shards j, j + N, ... (each shard is read by one learner: no shared hot spot).
         learners = config.num_learners
         self.averager = GradientAverager.options(num_cpus=0).remote(learners) if learners > 1 else None
-        self.roles = {}
+        # What a restarted learner resumes from: the latest snapshot of the full state.
+        self.snapshot = {"state": checkpoint["state"], "updates": meta.get("updates", 0),
+                         "at": time.monotonic()} if checkpoint else None
+        self.restarts = Restarts(config.max_restarts)
+        self.roles = {}  # task ref -> role
         for j in range(learners):
-            ref = learner.options(
-                num_cpus=plan.learner_cpus, num_gpus=plan.learner_gpus,
-                scheduling_strategy=plan.scheduling(plan.learner_nodes[j] if plan.learner_nodes else None),
-            ).remote(
-                config, obs_space, act_space, self.shards[j::learners], self.ps, config.seed, plan.learner_gpus,
-                plan.learner_cpus, initial_weights, (checkpoint or {}).get("state"), j, self.averager,
+            self.roles[self._submit_learner(j, initial_weights, (checkpoint or {}).get("state"))] = (
+                "learner" if learners == 1 else f"learner_{j}"
             )
-            self.roles[ref] = "learner" if learners == 1 else f"learner_{j}"
-        evaluator_ref = evaluator.options(
-            num_cpus=plan.evaluator_cpus, scheduling_strategy=plan.scheduling(plan.evaluator_node)
-        ).remote(config, obs_space, act_space, self.ps, self.eval_seed)
-        self.roles[evaluator_ref] = "evaluator"
+        self.roles[self._submit_evaluator()] = "evaluator"
         for i in range(config.num_workers):
-            node = plan.worker_nodes[i] if plan.worker_nodes else None
-            strategy = plan.scheduling(node) if node else "SPREAD"
-            ref = rollout_worker.options(num_cpus=plan.worker_cpus, scheduling_strategy=strategy).remote(
-                i, config, self.shards[i % num_shards], self.ps, seeds[i], num_shards
-            )
-            self.roles[ref] = f"rollout_worker_{i}"
+            self.roles[self._submit_worker(i)] = f"rollout_worker_{i}"
         self.pending = list(self.roles)
+        self.stopping = False
+        self.last_weights: dict | None = None  # as of the last save (restores a restarted parameter server)
+        self.shard_added = [meta.get("env_steps", 0) // num_shards] * num_shards  # as of the last poll
         # The actors' own placement (the tasks report theirs through the parameter server).
         for name, where in zip(
             ["parameter_server", *(f"replay_shard_{k}" for k in range(num_shards))],
@@ -367,6 +366,88 @@ class DistributedRun:
         self.recent_returns: deque[float] = deque(maxlen=20)
         self._metrics_since_eval: list[dict] = []
         self.tensorboard = TensorBoardLog(os.path.join(self.output_dir, "tb")) if config.tensorboard else None
+
+    # --- tasks ---------------------------------------------------------------------------
+    # max_retries=0: Ray would rerun a task whose process died silently; the driver restarts
+    # it instead (restart_task), so that it can say so, count it and give a learner its state.
+    def _submit_learner(self, j: int, initial_weights: dict | None, initial_state: dict | None):
+        config, plan = self.config, self.plan
+        return learner.options(
+            num_cpus=plan.learner_cpus, num_gpus=plan.learner_gpus, max_retries=0,
+            scheduling_strategy=plan.scheduling(plan.learner_nodes[j] if plan.learner_nodes else None),
+        ).remote(
+            config, self.observation_space, self.action_space, self.shards[j::config.num_learners], self.ps,
+            config.seed, plan.learner_gpus, plan.learner_cpus, initial_weights, initial_state, j, self.averager,
+        )
+
+    def _submit_evaluator(self):
+        plan = self.plan
+        return evaluator.options(
+            num_cpus=plan.evaluator_cpus, max_retries=0, scheduling_strategy=plan.scheduling(plan.evaluator_node)
+        ).remote(self.config, self.observation_space, self.action_space, self.ps, self.eval_seed)
+
+    def _submit_worker(self, i: int, seed: int | None = None):
+        config, plan = self.config, self.plan
+        node = plan.worker_nodes[i] if plan.worker_nodes else None
+        strategy = plan.scheduling(node) if node else "SPREAD"
+        return rollout_worker.options(num_cpus=plan.worker_cpus, max_retries=0, scheduling_strategy=strategy).remote(
+            i, config, self.shards[i % self.num_shards], self.ps, self.worker_seeds[i] if seed is None else seed,
+            self.num_shards,
+        )
+
+    def restart_task(self, role: str, exc: BaseException) -> bool:
+        """Resubmit a task whose process died; False when it cannot be (data-parallel learners
+        wait for each other) or its restarts are used up."""
+        if not self.restarts.allowed(role) or role.startswith("learner_"):
+            return False
+        if role == "learner":
+            if self.snapshot is not None:
+                ref = self._submit_learner(0, None, self.snapshot["state"])
+                how = (f"resumes from the snapshot at {self.snapshot['updates']:,} updates "
+                       f"({time.monotonic() - self.snapshot['at']:.1f} s old)")
+            else:
+                latest = self.latest()
+                ref = self._submit_learner(0, latest["weights"], None)
+                how = f"no snapshot yet: acts from weights v{latest['version']}, critics and optimizer start afresh"
+        elif role == "evaluator":
+            ref, how = self._submit_evaluator(), "a new process"
+        else:
+            i = int(role.rsplit("_", 1)[1])
+            # A fresh seed: the replacement should not replay the episodes already collected.
+            seed = self.worker_seeds[i] + 1_000_003 * (self.restarts.counts.get(role, 0) + 1)
+            ref, how = self._submit_worker(i, seed), "a new process with a fresh env seed"
+        self.restarts.record(role, _one_line(exc), how)
+        self.roles[ref] = role
+        self.pending.append(ref)
+        return True
+
+    def restore_restarted_actors(self, reports: dict, per_shard: list[dict]) -> None:
+        """Give actors that Ray restarted what the run had: the parameter server its version
+        and weights, a replay shard its counts (and, with replay snapshots, its contents)."""
+        if reports.get("needs_restore"):
+            version = max(self.counters["version"], reports["version"])
+            weights = self.last_weights
+            self.restarts.record("parameter_server", "its process exited; Ray restarted the actor",
+                                 f"versions carry on above v{version}, weights from the latest snapshot")
+            ray.get(self.ps.restore.remote(version, weights, {}, self.stopping))
+            reports["version"] = version
+        for k, stats in enumerate(per_shard):
+            if not stats.get("needs_restore"):
+                self.shard_added[k] = stats["added"]
+                continue
+            snapshot = None
+            if self.config.checkpoint_replay and self.checkpoint_path is not None:
+                snapshot = (read_checkpoint(self.output_dir).get("replay") or [None] * self.num_shards)[k]
+            limit = None if self.insert_limit is None else -(-self.insert_limit // self.num_shards)
+            self.restarts.record(
+                f"replay_shard_{k}", "its process exited; Ray restarted the actor",
+                "refilled from the last replay snapshot" if snapshot is not None else
+                f"its {min(self.shard_added[k], stats['capacity']):,} transitions are lost; it refills and the learner "
+                "waits for warm-up again",
+            )
+            ray.get(self.shards[k].resume.remote(self.shard_added[k], limit, snapshot))
+            per_shard[k] = ray.get(self.shards[k].stats.remote())
+            self.shard_added[k] = per_shard[k]["added"]
 
     # --- files ---------------------------------------------------------------------------
     def payload(self, weights: dict, version: int, counters: dict) -> dict:
@@ -406,6 +487,7 @@ class DistributedRun:
         latest = self.latest()
         if latest["weights"] is None:
             return None
+        self.last_weights = latest["weights"]
         evaluated = self.last_eval.get("weights_version") == latest["version"]
         counters = {**self.counters, "eval_return_mean": self.last_eval.get("eval_return_mean") if evaluated else None}
         path = path or self.weights_path
@@ -414,23 +496,28 @@ class DistributedRun:
 
     # --- watching ------------------------------------------------------------------------
     def check_tasks(self, timeout: float) -> None:
-        """Wait up to ``timeout`` for a task to end; any end before stop() is a failure."""
+        """Wait up to ``timeout`` for a task to end. A task whose process died is restarted;
+        any other end before stop() is a failure."""
         if not self.pending:
             time.sleep(timeout)
             return
         done, self.pending = ray.wait(self.pending, num_returns=len(self.pending), timeout=timeout)
         for ref in done:
+            role = self.roles[ref]
             try:
                 ray.get(ref)
-                self.failure = self.failure or f"{self.roles[ref]} ended before the run was stopped"
-            except Exception as exc:  # a role crashed: the caller stops, saves, reports
-                self.failure = self.failure or f"{self.roles[ref]} failed: {_one_line(exc)}"
+                self.failure = self.failure or f"{role} ended before the run was stopped"
+            except Exception as exc:  # a role crashed: restart it, or the caller stops, saves, reports
+                if process_died(exc) and self.restart_task(role, exc):
+                    continue
+                self.failure = self.failure or f"{role} failed: {_one_line(exc)}"
 
     def poll(self) -> list[dict]:
         """Read the actors' reports; write one progress line per evaluation; keep the best
         weights. Returns the new progress lines."""
         reports = ray.get(self.ps.drain_reports.remote())
         per_shard = ray.get([shard.stats.remote() for shard in self.shards])
+        self.restore_restarted_actors(reports, per_shard)
         stats = {
             key: sum(s[key] for s in per_shard) for key in ("added", "size", "capacity", "add_calls", "sample_wait_s")
         }
@@ -452,6 +539,7 @@ class DistributedRun:
             replay_size=stats["size"], replay_capacity=stats["capacity"], add_calls=stats["add_calls"],
             sample_wait_s=stats["sample_wait_s"], learner_wait_s=reports["meta"].get("learner_wait_s", 0.0),
             learner_updates={f"learner_{k}": v for k, v in sorted(reports["learner_updates"].items())},
+            skipped_updates=reports["meta"].get("skipped_updates", self.counters.get("skipped_updates", 0)),
             # How far the slowest worker's weights are behind (as of its last pull).
             version_lag=reports["version"] - min(worker_versions) if worker_versions else None,
         )
@@ -468,6 +556,8 @@ class DistributedRun:
                 "eval_episodes": len(ev["eval_returns"]),
                 **({"learner_updates": self.counters["learner_updates"]} if self.averager is not None else {}),
                 "rollout_workers_per_node": self.workers_per_node(),
+                **({"restarts": dict(self.restarts.counts)} if self.restarts.counts else {}),
+                **({"skipped_updates": self.counters["skipped_updates"]} if self.counters.get("skipped_updates") else {}),
                 **custom_metric_means(self._metrics_since_eval),
             }
             self._metrics_since_eval = []
@@ -525,8 +615,8 @@ class DistributedRun:
 
     # --- checkpoints ---------------------------------------------------------------------
     def request_checkpoint_if_due(self) -> None:
-        """Every ``checkpoint_every`` seconds, ask the learner for its full state."""
-        every = self.config.checkpoint_every
+        """Every ``snapshot_every`` seconds, ask the learner for its full state."""
+        every = self.config.snapshot_every
         if every is not None and time.monotonic() - self.last_checkpoint >= every:
             self.last_checkpoint = time.monotonic()
             self.ps.request_state.remote()
@@ -550,6 +640,7 @@ class DistributedRun:
         }
         payload = self.payload(latest["weights"], latest["version"], {**self.counters, "updates": meta["updates"]})
         self.checkpoint_path = write_checkpoint(self.output_dir, taken["state"], meta, payload, replay)
+        self.snapshot = {"state": taken["state"], "updates": meta["updates"], "at": time.monotonic()}
         log.info("checkpoint at %d env steps, %d updates: %s", meta["env_steps"], meta["updates"], self.checkpoint_path)
 
     def take_episodes(self) -> list[tuple[float, int, dict]]:
@@ -559,6 +650,7 @@ class DistributedRun:
 
     def set_insert_limit(self, total_env_steps: int | None) -> None:
         """Let collection go up to ``total_env_steps`` transitions (all shards together)."""
+        self.insert_limit = total_env_steps
         per_shard = None if total_env_steps is None else -(-total_env_steps // self.num_shards)
         ray.get([shard.set_insert_limit.remote(per_shard) for shard in self.shards])
 
@@ -567,6 +659,7 @@ class DistributedRun:
         """Stop every task, wait for them, read the last reports, save the final weights, and
         write ``summary.json``; returns the summary."""
         log.info("stopping (%s)", self.failure or reason)
+        self.stopping = True
         try:
             stopping = [self.ps.stop.remote(reason)] + [shard.stop.remote() for shard in self.shards]
             ray.get(stopping + ([self.averager.stop.remote()] if self.averager is not None else []))
@@ -599,6 +692,8 @@ class DistributedRun:
             "env_steps": counters["env_steps"],
             "updates": counters["updates"],
             "weights_version": counters["version"],
+            "restarts": dict(self.restarts.counts),
+            "skipped_updates": counters.get("skipped_updates", 0),
             "replay_add_calls": counters["add_calls"],
             "transitions_per_add": round(counters["env_steps"] / max(1, counters["add_calls"]), 1),
             "wall_s": round(time.time() - self.started_at, 3),

@@ -169,6 +169,10 @@ class ShardedSampler:
         return shard, result
 
 
+class NonFiniteUpdates(RuntimeError):
+    """``--max_nonfinite_updates`` updates in a row had non-finite gradients."""
+
+
 class GradientSync:
     """A learner's side of :class:`dsac.distributed.actors.GradientAverager`: flattens the
     policy's gradients into one array, averages it with the other learners', applies the mean."""
@@ -249,10 +253,12 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     sampler = ShardedSampler(shards, config.batch_size, config.batches_per_sample, config.prefetch)
     last_push = None
 
+    skipped, skipped_in_a_row = 0, 0  # updates with non-finite gradients (not applied)
+
     def meta(**extra):
         env_steps = sync.env_steps if sync is not None else sum(env_steps_by_shard)
         return {"updates": updates, "env_steps": env_steps, "stats": stats, "learner_wait_s": sampler.wait_s,
-                **extra}
+                "skipped_updates": skipped, **extra}
 
     while not reply["stop"]:
         shard, result = sampler.next()
@@ -274,7 +280,11 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
                     reply = {"stop": True}
                     break
             td_abs = result.pop("td_abs", None)
-            priorities.append(td_abs)
+            if result.get("skipped"):
+                skipped, skipped_in_a_row, td_abs = skipped + 1, skipped_in_a_row + 1, None
+            else:
+                skipped_in_a_row = 0
+            priorities.append(td_abs)  # none for a skipped update: its TD errors are not finite
             if td_abs is not None:
                 result["td_error_mean"], result["td_error_max"] = float(np.mean(td_abs)), float(np.max(td_abs))
             if callbacks is not None:
@@ -300,6 +310,15 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
             p is not None for p in priorities
         ):
             shards[shard].update_priorities.remote(batches["indices"], batches["generations"], np.stack(priorities))
+        if skipped_in_a_row >= config.max_nonfinite_updates:
+            # The weights are still the last good ones (no skipped step changed them): hand
+            # them and the counters over, then fail with the reason.
+            if primary:
+                ray.get(ps.push.remote(policy.get_weights(), meta(final=True)))
+            raise NonFiniteUpdates(
+                f"{skipped_in_a_row} updates in a row had non-finite losses or gradients (skipped; "
+                f"{skipped} in all, of {updates}): stopped with the last good weights"
+            )
     final = meta(final=True)
     if sync is not None:
         ray.get(ps.report_learner.remote(index, updates))
