@@ -30,16 +30,16 @@ from dsac.replay import (
 
 log = logging.getLogger("dsac")
 
+# Longest a blocked add/sample waits before returning empty-handed, so callers can look
+# at the stop flag even if nothing else happens.
+MAX_WAIT_S = 1.0
+
 
 def restarted_by_ray() -> bool:
     """Whether this actor is a restart after its process died (Ray calls ``__init__`` again)."""
     with warnings.catch_warnings():  # deprecated in Ray 2.60 but without a replacement yet
         warnings.simplefilter("ignore", DeprecationWarning)
         return ray.get_runtime_context().was_current_actor_reconstructed
-
-# Longest a blocked add/sample waits before returning empty-handed, so callers can look
-# at the stop flag even if nothing else happens.
-MAX_WAIT_S = 1.0
 
 
 @ray.remote

@@ -428,7 +428,7 @@ class DistributedRun:
             version = max(self.counters["version"], reports["version"])
             weights = self.last_weights
             self.restarts.record("parameter_server", "its process exited; Ray restarted the actor",
-                                 f"versions carry on above v{version}, weights from the latest snapshot")
+                                 f"versions carry on above v{version}, with the weights last saved")
             ray.get(self.ps.restore.remote(version, weights, {}, self.stopping))
             reports["version"] = version
         for k, stats in enumerate(per_shard):
@@ -446,6 +446,8 @@ class DistributedRun:
                 "waits for warm-up again",
             )
             ray.get(self.shards[k].resume.remote(self.shard_added[k], limit, snapshot))
+            if self.stopping:  # restarted after stop(): its stop flag went with the old process
+                ray.get(self.shards[k].stop.remote())
             per_shard[k] = ray.get(self.shards[k].stats.remote())
             self.shard_added[k] = per_shard[k]["added"]
 
