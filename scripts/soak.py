@@ -37,8 +37,8 @@ def role_of(proc: psutil.Process) -> str:
         return name.split()[0].split(".")[0]  # ray::ParameterServer.push -> ray::ParameterServer
     if "launch.py" in " ".join(cmdline):
         return "driver"
-    return os.path.basename(name.split()[0]) if "python" not in os.path.basename(name) else (
-        os.path.basename(cmdline[1]) if len(cmdline) > 1 else "python")
+    scripts = [os.path.basename(arg) for arg in cmdline[1:] if arg.endswith(".py")]  # python -u log_monitor.py
+    return scripts[0] if scripts else os.path.basename(name.split()[0])
 
 
 def rss_by_role(driver: psutil.Process) -> dict[str, float]:
