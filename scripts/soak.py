@@ -123,10 +123,12 @@ def main(argv=None) -> int:
 
 
 def summarize(samples: list[dict]) -> dict:
-    """Start (first sample after start-up: the second) vs end, per role and in total."""
-    if len(samples) < 3:
+    """Start (the first sample after start-up: the second) vs end (the last one while the run
+    was up, i.e. its object store answered), per role and in total."""
+    live = [s for s in samples[1:] if s["object_store_mib"] is not None]
+    if len(live) < 2:
         return {"growth": None}
-    first, last = samples[1], samples[-1]
+    first, last = live[0], live[-1]
     roles = sorted(set(first["rss_mib"]) | set(last["rss_mib"]))
     hours = max(1e-9, (last["t_s"] - first["t_s"]) / 3600)
     per_role = {

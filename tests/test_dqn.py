@@ -96,6 +96,30 @@ def test_updates_in_one_compiled_call_equal_the_same_updates_one_by_one():
         fused.learner.q_online.get_weights(), fused.learner.q_target.get_weights(), strict=True))
 
 
+def test_an_update_with_non_finite_gradients_is_skipped():
+    """A NaN reward makes the loss and gradients NaN: that step changes no weight and reports
+    skipped = 1; the good steps around it apply as usual."""
+    rng = np.random.default_rng(2)
+
+    def batch(reward):
+        return {
+            "obs": rng.normal(size=(8, 4)).astype(np.float32), "action": rng.integers(0, 2, 8),
+            "reward": np.full(8, reward, np.float32), "next_obs": rng.normal(size=(8, 4)).astype(np.float32),
+            "terminated": np.zeros(8, np.float32), "discount": np.full(8, 0.99, np.float32),
+        }
+
+    policy = make(build_learner=True)
+    good, bad = batch(1.0), batch(np.nan)
+    before = policy.learner.state.get_weights()
+    results = policy.learn_on_batches([bad])
+    assert results[0]["skipped"] == 1.0 and not np.isfinite(results[0]["loss"])
+    after = policy.learner.state.get_weights()
+    assert all(np.array_equal(before[k], after[k]) for k in before)  # nothing moved, not even Adam's count
+    assert [r["skipped"] for r in policy.learn_on_batches([good, bad, good])] == [0.0, 1.0, 0.0]
+    assert policy.learn_on_batch(bad)["skipped"] == 1.0
+    assert all(np.all(np.isfinite(w)) for w in policy.get_weights().values())
+
+
 def test_initial_priorities_are_td_errors_under_the_workers_weights():
     learner, worker = make(build_learner=True), make()
     worker.set_weights(learner.get_weights())

@@ -19,16 +19,21 @@ import tensorflow as tf
 
 class CompiledUpdate:
     """Mixin: ``update``, ``update_many``, ``compute_gradients`` and ``apply_gradients`` from the
-    learner's gradient and apply steps. The learner counts its applied updates in ``self.updates``."""
+    learner's gradient and apply steps. The learner counts its update steps (skipped ones too) in
+    ``self.updates``."""
 
     STATS: tuple[str, ...] = ()
 
-    def _step(self, batch):
-        """Gradients of one batch, applied only when all are finite; the stats with ``skipped``."""
-        stats, grads = self._gradients_of(batch)
+    def _apply_if_finite(self, grads):
+        """Apply the gradients only when all are finite; returns whether they were."""
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
         tf.cond(finite, lambda: self._apply_gradients(grads), lambda: None)
-        return {**stats, "skipped": 1.0 - tf.cast(finite, tf.float32)}
+        return finite
+
+    def _step(self, batch):
+        """One update on one batch; its stats with ``skipped`` (1 when not applied)."""
+        stats, grads = self._gradients_of(batch)
+        return {**stats, "skipped": 1.0 - tf.cast(self._apply_if_finite(grads), tf.float32)}
 
     @tf.function
     def _update(self, batch):
@@ -51,8 +56,7 @@ class CompiledUpdate:
 
     @tf.function
     def _apply(self, grads):
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-        tf.cond(finite, lambda: self._apply_gradients(grads), lambda: None)
+        self._apply_if_finite(grads)
 
     def update(self, batch: dict[str, np.ndarray]) -> dict:
         """One gradient step; returns float stats and per-transition ``td_abs``."""

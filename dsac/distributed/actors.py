@@ -35,6 +35,12 @@ log = logging.getLogger("dsac")
 MAX_WAIT_S = 1.0
 
 
+# Methods called many times a second (every chunk, sample, pull, push, poll): Ray would record
+# an event per call in its GCS (up to 100k events: ~320 MiB of GCS memory in a 30-minute soak
+# with 8 workers) for the dashboard's task list, which nobody reads for these.
+hot_path = ray.method(enable_task_events=False)
+
+
 def restarted_by_ray() -> bool:
     """Whether this actor is a restart after its process died (Ray calls ``__init__`` again)."""
     with warnings.catch_warnings():  # deprecated in Ray 2.60 but without a replacement yet
@@ -129,6 +135,7 @@ class ReplayBuffer:
             "sampled_batches": self.storage.sampled_batches,
         }
 
+    @hot_path
     async def add(self, writer: int, chunk: dict | None = None) -> dict:
         """Store a chunk (many transitions) and return the writer's next insert budget.
 
@@ -166,6 +173,7 @@ class ReplayBuffer:
                     break
             return self._status(0)
 
+    @hot_path
     async def sample(self, batch_size: int, num_batches: int) -> tuple[dict, int] | None:
         """``(batches, env_steps_added)`` with ``num_batches`` stacked batches, or ``None`` if the
         ratio does not allow them within ``MAX_WAIT_S`` (or the run is stopping)."""
@@ -190,6 +198,7 @@ class ReplayBuffer:
         fraction = min(1.0, self.storage.added / self.beta_anneal_steps)
         return self.priority_beta + fraction * (1.0 - self.priority_beta)
 
+    @hot_path
     async def update_priorities(self, indices, generations, priorities) -> int:
         """New priorities (|TD error|) for sampled transitions, in one batch per call."""
         if not self.prioritized:
@@ -225,6 +234,7 @@ class ReplayBuffer:
             self.needs_restore = False
             self.changed.notify_all()
 
+    @hot_path
     async def stats(self) -> dict:
         """Counters for progress reports."""
         return {
@@ -289,6 +299,7 @@ class ParameterServer:
         self.stopped = self.stopped or stopped
         self.needs_restore = False
 
+    @hot_path
     async def push(self, weights: dict, meta: dict | None = None) -> dict:
         """Store new weights; returns ``{"version", "stop"}`` (versions only increase)."""
         self.version += 1
@@ -302,6 +313,7 @@ class ParameterServer:
             self.learner_stats = meta["stats"]
         return {"version": self.version, "stop": self.stopped, "state_wanted": self.state_wanted}
 
+    @hot_path
     async def pull(self, newer_than: int = 0, worker: int | None = None) -> dict:
         """``{"stop", "version", "weights"?, "meta"?}``; weights only when newer than ``newer_than``."""
         reply = {"stop": self.stopped, "version": self.version}
@@ -355,9 +367,11 @@ class ParameterServer:
     async def report_eval(self, result: dict) -> None:
         self.evaluations.append(result)
 
+    @hot_path
     async def report_episodes(self, episodes: list) -> None:
         self.episodes.extend(episodes)
 
+    @hot_path
     async def drain_reports(self) -> dict:
         """Evaluations and episodes reported since the last call, plus counters."""
         evaluations, self.evaluations = self.evaluations, []
@@ -377,6 +391,7 @@ class ParameterServer:
             "needs_restore": self.needs_restore,
         }
 
+    @hot_path
     async def latest(self) -> dict:
         """The latest weights, their version and metadata."""
         return {"version": self.version, "weights": self.weights, "meta": self.meta}
@@ -387,6 +402,7 @@ class ParameterServer:
             self.stopped = True
             self.stop_reason = reason
 
+    @hot_path
     async def should_stop(self) -> bool:
         return self.stopped
 
@@ -431,6 +447,7 @@ class GradientAverager:
                     pass
             return self.initial_state
 
+    @hot_path
     async def average(self, learner: int, step: int, gradient: np.ndarray, count: float = 0.0):
         """``(mean gradient, summed count)`` of ``step`` once all learners sent theirs; None
         when the run stops first."""
