@@ -13,7 +13,6 @@ import collections
 import logging
 import socket
 import time
-import warnings
 
 import numpy as np
 import psutil
@@ -41,11 +40,11 @@ MAX_WAIT_S = 1.0
 hot_path = ray.method(enable_task_events=False)
 
 
-def restarted_by_ray() -> bool:
-    """Whether this actor is a restart after its process died (Ray calls ``__init__`` again)."""
-    with warnings.catch_warnings():  # deprecated in Ray 2.60 but without a replacement yet
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return ray.get_runtime_context().was_current_actor_reconstructed
+def process_id() -> str:
+    """This process, as node:pid. A restarted actor has a new one: the driver compares it
+    with the one it met first to know that the actor needs the run's state back."""
+    where = describe_process()
+    return f"{where['node']}:{where['pid']}"
 
 
 @ray.remote
@@ -87,9 +86,9 @@ class ReplayBuffer:
             self.storage.added = int(start_added)
             min_size_to_sample += int(start_added)  # warm up again before sampling
         self.added_at_start = self.storage.added
-        # Ray restarted this actor after its process died: it starts empty, and counts on from
-        # where the run was once the driver calls resume().
-        self.needs_restore = restarted_by_ray()
+        # After a restart (Ray calls __init__ again in a new process) the buffer starts empty
+        # and counts on from where the run was once the driver calls resume().
+        self.process = process_id()
         self.prioritized = prioritized
         self.priority_beta = float(priority_beta)
         self.beta_anneal_steps = max(1, int(beta_anneal_steps))
@@ -231,7 +230,6 @@ class ReplayBuffer:
             # The update ratio starts afresh: samples_per_insert x what is inserted from here on.
             self.limiter.min_size_to_sample = int(added_before) + (0 if snapshot is not None else self.warmup)
             self.insert_limit = insert_limit
-            self.needs_restore = False
             self.changed.notify_all()
 
     @hot_path
@@ -244,7 +242,7 @@ class ReplayBuffer:
             "sampled_batches": self.storage.sampled_batches,
             "add_calls": self.add_calls,
             "sample_wait_s": self.sample_wait_s,
-            "needs_restore": self.needs_restore,
+            "process": self.process,
         }
 
     async def stop(self) -> None:
@@ -285,9 +283,9 @@ class ParameterServer:
         # Weight sync times: a version's push time until every worker holds it (or newer).
         self.push_times: collections.OrderedDict[int, float] = collections.OrderedDict()
         self.synced: collections.deque[float] = collections.deque(maxlen=10_000)
-        # Ray restarted this actor after its process died: until the driver calls restore(),
-        # versions count from the start again (workers ignore versions below their own).
-        self.needs_restore = restarted_by_ray()
+        # After a restart, until the driver calls restore(), versions count from the start
+        # again (workers ignore versions below their own).
+        self.process = process_id()
 
     async def restore(self, version: int, weights: dict | None, meta: dict, stopped: bool) -> None:
         """After a restart: versions carry on above ``version`` (the last the run saw); the
@@ -297,7 +295,6 @@ class ParameterServer:
         if self.weights is None and weights is not None:
             self.weights, self.meta = weights, dict(meta)
         self.stopped = self.stopped or stopped
-        self.needs_restore = False
 
     @hot_path
     async def push(self, weights: dict, meta: dict | None = None) -> dict:
@@ -388,7 +385,7 @@ class ParameterServer:
             "learner_updates": dict(self.learner_updates),
             "stop": self.stopped,
             "stop_reason": self.stop_reason,
-            "needs_restore": self.needs_restore,
+            "process": self.process,
         }
 
     @hot_path

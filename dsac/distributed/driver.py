@@ -343,12 +343,15 @@ class DistributedRun:
         self.last_weights: dict | None = None  # as of the last save (restores a restarted parameter server)
         self.shard_added = [meta.get("env_steps", 0) // num_shards] * num_shards  # as of the last poll
         # The actors' own placement (the tasks report theirs through the parameter server).
+        # A different process behind an actor later means Ray restarted it (restore_restarted_actors).
+        self.actor_processes: dict[str, str] = {}
         for name, where in zip(
             ["parameter_server", *(f"replay_shard_{k}" for k in range(num_shards))],
             ray.get([self.ps.where.remote(), *(shard.where.remote() for shard in self.shards)]),
             strict=True,
         ):
             log.info("placed %s on %s (node %s, pid %s)", name, where["host"], where["node"][:8], where["pid"])
+            self.actor_processes[name] = f"{where['node']}:{where['pid']}"
         self.counters: dict = {
             "env_steps": meta.get("env_steps", 0), "updates": meta.get("updates", 0),
             "version": meta.get("version", 0), "add_calls": 0, "sample_wait_s": 0.0,
@@ -424,15 +427,16 @@ class DistributedRun:
     def restore_restarted_actors(self, reports: dict, per_shard: list[dict]) -> None:
         """Give actors that Ray restarted what the run had: the parameter server its version
         and weights, a replay shard its counts (and, with replay snapshots, its contents)."""
-        if reports.get("needs_restore"):
+        if reports["process"] != self.actor_processes["parameter_server"]:
             version = max(self.counters["version"], reports["version"])
             weights = self.last_weights
             self.restarts.record("parameter_server", "its process exited; Ray restarted the actor",
                                  f"versions carry on above v{version}, with the weights last saved")
             ray.get(self.ps.restore.remote(version, weights, {}, self.stopping))
+            self.actor_processes["parameter_server"] = reports["process"]
             reports["version"] = version
         for k, stats in enumerate(per_shard):
-            if not stats.get("needs_restore"):
+            if stats["process"] == self.actor_processes[f"replay_shard_{k}"]:
                 self.shard_added[k] = stats["added"]
                 continue
             snapshot = None
@@ -450,6 +454,7 @@ class DistributedRun:
                 ray.get(self.shards[k].stop.remote())
             per_shard[k] = ray.get(self.shards[k].stats.remote())
             self.shard_added[k] = per_shard[k]["added"]
+            self.actor_processes[f"replay_shard_{k}"] = stats["process"]
 
     # --- files ---------------------------------------------------------------------------
     def payload(self, weights: dict, version: int, counters: dict) -> dict:
