@@ -252,7 +252,7 @@ class ReplayBuffer:
             self.changed.notify_all()
 
     async def where(self) -> dict:
-        return describe_process()
+        return {**describe_process(), "process": self.process}
 
 
 @ray.remote
@@ -404,7 +404,7 @@ class ParameterServer:
         return self.stopped
 
     async def where(self) -> dict:
-        return describe_process()
+        return {**describe_process(), "process": self.process}
 
 
 @ray.remote

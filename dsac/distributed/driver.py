@@ -351,7 +351,7 @@ class DistributedRun:
             strict=True,
         ):
             log.info("placed %s on %s (node %s, pid %s)", name, where["host"], where["node"][:8], where["pid"])
-            self.actor_processes[name] = f"{where['node']}:{where['pid']}"
+            self.actor_processes[name] = where["process"]
         self.counters: dict = {
             "env_steps": meta.get("env_steps", 0), "updates": meta.get("updates", 0),
             "version": meta.get("version", 0), "add_calls": 0, "sample_wait_s": 0.0,
