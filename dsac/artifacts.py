@@ -4,16 +4,20 @@ leaves a half-written one behind."""
 from __future__ import annotations
 
 import json
+import math
 import os
-import pickle
 import shutil
 import tempfile
+import zipfile
+import zlib
 
 import numpy as np
 
+from dsac import safe_pickle
 from dsac.errors import DsacError
 
-FORMAT_VERSION = 1
+# 2: builtins only (dsac.safe_pickle); 1 pickled numpy objects, and is refused.
+FORMAT_VERSION = 2
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
@@ -36,51 +40,89 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
 
 
 def save_weights(path: str, payload: dict) -> None:
-    """Pickle a dict of plain values and numpy arrays (no classes of ours) atomically."""
-    atomic_write_bytes(path, pickle.dumps({"format_version": FORMAT_VERSION, **payload}, protocol=4))
+    """Write a weights file atomically: a pickle of builtins only (see :mod:`dsac.safe_pickle`)."""
+    atomic_write_bytes(path, safe_pickle.dumps({"format_version": FORMAT_VERSION, **payload}))
 
 
-# Globals a weights file may name: numpy's array and dtype reconstruction, nothing else.
-_ALLOWED_GLOBALS = {
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.numeric", "_frombuffer"),
-    ("numpy._core.numeric", "_frombuffer"),
+# Globals the weights files of dsac's format 1 named (numpy arrays pickled as objects).
+_FORMAT_1_GLOBALS = {
+    "numpy.ndarray", "numpy.dtype", "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
+    "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar", "numpy.core.numeric._frombuffer",
+    "numpy._core.numeric._frombuffer",
 }
+CONVERT_COMMAND = "python scripts/convert_weights.py"
 
 
-class _RestrictedUnpickler(pickle.Unpickler):
-    """Admits numpy arrays/dtypes and builtin containers and scalars; any other global
-    (``os.system``, ``builtins.eval``, ...) is refused before anything runs."""
+def read_limited(path: str, what: str, limit: int | None = None) -> bytes:
+    """The bytes of ``path``; refuses a file larger than ``limit`` (default: half the memory
+    available) before reading it."""
+    import psutil
 
-    def find_class(self, module, name):
-        if (module, name) in _ALLOWED_GLOBALS:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
+    limit = limit if limit is not None else psutil.virtual_memory().available // 2
+    try:
+        size = os.path.getsize(path)
+        if size > limit:
+            raise DsacError(f"{what} {path} is {size / 2**20:,.0f} MiB, more than the {limit / 2**20:,.0f} MiB "
+                            "this machine can load safely")
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise DsacError(f"{what} {path} does not exist") from None
+    except IsADirectoryError:
+        raise DsacError(f"{what} {path} is a directory, not a file") from None
+    except OSError as exc:
+        raise DsacError(f"{what} {path} cannot be read ({exc.strerror or exc})") from None
 
 
 def load_weights(path: str) -> dict:
-    """Read a weights file written by :func:`save_weights` with a restricted unpickler.
+    """Read a weights file written by :func:`save_weights`: no global is admitted, every
+    array's dtype, shape and size is checked before it is built, and the metadata's types
+    are checked (:func:`check_payload`).
 
     Raises:
-        DsacError: one line naming the file and the problem (missing, corrupt, unsafe,
-            wrong format version).
+        DsacError: one line naming the file and the problem (missing, corrupt, unsafe, an
+            older format, wrong types).
     """
+    data = read_limited(path, "weights file")
     try:
-        with open(path, "rb") as f:
-            payload = _RestrictedUnpickler(f).load()
-    except FileNotFoundError:
-        raise DsacError(f"weights file {path} does not exist") from None
-    except pickle.UnpicklingError as exc:
-        if str(exc).startswith("refusing"):  # names a global: unsafe, and not ours
+        payload = safe_pickle.loads(data)
+    except safe_pickle.UnsafePickle as exc:
+        if exc.globals_named and set(exc.globals_named) <= _FORMAT_1_GLOBALS:
+            raise DsacError(
+                f"weights file {path} is in dsac's old format 1, whose numpy objects a crafted file can use to "
+                f"crash the loader or read memory; if you trust it, convert it once: {CONVERT_COMMAND} {path}"
+            ) from None
+        if exc.globals_named:
             raise DsacError(f"weights file {path} is not a dsac weights file: {exc}") from None
         raise DsacError(f"weights file {path} is truncated or corrupt ({exc})") from None
-    except (EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError, OSError) as exc:
-        raise DsacError(f"weights file {path} is truncated or corrupt ({type(exc).__name__}: {exc})") from None
+    check_payload(payload, path)
+    return payload
+
+
+# Metadata of a weights file: key -> (types it may have, required).
+_PAYLOAD_SCHEMA = {
+    "format_version": (int, True),
+    "algo": (str, True),
+    "env": (str, True),
+    "observation_space": (dict, True),
+    "action_space": (dict, True),
+    "weights": (dict, True),
+    "env_kwargs": (dict, False),
+    "flatten_obs": (bool, False),
+    "model": (dict, False),
+    "policy_class": ((str, type(None)), False),
+    "eval_seed": (int, False),
+    "eval_episodes": (int, False),
+    "version": (int, False),
+    "env_steps": (int, False),
+    "updates": (int, False),
+    "eval_return_mean": ((int, float, type(None)), False),
+    "dsac_version": (str, False),
+}
+
+
+def check_payload(payload, path: str) -> None:
+    """Refuse a weights payload whose keys or values are not of the types dsac writes."""
     if not isinstance(payload, dict) or "weights" not in payload:
         raise DsacError(f"weights file {path} is not a dsac weights file (no weights in it)")
     if payload.get("format_version") != FORMAT_VERSION:
@@ -88,7 +130,21 @@ def load_weights(path: str) -> dict:
             f"weights file {path} has format_version {payload.get('format_version')!r}; "
             f"this dsac reads {FORMAT_VERSION}"
         )
-    return payload
+    for key, (types, required) in _PAYLOAD_SCHEMA.items():
+        if key not in payload:
+            if required:
+                raise DsacError(f"weights file {path} is not a dsac weights file (no {key} in it)")
+            continue
+        value = payload[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in _as_tuple(types)):
+            raise DsacError(f"weights file {path}: {key} is a {type(value).__name__}, not what dsac writes")
+    for name, array in payload["weights"].items():
+        if not isinstance(name, str) or not isinstance(array, np.ndarray):
+            raise DsacError(f"weights file {path}: weight {name!r} is not a named numpy array")
+
+
+def _as_tuple(types) -> tuple:
+    return types if isinstance(types, tuple) else (types,)
 
 
 def write_json(path: str, obj) -> None:
@@ -136,7 +192,9 @@ def write_checkpoint(run_dir: str, state: dict, meta: dict, weights_payload: dic
 
 def read_checkpoint(run_dir: str) -> dict:
     """``{"state", "meta", "replay"}`` of ``<run_dir>/checkpoint/`` (replay: a list of
-    per-shard snapshots, empty without replay checkpointing)."""
+    per-shard snapshots, empty without replay checkpointing). Every file is checked before it
+    is used: ``meta.json``'s types, each ``.npz`` member's dtype and declared size (from its
+    header, before anything is allocated), and the weights file as :func:`load_weights` does."""
     path = os.path.join(run_dir, CHECKPOINT_DIR)
     if not os.path.exists(os.path.join(path, "meta.json")):
         old = path + ".old"  # a crash between the two renames
@@ -144,15 +202,102 @@ def read_checkpoint(run_dir: str) -> dict:
             path = old
         else:
             raise DsacError(f"--resume {run_dir}: no checkpoint in it (runs write one when they stop)")
-    try:
-        with open(os.path.join(path, "meta.json")) as f:
-            meta = json.load(f)
-        with np.load(os.path.join(path, "state.npz"), allow_pickle=False) as data:
-            state = {k: data[k] for k in data.files}
-        replay = []
-        for k in range(meta.get("replay_shards", 0)):
-            with np.load(os.path.join(path, f"replay_{k}.npz"), allow_pickle=False) as data:
-                replay.append({key: data[key] for key in data.files})
-    except (OSError, ValueError, KeyError) as exc:
-        raise DsacError(f"--resume {run_dir}: the checkpoint is unreadable ({exc})") from None
+    meta = read_json(os.path.join(path, "meta.json"), f"--resume {run_dir}: checkpoint/meta.json")
+    check_meta(meta, f"--resume {run_dir}: checkpoint/meta.json")
+    budget = _memory_budget()
+    state = read_npz(os.path.join(path, "state.npz"), f"--resume {run_dir}: checkpoint/state.npz", budget)
+    replay = [
+        read_npz(os.path.join(path, f"replay_{k}.npz"), f"--resume {run_dir}: checkpoint/replay_{k}.npz", budget)
+        for k in range(meta.get("replay_shards", 0))
+    ]
+    weights_path = os.path.join(path, "weights.pkl")
+    if os.path.exists(weights_path):  # the acting weights at the snapshot: resumed only if sound too
+        try:
+            load_weights(weights_path)
+        except DsacError as exc:
+            raise DsacError(f"--resume {run_dir}: {exc}") from None
     return {"state": state, "meta": meta, "replay": replay}
+
+
+def read_json(path: str, what: str):
+    """A JSON file's content, with one-line errors (missing, not UTF-8, not JSON)."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        raise DsacError(f"{what} does not exist") from None
+    except OSError as exc:
+        raise DsacError(f"{what} cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise DsacError(f"{what} is not UTF-8 text") from None
+    except ValueError as exc:
+        raise DsacError(f"{what} is not valid JSON ({exc})") from None
+
+
+# meta.json of a checkpoint: key -> types (all optional but env_steps, updates, version).
+_META_SCHEMA = {
+    "env_steps": int, "updates": int, "version": int, "replay_shards": int,
+    "wall_s": (int, float), "last_eval": dict, "best_eval_return": (int, float, type(None)),
+}
+
+
+def check_meta(meta, what: str) -> None:
+    """Refuse a checkpoint's ``meta.json`` whose values are not of the types dsac writes."""
+    if not isinstance(meta, dict):
+        raise DsacError(f"{what} must hold a JSON object, not a {type(meta).__name__}")
+    for key, types in _META_SCHEMA.items():
+        if key not in meta:
+            if key in ("env_steps", "updates", "version"):
+                raise DsacError(f"{what} has no {key}")
+            continue
+        value = meta[key]
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise DsacError(f"{what}: {key} is {value!r}, not what dsac writes")
+        if types is int and not 0 <= value < 2**62:
+            raise DsacError(f"{what}: {key} is {value}, out of range")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise DsacError(f"{what}: {key} is {value}, not a finite number")
+    if meta.get("replay_shards", 0) > 4096:
+        raise DsacError(f"{what}: replay_shards {meta['replay_shards']} is out of range")
+
+
+def _memory_budget() -> list[int]:
+    """What all the arrays of one checkpoint may take together: half the memory available."""
+    import psutil
+
+    return [psutil.virtual_memory().available // 2]
+
+
+def read_npz(path: str, what: str, budget: list[int] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file, read without pickles. Each member's header is read
+    first: a numeric dtype, and a declared size that fits both the member's stated length and
+    ``budget`` (a one-element list, reduced by what is read) — so a forged header cannot make
+    the loader allocate more than the file and the budget allow."""
+    budget = budget if budget is not None else _memory_budget()
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                with archive.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read_header(member)
+                    header_len = member.tell()
+                if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
+                    raise DsacError(f"{what}: member {info.filename} has dtype {dtype}, not a plain number type")
+                nbytes = math.prod(shape) * dtype.itemsize
+                if header_len + nbytes != info.file_size:
+                    raise DsacError(f"{what}: member {info.filename} declares {nbytes:,} bytes of data but holds "
+                                    f"{info.file_size - header_len:,}")
+                if nbytes > budget[0]:
+                    raise DsacError(f"{what}: member {info.filename} needs {nbytes / 2**20:,.0f} MiB, more than "
+                                    "this machine can load safely")
+                budget[0] -= nbytes
+        with np.load(path, allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
+    except DsacError:
+        raise
+    except FileNotFoundError:
+        raise DsacError(f"{what} does not exist") from None
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error, NotImplementedError) as exc:
+        raise DsacError(f"{what} is truncated or corrupt ({type(exc).__name__}: {exc})") from None

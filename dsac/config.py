@@ -79,17 +79,52 @@ def suggest_key(key: str, names) -> str:
 MODEL_KEYS = ("fcnet_hiddens", "fcnet_activation", "custom_model", "custom_model_config")
 
 
+def split_spec(spec: str, kind: str) -> tuple[str, str]:
+    """``(module, name)`` of ``"module:Name"``; a one-line error when it is not of that form."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr or not all(part.isidentifier() for part in module_name.split(".")):
+        raise DsacError(f"{kind} '{spec}' must be given as module:Name (a Python module, a colon, a name)")
+    return module_name, attr
+
+
 def load_object(spec, kind: str):
     """A class or function given as itself or as ``"module:Name"``."""
     if not isinstance(spec, str):
         return spec
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise DsacError(f"{kind} '{spec}' must be given as module:Name")
+    module_name, attr = split_spec(spec, kind)
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise DsacError(f"cannot load {kind} '{spec}': {exc}") from None
+    except Exception as exc:  # the module raised while being imported
+        raise DsacError(f"cannot load {kind} '{spec}': importing {module_name} raised "
+                        f"{type(exc).__name__}: {exc}") from None
+
+
+# Keys whose string values can name code to import: module:Name.
+CODE_KEYS = ("env", "policy_class", "callbacks", "custom_model")
+
+
+def names_code(key: str, value) -> bool:
+    """Whether ``value`` of config key ``key`` names a module to import."""
+    if not isinstance(value, str):
+        return False
+    return key in ("policy_class", "callbacks") or ":" in value
+
+
+def refuse_untrusted_code(values: dict, source: str, typed: dict | None = None) -> None:
+    """Strings in a file never become code without consent (as Hugging Face's
+    ``trust_remote_code``): refuse when ``values`` (read from ``source``) names a module to
+    import, unless the user typed that same value (``typed``: typing it is consent)."""
+    typed = typed or {}
+    for key in CODE_KEYS:
+        value = values.get(key)
+        if names_code(key, value) and typed.get(key) != value:
+            module = value.partition(":")[0] or value
+            raise DsacError(
+                f"{source} names code to import: {key} {value!r} (module {module}); nothing was imported. "
+                "If you trust the file, allow it with --trust_code (trust_code=True in Python)"
+            )
 
 
 def _qualified(obj) -> str | None:
@@ -97,6 +132,86 @@ def _qualified(obj) -> str | None:
     if obj is None or isinstance(obj, str):
         return obj
     return f"{obj.__module__}:{obj.__qualname__}"
+
+
+def _utf8(name: str, value) -> None:
+    """Refuse text that is not valid UTF-8 (undecodable bytes on the command line arrive as
+    lone surrogates), wherever it sits in a nested value."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DsacError(f"--{name} is not valid UTF-8 text") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _utf8(name, key)
+            _utf8(name, item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _utf8(name, item)
+
+
+def _to_int(name: str, value) -> int:
+    """An integer from an int, an integral float or a string of one (YAML reads ``1e6`` as a
+    string)."""
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value.strip()) if any(c in value for c in ".eE") else int(value.strip())
+        except ValueError:
+            raise DsacError(f"--{name} must be an integer, got {value!r}") from None
+    if isinstance(number, float) and math.isfinite(number) and number.is_integer():
+        number = int(number)
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise DsacError(f"--{name} must be an integer, got {value!r}")
+    return number
+
+
+def _to_float(name: str, value) -> float:
+    """A float from a number or a string of one (``"0.99"``, YAML's ``1e-3``)."""
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            raise DsacError(f"--{name} must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DsacError(f"--{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _to_bool(name: str, value) -> bool:
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise DsacError(f"--{name} must be true or false, got {value!r}")
+    return value
+
+
+def coerce_field(name: str, annotation: str, value):
+    """``value`` as the type of field ``name`` (its annotation, e.g. ``"float | None"``):
+    strings that read as numbers become numbers; anything else of the wrong type is a
+    one-line error."""
+    _utf8(name, value)
+    base = annotation.replace(" | None", "").strip()
+    if value is None:
+        if "None" in annotation or base == "object":
+            return None
+        raise DsacError(f"--{name} needs a value, got null")
+    if base == "int":
+        return _to_int(name, value)
+    if base == "float":
+        return _to_float(name, value)
+    if base == "bool":
+        return _to_bool(name, value)
+    if base == "str" and not isinstance(value, str):
+        raise DsacError(f"--{name} must be a string, got {value!r}")
+    if base == "list[int]":
+        if not isinstance(value, list | tuple):
+            raise DsacError(f"--{name} must be a list of integers like [64, 64], got {value!r}")
+        return [_to_int(name, item) for item in value]
+    if base == "dict" and not isinstance(value, dict):
+        raise DsacError(f"--{name} must be a mapping, got {value!r}")
+    return value
 
 
 @dataclass
@@ -158,6 +273,11 @@ class Config:
     init_weights: str | None = _f(
         None, "start acting from a weights.pkl dsac wrote (e.g. a best_weights.pkl); critics and optimizer start fresh"
     )
+    trust_code: bool = _f(
+        False, "import code that a file names: the env module, policy_class, callbacks or custom_model of an "
+        "--init_weights file or of the config.json --resume reads (values you type need no consent); never saved"
+    )
+    verbose: bool = _f(False, "show TensorFlow's own start-up and log output (hidden by default)")
 
     # --- learning (shared) ---------------------------------------------------------------
     gamma: float = _f(0.99, "discount factor")
@@ -213,7 +333,7 @@ class Config:
 
     def to_dict(self) -> dict:
         """Plain dict (JSON-safe) of every field; classes and builders as ``module:Name``."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trust_code"}
         out["callbacks"] = _qualified(self.callbacks)
         out["policy_class"] = _qualified(self.policy_class)
         out["custom_models"] = {name: _qualified(b) for name, b in self.custom_models.items()}
@@ -235,6 +355,8 @@ class Config:
             values["snapshot_every"] = values.pop("checkpoint_every")
         names = [f.name for f in dataclasses.fields(cls)]
         for key in values:
+            if not isinstance(key, str):
+                raise DsacError(f"config keys must be strings, got {key!r}")
             if key not in names:
                 raise DsacError(f"unknown config key '{key}'{suggest_key(key, names)}")
         return cls(**values)
@@ -264,7 +386,13 @@ class Config:
     def validate(self) -> Config:
         """Fill algorithm defaults and check ranges and relations that need no environment or
         Ray; returns the resolved config."""
-        return self.resolved()._check()
+        return self.coerced().resolved()._check()
+
+    def coerced(self) -> Config:
+        """A copy with every field of its declared type (see :func:`coerce_field`)."""
+        return dataclasses.replace(self, **{
+            f.name: coerce_field(f.name, f.type, getattr(self, f.name)) for f in dataclasses.fields(self)
+        })
 
     def _check(self) -> Config:
         positive_ints = (

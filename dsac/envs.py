@@ -24,9 +24,15 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
     it in ``FlattenObservation`` (Dict, Tuple, Discrete and image observations become a
     flat Box).
     """
+    if not isinstance(env_id, str) or not env_id.strip():
+        raise DsacError(f"--env must name an environment, got {env_id!r}")
+    env_kwargs = dict(env_kwargs or {})
+    steps = env_kwargs.get("max_episode_steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0):
+        raise DsacError(f"--env_kwargs max_episode_steps must be a positive integer, got {steps!r}")
     target = resolve_env(env_id)
     try:
-        env = gym.make(target, **(env_kwargs or {}))
+        env = gym.make(target, **env_kwargs)
     except TypeError as exc:
         raise DsacError(f"environment '{env_id}' does not take --env_kwargs {env_kwargs}: {exc}") from None
     except gym.error.DependencyNotInstalled as exc:
@@ -40,6 +46,8 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
         raise DsacError(f"unknown environment '{env_id}'{hint}: {exc}") from None
     except ImportError as exc:
         raise DsacError(f"environment '{env_id}' failed to import: {exc}") from None
+    except Exception as exc:  # the env's own constructor raised: say so in one line
+        raise DsacError(f"environment '{env_id}' failed to start: {_one_line(exc)}") from None
     if flatten_obs and not is_flat_box(env.observation_space):
         env = gym.wrappers.FlattenObservation(env)
     return env
@@ -51,6 +59,8 @@ def resolve_env(env_id: str):
     if ":" not in env_id:
         return env_id
     module_name, name = env_id.split(":", 1)
+    if not module_name or not name or not all(part.isidentifier() for part in module_name.split(".")):
+        raise DsacError(f"--env {env_id!r}: a custom env is given as module:ClassName or module:env-id")
     module = import_env_module(module_name, env_id)
     obj = getattr(module, name, None)
     if isinstance(obj, type) and issubclass(obj, gym.Env):
@@ -76,6 +86,27 @@ def import_env_module(module_name: str, env_id: str):
             f"--env {env_id}: cannot import module {module_name} ({exc}); it must be importable "
             "(on PYTHONPATH or in the current directory)"
         ) from None
+    except Exception as exc:  # the module itself raised while being imported
+        raise DsacError(f"--env {env_id}: importing module {module_name} raised {_one_line(exc)}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+# render_mode values that training accepts: a window ("human") would slow collection ~100x.
+TRAINING_RENDER_MODES = (None, "rgb_array")
+
+
+def check_training_env_kwargs(env_kwargs: dict) -> None:
+    """Refuse env settings that make no sense for training (a window per rollout worker)."""
+    mode = env_kwargs.get("render_mode")
+    if mode not in TRAINING_RENDER_MODES:
+        raise DsacError(
+            f"--env_kwargs render_mode {mode!r} is not for training (every rollout worker would draw each step); "
+            "train with render_mode null or 'rgb_array', and watch the result with scripts/infer.py --render"
+        )
 
 
 def is_flat_box(space: gym.Space) -> bool:
@@ -120,14 +151,35 @@ def describe_space(space: gym.Space) -> dict:
     return {"type": type(space).__name__, "repr": repr(space)}
 
 
-def space_from_description(desc: dict) -> gym.Space:
-    """Rebuild a Box or Discrete space from :func:`describe_space`'s output."""
-    if desc["type"] == "Box":
-        return gym.spaces.Box(
-            low=np.asarray(desc["low"], dtype=desc["dtype"]),
-            high=np.asarray(desc["high"], dtype=desc["dtype"]),
-            dtype=desc["dtype"],
-        )
+BOX_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+              "uint64", "bool")
+
+
+def space_from_description(desc) -> gym.Space:
+    """Rebuild a Box or Discrete space from :func:`describe_space`'s output (read from a
+    file: every field's type and size is checked first)."""
+    if not isinstance(desc, dict) or desc.get("type") not in ("Box", "Discrete"):
+        kind = desc.get("type") if isinstance(desc, dict) else type(desc).__name__
+        raise DsacError(f"cannot rebuild a space of type {kind!r}")
     if desc["type"] == "Discrete":
-        return gym.spaces.Discrete(desc["n"], start=desc.get("start", 0))
-    raise DsacError(f"cannot rebuild a space of type {desc['type']}")
+        n, start = desc.get("n"), desc.get("start", 0)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, start)) or not 0 < n < 2**31 \
+                or abs(start) >= 2**31:
+            raise DsacError(f"a Discrete space needs 0 < n < 2^31 and an integer start, got n={n!r} start={start!r}")
+        return gym.spaces.Discrete(n, start=start)
+    shape, dtype, low, high = (desc.get(k) for k in ("shape", "dtype", "low", "high"))
+    if not (isinstance(shape, list) and len(shape) <= 32
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)):
+        raise DsacError(f"a Box space needs a shape of sizes >= 0, got {shape!r}")
+    if dtype not in BOX_DTYPES:
+        raise DsacError(f"a Box space's dtype must be one of {', '.join(BOX_DTYPES)}, got {dtype!r}")
+    bounds = []
+    for name, value in (("low", low), ("high", high)):
+        try:
+            array = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise DsacError(f"a Box space's {name} must be numbers, got {str(value)[:80]}") from None
+        if array.shape != tuple(shape):
+            raise DsacError(f"a Box space's {name} has shape {array.shape}, not its shape {tuple(shape)}")
+        bounds.append(array.astype(dtype))
+    return gym.spaces.Box(low=bounds[0], high=bounds[1], dtype=dtype)

@@ -9,14 +9,17 @@ from dsac.errors import DsacError
 from dsac.inference import load_policy
 
 
-def export_savedmodel(weights_path: str, out_dir: str) -> str:
+def export_savedmodel(weights_path: str, out_dir: str, trust_code: bool = False) -> str:
     """Write ``out_dir`` with signature ``serving_default(obs: float32[batch, obs_dim]) ->
-    {"action": ...}``; returns ``out_dir``."""
+    {"action": ...}``; returns ``out_dir``. The file is loaded and checked (see
+    :func:`dsac.inference.load_policy`) before TensorFlow is imported."""
+    loaded = load_policy(weights_path, trust_code=trust_code)
+    check_writable_dir(out_dir, "--savedmodel")
+
     import tensorflow as tf
 
     from dsac.weights import TensorFlowVariables
 
-    loaded = load_policy(weights_path)
     if loaded.payload.get("policy_class"):
         raise DsacError(f"weights file {weights_path} holds a user policy class: export it yourself")
     config, weights = loaded.config, loaded.payload["weights"]
@@ -53,5 +56,23 @@ def export_savedmodel(weights_path: str, out_dir: str) -> str:
     module.serve = tf.function(
         lambda obs: {"action": act(obs)}, input_signature=[tf.TensorSpec([None, obs_dim], tf.float32, name="obs")]
     )
-    tf.saved_model.save(module, out_dir, signatures={"serving_default": module.serve})
+    try:
+        tf.saved_model.save(module, out_dir, signatures={"serving_default": module.serve})
+    except (tf.errors.OpError, OSError) as exc:
+        message = getattr(exc, "message", None) or str(exc)
+        raise DsacError(f"--savedmodel {out_dir}: cannot write it ({message.strip().splitlines()[0]})") from None
     return out_dir
+
+
+def check_writable_dir(path: str, flag: str) -> None:
+    """Create ``path`` if needed and make sure files can be written in it (one-line error)."""
+    import os
+
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, ".write-test")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.unlink(probe)
+    except OSError as exc:
+        raise DsacError(f"{flag} {path} is not writable: {exc.strerror or exc}") from None

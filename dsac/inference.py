@@ -16,35 +16,55 @@ import numpy as np
 
 from dsac.algorithms import get_policy_class
 from dsac.artifacts import load_weights
-from dsac.config import ALGOS, Config, load_object
-from dsac.envs import space_from_description
+from dsac.config import ALGOS, Config, load_object, refuse_untrusted_code
+from dsac.envs import check_spaces, space_from_description
 from dsac.errors import DsacError
+from dsac.policy import Policy
 
 
 class LoadedPolicy:
-    """A policy rebuilt from a weights file; call it with one observation or a batch."""
+    """A policy rebuilt from a weights file; call it with one observation or a batch.
 
-    def __init__(self, payload: dict, path: str, seed: int = 0):
+    Args:
+        payload: what :func:`dsac.artifacts.load_weights` read from ``path``.
+        trust_code: import the modules the file names (its env, policy class, custom model);
+            without it a file that names any is refused.
+    """
+
+    def __init__(self, payload: dict, path: str, seed: int = 0, trust_code: bool = False):
         self.path = path
         self.payload = payload
         self.algo = payload.get("algo")
         if self.algo not in ALGOS:
             raise DsacError(f"weights file {path} is from algorithm {self.algo!r}, which dsac cannot load")
+        model = payload.get("model") or {}
+        named = {"env": payload["env"], "policy_class": payload.get("policy_class"),
+                 "custom_model": model.get("custom_model")}
+        if not trust_code:
+            refuse_untrusted_code(named, f"weights file {path}")
         self.env_id = payload["env"]
         self.env_kwargs = dict(payload.get("env_kwargs") or {})
         self.flatten_obs = bool(payload.get("flatten_obs", False))
-        self.observation_space = space_from_description(payload["observation_space"])
-        self.action_space = space_from_description(payload["action_space"])
-        model = payload.get("model", {})
-        keys = ("fcnet_hiddens", "fcnet_activation", "custom_model", "custom_model_config", "dueling",
-                "num_atoms", "v_min", "v_max")
-        self.config = Config(algo=self.algo, env=self.env_id, **{k: model[k] for k in keys if k in model}).validate()
-        policy_class = payload.get("policy_class")
-        cls = load_object(policy_class, "policy_class") if policy_class else get_policy_class(self.algo)
-        self.policy = cls(self.observation_space, self.action_space, self.config, seed=seed)
         try:
+            self.observation_space = space_from_description(payload["observation_space"])
+            self.action_space = space_from_description(payload["action_space"])
+            keys = ("fcnet_hiddens", "fcnet_activation", "custom_model", "custom_model_config", "dueling",
+                    "num_atoms", "v_min", "v_max")
+            self.config = Config(algo=self.algo, env=self.env_id, **{k: model[k] for k in keys if k in model}).validate()
+            if named["policy_class"]:
+                cls = load_object(named["policy_class"], "policy_class")
+                if not (isinstance(cls, type) and issubclass(cls, Policy)):
+                    raise DsacError(f"policy_class {named['policy_class']} is not a dsac.Policy subclass")
+            else:
+                check_spaces(self.env_id, self.observation_space, self.action_space, self.algo)
+                cls = get_policy_class(self.algo)
+        except DsacError as exc:
+            raise DsacError(f"weights file {path}: {exc}") from None
+        try:
+            self.policy = cls(self.observation_space, self.action_space, self.config, seed=seed)
+            self.policy.check_weights(payload["weights"])
             self.policy.set_weights(payload["weights"])
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             raise DsacError(f"weights file {path} does not fit its own network description: {exc}") from None
 
     def make_env(self, **extra_kwargs):
@@ -60,14 +80,21 @@ class LoadedPolicy:
         return actions[0] if single else actions
 
 
-def load_policy(path: str, *, algo: str | None = None, seed: int = 0) -> LoadedPolicy:
-    """Load ``path`` safely (numpy arrays and builtins only) and rebuild its policy.
+def load_policy(path: str, *, algo: str | None = None, seed: int = 0, trust_code: bool = False) -> LoadedPolicy:
+    """Load ``path`` safely (no globals: plain values and checked arrays only), check every
+    array against the network the file describes, and rebuild its policy.
 
     Args:
         algo: if given, refuse a file from another algorithm.
         seed: seed of the exploration noise (``explore=True``).
+        trust_code: allow importing the modules the file names (an env given as
+            ``module:Name``, a ``policy_class``, a ``module:builder`` custom model). Without
+            it such a file is refused with a :class:`DsacError` naming the module.
+
+    Raises:
+        DsacError: one line naming the file and the problem.
     """
     payload = load_weights(path)
     if algo is not None and payload.get("algo") != algo:
         raise DsacError(f"weights file {path} is from algorithm {payload.get('algo')!r}, not {algo!r}")
-    return LoadedPolicy(payload, path, seed)
+    return LoadedPolicy(payload, path, seed, trust_code)

@@ -82,6 +82,17 @@ class Policy:
         """Take weights produced by :meth:`get_weights`."""
         raise NotImplementedError
 
+    def weight_shapes(self) -> dict[str, tuple[int, ...]] | None:
+        """The name and shape of every array :meth:`set_weights` takes, or None when the policy
+        cannot say (then :meth:`check_weights` checks types and values only)."""
+        return None
+
+    def check_weights(self, weights) -> None:
+        """Raise ValueError naming the first way ``weights`` (e.g. read from a file) do not fit
+        this policy: not a dict of arrays, a missing, extra or mis-shaped array, a
+        non-float dtype, or a non-finite value."""
+        check_weights(weights, self.weight_shapes())
+
     def get_state(self) -> dict[str, np.ndarray]:
         """Everything training needs to continue exactly (networks, targets, optimizer state,
         ...), by name, for checkpoints. Defaults to :meth:`get_weights`."""
@@ -105,16 +116,25 @@ class LearnerPolicy(Policy):
     A subclass's ``__init__`` sets ``self.learner`` (an object with ``update(batch)``,
     ``updates``, and ``acting_weights`` / ``state`` as :class:`dsac.weights.TensorFlowVariables`)
     or, for a custom model, ``self.keras_forward``; and it implements
-    :meth:`expected_weight_names` for the numpy path.
+    :meth:`numpy_weight_shapes` for the numpy path.
     """
 
     learner = None
     keras_forward = None
     _weights: dict | None = None
 
-    def expected_weight_names(self) -> set[str]:
-        """The weight names the numpy forward pass reads."""
+    def numpy_weight_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Name and shape of every weight the numpy forward pass reads (built-in networks)."""
         raise NotImplementedError
+
+    def weight_shapes(self):
+        if self.learner is not None:
+            tfv = self.learner.acting_weights
+        elif self.keras_forward is not None:
+            tfv = self.keras_forward.variables
+        else:
+            return self.numpy_weight_shapes()
+        return {name: tuple(var.shape) for name, var in zip(tfv.names, tfv.variables, strict=True)}
 
     def prepare_batch(self, batch: dict) -> dict:
         """The batch as the learner wants it (e.g. actions shifted to start at 0)."""
@@ -160,7 +180,7 @@ class LearnerPolicy(Policy):
         elif self.keras_forward is not None:
             self.keras_forward.set_weights(weights)
         else:
-            expected = self.expected_weight_names()
+            expected = set(self.numpy_weight_shapes())
             if set(weights) != expected:
                 raise ValueError(
                     f"{type(self).__name__} weights do not match: missing {sorted(expected - set(weights))}, "
@@ -182,3 +202,27 @@ class LearnerPolicy(Policy):
         self.learner.updates = int(state.pop("updates", 0))
         self.learner.state.set_weights(state)
         self._weights = None
+
+
+def check_weights(weights, expected: dict[str, tuple[int, ...]] | None = None) -> None:
+    """Raise ValueError naming the first problem of ``weights``: not a ``{name: array}``
+    dict, a name missing from or extra to ``expected``, a shape that differs, a dtype that is
+    not floating point, or a NaN/inf value."""
+    if not isinstance(weights, dict):
+        raise ValueError(f"weights must be a dict of arrays, got {type(weights).__name__}")
+    if expected is not None:
+        missing = [name for name in expected if name not in weights]
+        if missing:
+            raise ValueError(f"weight {missing[0]} is missing ({len(missing)} missing in all)")
+        extra = [name for name in weights if name not in expected]
+        if extra:
+            raise ValueError(f"weight {extra[0]!r} is not in the network ({len(extra)} extra in all)")
+    for name, array in weights.items():
+        if not isinstance(array, np.ndarray):
+            raise ValueError(f"weight {name!r} is a {type(array).__name__}, not a numpy array")
+        if expected is not None and tuple(array.shape) != tuple(expected[name]):
+            raise ValueError(f"weight {name} has shape {tuple(array.shape)}, the network needs {tuple(expected[name])}")
+        if array.dtype.kind != "f":
+            raise ValueError(f"weight {name} has dtype {array.dtype}, not a floating-point type")
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"weight {name} holds NaN or infinite values")

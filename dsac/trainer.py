@@ -19,14 +19,13 @@ and the learner waits for it.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 import numpy as np
 
-from dsac.artifacts import load_weights, write_json
-from dsac.config import Config
+from dsac.artifacts import read_json, write_json
+from dsac.config import Config, refuse_untrusted_code
 from dsac.errors import DsacError
 
 POLL_S = 0.2
@@ -42,16 +41,14 @@ class Trainer:
             close matches; the algorithm's defaults fill what is not given.
     """
 
-    def __init__(self, config: dict | Config | None = None, *, _initial_weights: dict | None = None):
+    def __init__(self, config: dict | Config | None = None):
         from dsac.distributed.driver import start
 
         config = config if isinstance(config, Config) else Config.from_dict(config or {})
         self.config = config.validate()
         self.started_at = time.time()
         self.iteration = 0
-        self._system, self._started_ray = start(
-            self.config, self.started_at, insert_limit=0, initial_weights=_initial_weights
-        )
+        self._system, self._started_ray = start(self.config, self.started_at, insert_limit=0)
         self._local_policy = None
         self._stopped = False
 
@@ -160,20 +157,34 @@ class Trainer:
         return checkpoint_dir
 
     @classmethod
-    def restore(cls, checkpoint_dir: str, overrides: dict | None = None) -> Trainer:
+    def restore(cls, checkpoint_dir: str, overrides: dict | None = None, *, trust_code: bool = False) -> Trainer:
         """A new Trainer from :meth:`save`'s directory, acting with the saved weights.
         ``overrides`` change config keys (e.g. ``output_dir``). The learner starts from the
-        saved acting weights; its other state (critics, optimizer) starts fresh."""
+        saved acting weights; its other state (critics, optimizer) starts fresh.
+
+        The files are checked as ``--resume`` checks them: the weights through the safe
+        loader and against the network the config builds; code the saved config names (an
+        env module, callbacks, policy class, custom model) is imported only with
+        ``trust_code=True`` or when ``overrides`` give the same value.
+
+        Raises:
+            DsacError: one line naming the file and the problem.
+        """
         config_path = os.path.join(checkpoint_dir, "config.json")
         if not os.path.exists(config_path):
             raise DsacError(f"{checkpoint_dir} is not a dsac checkpoint (no config.json)")
-        with open(config_path) as f:
-            values = json.load(f)
+        values = read_json(config_path, f"{checkpoint_dir}: config.json")
+        if not isinstance(values, dict):
+            raise DsacError(f"{checkpoint_dir}: config.json must hold a JSON object")
         values.pop("custom_models", None)  # builders come from the registry or module:Name
+        values.pop("trust_code", None)  # consent comes from the caller, never from the file
+        overrides = dict(overrides or {})
+        if not trust_code:
+            refuse_untrusted_code(values, f"{checkpoint_dir}: config.json", overrides)
         values["output_dir"] = None  # a fresh run directory unless overridden
-        values.update(overrides or {})
-        payload = load_weights(os.path.join(checkpoint_dir, "weights.pkl"))
-        return cls(Config.from_dict(values), _initial_weights=payload["weights"])
+        values.update(overrides)
+        values.update(init_weights=os.path.join(checkpoint_dir, "weights.pkl"), trust_code=trust_code)
+        return cls(Config.from_dict(values))
 
     def stop(self) -> dict:
         """Stop the actors and tasks, save the final weights; returns the run's summary."""

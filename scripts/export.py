@@ -16,12 +16,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")
     parser.add_argument("--savedmodel", required=True, help="output directory of the SavedModel")
+    parser.add_argument("--trust_code", action="store_true",
+                        help="allow importing the modules the file names (its custom model)")
     args = parser.parse_args(argv)
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     try:
         from dsac.export import export_savedmodel
 
-        out = export_savedmodel(args.path, args.savedmodel)
+        out = export_savedmodel(args.path, args.savedmodel, trust_code=args.trust_code)
     except DsacError as exc:
         print(f"export: error: {exc}", file=sys.stderr)
         return 2

@@ -25,16 +25,20 @@ def main(argv=None) -> int:
     parser.add_argument("--explore", action="store_true", help="sample actions instead of acting deterministically")
     parser.add_argument("--render", action="store_true", help="show the episodes in a window")
     parser.add_argument("--video", default=None, help="write the episodes to this .mp4 (needs moviepy)")
+    parser.add_argument("--trust_code", action="store_true",
+                        help="allow importing the modules the file names (env module:Name, policy class, custom model)")
     args = parser.parse_args(argv)
     try:
         if args.episodes <= 0:
             raise DsacError(f"--episodes must be positive, got {args.episodes}")
+        if not 0 <= args.seed < 2**32 - args.episodes:
+            raise DsacError(f"--seed must be an integer in [0, 2^32 - episodes), got {args.seed}")
         import gymnasium as gym
 
         from dsac.envs import make_env
         from dsac.inference import load_policy
 
-        policy = load_policy(args.path, seed=args.seed)
+        policy = load_policy(args.path, seed=args.seed, trust_code=args.trust_code)
         env_id = args.env or policy.env_id
         env_kwargs = {} if args.env else policy.env_kwargs  # the file's env, unless overridden
         flatten = policy.flatten_obs

@@ -89,8 +89,8 @@ def test_corrupt_truncated_foreign_and_old_files_give_one_line_errors(tmp_path):
     cases = {
         "truncated.pkl": (data[: len(data) // 2], "truncated or corrupt"),
         "garbage.pkl": (b"\x00\x01not a pickle at all", "not a dsac weights file|truncated or corrupt"),
-        "old.pkl": (pickle.dumps({**pickle.loads(data), "format_version": 99}), "format_version 99"),
-        "other.pkl": (pickle.dumps({**pickle.loads(data), "algo": "ppo"}), "algorithm 'ppo'"),
+        "old.pkl": (pickle.dumps({**pickle.loads(data), "format_version": 99}, protocol=5), "format_version 99"),
+        "other.pkl": (pickle.dumps({**pickle.loads(data), "algo": "ppo"}, protocol=5), "algorithm 'ppo'"),
         "list.pkl": (pickle.dumps([1, 2, 3]), "no weights in it"),
     }
     for name, (content, message) in cases.items():

@@ -7,7 +7,6 @@ about a second, not a cluster start-up.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -25,21 +24,22 @@ import psutil
 import ray
 
 import dsac
-from dsac.algorithms import callbacks_for
+from dsac.algorithms import callbacks_for, policy_class_for
 from dsac.artifacts import (
     append_jsonl,
     load_weights,
     read_checkpoint,
+    read_json,
     save_weights,
     write_checkpoint,
     write_json,
 )
-from dsac.config import Config
+from dsac.config import Config, refuse_untrusted_code
 from dsac.distributed.actors import GradientAverager, ParameterServer, ReplayBuffer
 from dsac.distributed.recovery import Restarts, process_died
 from dsac.distributed.tasks import evaluator, learner, rollout_worker
-from dsac.distributed.topology import plan_resources
-from dsac.envs import check_spaces, describe_space, make_env
+from dsac.distributed.topology import local_cluster_resources, plan_resources
+from dsac.envs import check_spaces, check_training_env_kwargs, describe_space, make_env
 from dsac.errors import DsacError
 from dsac.monitoring import ProgressDisplay, TensorBoardLog
 from dsac.replay import check_fits_in_memory, field_specs, storage_bytes
@@ -85,9 +85,17 @@ def default_output_dir(config: Config) -> str:
 def prepare(config: Config) -> Prepared:
     """Validate the config, the env and its spaces, the replay's memory and the output dir."""
     config = config.validate()
+    check_training_env_kwargs(config.env_kwargs)
+    if not (config.address or os.environ.get("RAY_ADDRESS")) and not ray.is_initialized():
+        plan_resources(config, local_cluster_resources())  # a local Ray's size is known before it starts
     env = make_env(config.env, config.env_kwargs, config.flatten_obs)
+    try:
+        env.reset(seed=config.seed)
+    except Exception as exc:  # the env's own reset raised
+        raise DsacError(f"environment '{config.env}' failed to reset: {_one_line(exc)}") from None
+    finally:
+        env.close()
     observation_space, action_space = env.observation_space, env.action_space
-    env.close()
     check_spaces(config.env, observation_space, action_space, config.algo)
     initial_weights = None
     if config.init_weights:
@@ -112,8 +120,16 @@ def prepare(config: Config) -> Prepared:
 
 
 def fitting_weights(config: Config, path: str, observation_space, action_space) -> dict:
-    """The weights in ``path``, if they fit this run's algorithm, spaces and network."""
+    """The weights in ``path``, if they fit this run's algorithm, spaces and network: every
+    array's name, shape, dtype and values are checked against the policy the config builds."""
     payload = load_weights(path)
+    model = payload.get("model") or {}
+    if not config.trust_code:
+        typed = {"env": config.env, "policy_class": config.to_dict()["policy_class"],
+                 "custom_model": config.custom_model}
+        named = {"env": payload["env"], "policy_class": payload.get("policy_class"),
+                 "custom_model": model.get("custom_model")}
+        refuse_untrusted_code(named, f"--init_weights {path}", typed)
     if payload.get("algo") != config.algo:
         raise DsacError(f"--init_weights {path} holds {payload.get('algo')} weights, this run is --algo {config.algo}")
     for name, space in (("observation", observation_space), ("action", action_space)):
@@ -122,13 +138,31 @@ def fitting_weights(config: Config, path: str, observation_space, action_space) 
                 f"--init_weights {path} was trained on {payload.get('env')} whose {name} space differs from "
                 f"{config.env}'s"
             )
-    model = payload.get("model", {})
     for key in ("fcnet_hiddens", "fcnet_activation", "custom_model", "dueling", "num_atoms"):
         ours = getattr(config, key)
         ours = list(ours) if isinstance(ours, tuple | list) else ours
         if key in model and model[key] != ours:
             raise DsacError(f"--init_weights {path} has {key} {model[key]!r}, this run {ours!r}: pass --{key} to match")
+    policy = policy_class_for(config)(observation_space, action_space, config)
+    try:
+        policy.check_weights(payload["weights"])
+    except ValueError as exc:
+        raise DsacError(f"--init_weights {path}: {exc}") from None
     return payload["weights"]
+
+
+def check_resume_state(prepared: Prepared, state: dict, run_dir: str) -> None:
+    """Refuse a checkpoint whose state does not fit the run before Ray starts: non-finite
+    values, or acting weights of other names or shapes than the config's network."""
+    for name, array in state.items():
+        if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+            raise DsacError(f"--resume {run_dir}: checkpoint/state.npz holds NaN or infinite values in {name}")
+    policy = policy_class_for(prepared.config)(prepared.observation_space, prepared.action_space, prepared.config)
+    shapes = policy.weight_shapes() or {}
+    try:
+        policy.check_weights({name: state.get(name) for name in shapes} if shapes else {})
+    except ValueError as exc:
+        raise DsacError(f"--resume {run_dir}: checkpoint/state.npz does not fit the run's network: {exc}") from None
 
 
 def connect_ray(config: Config) -> bool:
@@ -535,7 +569,7 @@ class DistributedRun:
             if p["role"].startswith("rollout_worker"):
                 per_node = self.workers_per_node()
                 if sum(per_node.values()) == self.config.num_workers:  # the last one just reported
-                    log.info("rollout workers per node: %s", per_node)
+                    log.info("rollout workers per node: %s", {node[:8]: n for node, n in per_node.items()})
         self.episodes.extend(reports["episodes"])
         self.recent_returns.extend(r for r, _, _ in reports["episodes"])
         self._metrics_since_eval.extend(m for _, _, m in reports["episodes"] if m)
@@ -741,6 +775,8 @@ def start(config: Config, started_at: float, insert_limit: int | None = None,
     """Check the input, start or join Ray and start the system; returns the run and whether
     Ray was started here (and so should be shut down)."""
     prepared = prepare(config)
+    if checkpoint is not None:
+        check_resume_state(prepared, checkpoint["state"], config.resume)
     output_dir = prepared.output_dir
     started_ray = False
     try:
@@ -758,21 +794,27 @@ def start(config: Config, started_at: float, insert_limit: int | None = None,
 
 def resume_config(run_dir: str, overrides: dict) -> Config:
     """The config a run in ``run_dir`` was started with, changed by ``overrides`` (the flags
-    given on the command line), set to continue in ``run_dir``."""
+    given on the command line), set to continue in ``run_dir``. Code the saved config names
+    (an env module, callbacks, policy class, custom model) is imported only with
+    ``trust_code`` among the overrides, or when typed again among them."""
     path = os.path.join(run_dir, "config.json")
     if not os.path.isdir(run_dir):
         raise DsacError(f"--resume {run_dir}: no such directory")
     if not os.path.exists(path):
         raise DsacError(f"--resume {run_dir}: not a dsac run (no config.json)")
-    try:
-        with open(path) as f:
-            values = json.load(f)
-    except (OSError, ValueError) as exc:
-        raise DsacError(f"--resume {run_dir}: config.json is unreadable ({exc})") from None
+    values = read_json(path, f"--resume {run_dir}: config.json")
+    if not isinstance(values, dict):
+        raise DsacError(f"--resume {run_dir}: config.json must hold a JSON object, not a {type(values).__name__}")
     values.pop("custom_models", None)  # builders come from the registry or module:Name
+    values.pop("trust_code", None)  # consent is given on the command line, never by the file
+    if not overrides.get("trust_code"):
+        refuse_untrusted_code(values, f"--resume {run_dir}: config.json", overrides)
     values.update(overrides)
     values.update(resume=run_dir, output_dir=run_dir)
-    return Config.from_dict(values)
+    try:
+        return Config.from_dict(values)
+    except DsacError as exc:
+        raise DsacError(f"--resume {run_dir}: config.json: {exc}") from None
 
 
 def run(config: Config, started_at: float | None = None) -> dict:

@@ -14,6 +14,10 @@ from dsac.errors import DsacError
 
 # What the evaluator asks for: it runs a few numpy episodes every --eval_every steps.
 EVALUATOR_CPUS = 0.1
+# Resident memory of one rollout worker process (Ray's worker runtime, numpy, gymnasium: ~100 MB
+# measured with Pendulum) and of a learner (TensorFlow: ~600 MB), to refuse plans that cannot fit.
+WORKER_PROCESS_BYTES = 120 * 2**20
+LEARNER_PROCESS_BYTES = 700 * 2**20
 
 
 @dataclass
@@ -105,12 +109,37 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None) -> Re
             f"{left:g} CPUs the cluster has left after the learner(s) and evaluator: lower "
             "--num_workers or --worker_cpus"
         )
+    memory = cluster.get("memory")
+    needed = config.num_workers * WORKER_PROCESS_BYTES + learners * LEARNER_PROCESS_BYTES
+    if memory and needed > memory:
+        raise DsacError(
+            f"{config.num_workers} rollout workers (~{WORKER_PROCESS_BYTES / 2**20:.0f} MiB each) and {learners} "
+            f"learner(s) (~{LEARNER_PROCESS_BYTES / 2**20:.0f} MiB each) need ~{needed / 2**30:.1f} GiB, the Ray "
+            f"cluster has {memory / 2**30:.1f} GiB for tasks: lower --num_workers"
+        )
     plan = ResourcePlan(total_cpus, total_gpus, learner_cpus, learner_gpus, worker_cpus, evaluator_cpus,
                         config.num_workers, learners)
     alive = [n for n in nodes or [] if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
     if len(alive) > 1:  # one node: nothing to decide
         _place(plan, alive)
     return plan
+
+
+def local_cluster_resources() -> dict:
+    """What ``ray.init()`` without an address will find here — CPUs, GPUs and the memory
+    tasks may use (as Ray counts them) — known before Ray starts, so that requests that
+    cannot fit are refused in a second rather than after Ray's start-up."""
+    import psutil
+    from ray._private.utils import get_num_cpus
+
+    resources = {"CPU": float(get_num_cpus()), "memory": float(psutil.virtual_memory().available) * 0.7}
+    try:
+        from ray._private.accelerators import get_accelerator_manager_for_resource
+
+        resources["GPU"] = float(get_accelerator_manager_for_resource("GPU").get_current_node_num_accelerators())
+    except Exception:  # Ray's private API moved: leave GPUs to be checked once Ray is up
+        resources["GPU"] = math.inf
+    return resources
 
 
 def _place(plan: ResourcePlan, nodes: list[dict]) -> None:

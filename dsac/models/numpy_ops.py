@@ -22,3 +22,13 @@ def mlp_forward(weights: dict[str, np.ndarray], layers: list[str], x: np.ndarray
         if i < len(layers) - 1:
             x = act(x)
     return x
+
+
+def dense_shapes(layers: list[str], sizes: list[int]) -> dict[str, tuple[int, ...]]:
+    """``{name/kernel: (in, out), name/bias: (out,)}`` of dense ``layers`` whose widths, input
+    first, are ``sizes`` (one more than there are layers)."""
+    shapes = {}
+    for name, n_in, n_out in zip(layers, sizes, sizes[1:], strict=False):
+        shapes[f"{name}/kernel"] = (n_in, n_out)
+        shapes[f"{name}/bias"] = (n_out,)
+    return shapes

@@ -19,6 +19,7 @@ from dsac.algorithms.dqn.numpy_q import (
     q_layer_names,
     q_values,
 )
+from dsac.models.numpy_ops import dense_shapes
 from dsac.policy import LearnerPolicy
 
 
@@ -89,5 +90,11 @@ class DQNPolicy(LearnerPolicy):
     def prepare_batch(self, batch):
         return {**batch, "action": np.asarray(batch["action"], np.int64) - self.action_start}
 
-    def expected_weight_names(self):
-        return {f"{name}/{part}" for name in self.torso + self.heads for part in ("kernel", "bias")}
+    def numpy_weight_shapes(self):
+        atoms = int(self.config.num_atoms)
+        widths = [self.obs_dim, *self.config.fcnet_hiddens]
+        shapes = dense_shapes(self.torso, widths)
+        head_outputs = [atoms, self.num_actions * atoms] if self.config.dueling else [self.num_actions * atoms]
+        for head, outputs in zip(self.heads, head_outputs, strict=True):
+            shapes.update(dense_shapes([head], [widths[-1], outputs]))
+        return shapes

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from dsac.algorithms.sac.numpy_actor import actor_layer_names, squashed_gaussian
-from dsac.models.numpy_ops import mlp_forward
+from dsac.models.numpy_ops import dense_shapes, mlp_forward
 from dsac.policy import LearnerPolicy
 
 
@@ -49,5 +49,5 @@ class SACPolicy(LearnerPolicy):
         unit = squashed_gaussian(mean, log_std, explore, self.rng)
         return self.low + (unit + 1.0) * 0.5 * (self.high - self.low)
 
-    def expected_weight_names(self):
-        return {f"{name}/{part}" for name in self.layers for part in ("kernel", "bias")}
+    def numpy_weight_shapes(self):
+        return dense_shapes(self.layers, [self.obs_dim, *self.config.fcnet_hiddens, 2 * self.act_dim])

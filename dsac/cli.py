@@ -1,0 +1,140 @@
+"""dsac command line (``python launch.py``, ``dsac-train``, ``python -m dsac``): train SAC or
+Ape-X DQN with Ray actors and tasks.
+
+    python launch.py --env Pendulum-v1 --num_workers 8 --num_learners 1 --stop_return -200
+
+Bad input stops with one line on stderr and exit status 2; a run that fails midway saves
+what it learned and exits 1; Ctrl-C saves and exits 130, SIGTERM (``ray job stop``) 143.
+"""
+
+import time
+
+STARTED_AT = time.time()  # wall_s in progress.jsonl counts from here (the program's start)
+
+import argparse  # noqa: E402
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from dsac.config import Config, suggest_key  # noqa: E402
+from dsac.errors import DsacError  # noqa: E402
+
+_TYPES = {"int": int, "float": float, "str": str}
+
+
+def _parse_type(annotation: str):
+    """'float | None' -> float, 'list[int]' -> int (with nargs)."""
+    base = annotation.replace(" | None", "").strip()
+    if base.startswith("list["):
+        base = base[5:-1]
+    return _TYPES[base]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse's own convention)
+        if message.startswith("unrecognized arguments:"):
+            flags = [option for action in self._actions for option in action.option_strings]
+            unknown = [word for word in message.split(":", 1)[1].split() if word.startswith("--")]
+            message += "".join(suggest_key(word.split("=")[0], flags) for word in unknown[:1])
+        self.exit(2, f"dsac: error: {message}\n")
+
+
+def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
+    """A flag per :class:`dsac.config.Config` field, with its help text and default
+    (``suppress_defaults``: only the flags actually given end up in the namespace)."""
+    parser = _Parser(
+        prog=os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "launch.py",
+        description="Distributed SAC and Ape-X DQN on Ray + TensorFlow 2 + gymnasium.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    for f in dataclasses.fields(Config):
+        if f.metadata.get("cli") is False:
+            continue
+        if "cli_type" in f.metadata:
+            kwargs = {"type": f.metadata["cli_type"], "help": f.metadata["help"], "dest": f.name}
+        elif f.type.startswith("bool"):  # --flag / --no-flag
+            kwargs = {"action": argparse.BooleanOptionalAction, "help": f.metadata["help"], "dest": f.name}
+        else:
+            kwargs = {"type": _parse_type(f.type), "help": f.metadata["help"], "dest": f.name}
+        if "nargs" in f.metadata:
+            kwargs["nargs"] = f.metadata["nargs"]
+        if "choices" in f.metadata and "action" not in kwargs:
+            kwargs["choices"] = f.metadata["choices"]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        parser.add_argument(f"--{f.name}", default=argparse.SUPPRESS if suppress_defaults else default, **kwargs)
+    parser.add_argument(
+        "--config", default=argparse.SUPPRESS if suppress_defaults else None,
+        help="a .yaml or .json file of flag names and values (a run's config.json repeats that run); "
+             "flags given on the command line override it",
+    )
+    return parser
+
+
+def load_config_file(path: str) -> dict:
+    """Flag values from a YAML or JSON file. A run's saved ``config.json`` repeats that run:
+    its output directory and resume target are left out, so the repeat gets a new directory."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except OSError as exc:
+        raise DsacError(f"--config {path}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise DsacError(f"--config {path}: not UTF-8 text") from None
+    try:
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            values = yaml.safe_load(text)
+        else:
+            values = json.loads(text)
+    except Exception as exc:  # yaml.YAMLError / json.JSONDecodeError: say where, in one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DsacError(f"--config {path}: not valid {'YAML' if path.endswith(('.yaml', '.yml')) else 'JSON'} ({first})") from None
+    if not isinstance(values, dict):
+        raise DsacError(f"--config {path}: must hold a mapping of flag names to values")
+    if "custom_models" in values:  # a saved effective config: repeat it in a fresh directory
+        for key in ("custom_models", "output_dir", "resume"):
+            values.pop(key, None)
+    return values
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s dsac %(message)s", datefmt="%H:%M:%S", stream=sys.stdout
+    )
+    try:
+        from dsac.distributed.driver import RunFailed, resume_config, run  # imports Ray
+
+        # Ray's own start-up messages go where dsac's log goes; stderr is kept for the error line.
+        for handler in logging.getLogger("ray").handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:
+                handler.setStream(sys.stdout)
+
+        given = vars(build_parser(suppress_defaults=True).parse_args(argv))  # flags actually typed
+        given.pop("config", None)
+        if args.resume:
+            config = resume_config(args.resume, {k: v for k, v in given.items() if k != "resume"}).validate()
+        elif args.config:
+            config = Config.from_dict({**load_config_file(args.config), **given}).validate()
+        else:
+            values = vars(args)
+            values.pop("config")
+            config = Config.from_dict(values).validate()
+
+        try:
+            summary = run(config, started_at=STARTED_AT)
+        except RunFailed as exc:
+            print(f"dsac: run failed: {exc} (weights so far are saved)", file=sys.stderr)
+            return 1
+    except DsacError as exc:
+        print(f"dsac: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dsac: interrupted", file=sys.stderr)
+        return 130
+    return 143 if summary["stop_reason"] == "sigterm" else 0
+
+
