@@ -174,3 +174,135 @@ def test_config_file_with_cli_override_and_repeat_from_config_json(tmp_path):
     bad.write_text("fcnet_hidden: [16]\n")
     result = launch("--config", str(bad))
     assert result.returncode == 2 and "did you mean fcnet_hiddens" in result.stderr
+
+
+BAD_ENV_MODULE = '''
+import gymnasium as gym
+
+
+class Broken(gym.Env):
+    def __init__(self, **kwargs):
+        raise ValueError("no simulator license found")
+
+
+class BadReset(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,))
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,))
+
+    def reset(self, *, seed=None, options=None):
+        raise RuntimeError("reset exploded")
+'''
+
+
+def _resumable_run(directory, config_changes=None, meta=None, state_bytes=None):
+    """A run directory --resume reads; parts replaced to make it bad."""
+    from dsac.config import Config
+
+    directory.mkdir(parents=True)
+    config = Config(fcnet_hiddens=[16], total_env_steps=5000).to_dict()
+    config.pop("custom_models")
+    (directory / "config.json").write_text(json.dumps({**config, **(config_changes or {})}))
+    checkpoint = directory / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "meta.json").write_text(json.dumps(meta or {"env_steps": 1000, "updates": 900, "version": 90}))
+    np.savez(checkpoint / "state.npz", updates=np.array(900), **{"actor/out/bias": np.zeros(2, np.float32)})
+    if state_bytes is not None:
+        (checkpoint / "state.npz").write_bytes(state_bytes(checkpoint / "state.npz"))
+    return str(directory)
+
+
+def _huge_npz(path):
+    """A valid zip whose .npy member declares 10^12 float64s."""
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (10**12,)})
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("updates.npy", b"\x93NUMPY\x01\x00" + header.getvalue()[8:] + b"\x00" * 64)
+    return buffer.getvalue()
+
+
+def _bad_input_cases(tmp):
+    """(program, args, fact) for every kind of bad input: each must be refused before Ray starts."""
+    (tmp / "badenv.py").write_text(BAD_ENV_MODULE)
+    (tmp / "bad.yaml").write_text('fcnet_hiddens: "64,64"\n')
+    (tmp / "weights.pkl").write_bytes(b"not a pickle")
+    launch_py, infer, export = (os.path.join(REPO_ROOT, p) for p in ("launch.py", "scripts/infer.py",
+                                                                      "scripts/export.py"))
+    return [
+        (launch_py, ["--env", "badenv:Broken"], "failed to start: ValueError: no simulator license found"),
+        (launch_py, ["--env", "badenv:BadReset"], "failed to reset: RuntimeError: reset exploded"),
+        (launch_py, ["--env", ":"], "module:ClassName"),
+        (launch_py, ["--env_kwargs", '{"max_episode_steps": 0}'], "max_episode_steps must be a positive integer"),
+        (launch_py, ["--env_kwargs", '{"render_mode": "human"}'], "render_mode 'human' is not for training"),
+        (launch_py, ["--env_kwargs", b'{"a": "\xff"}'.decode("utf-8", "surrogateescape")], "not valid UTF-8"),
+        (launch_py, ["--config", str(tmp / "bad.yaml")], "--fcnet_hiddens must be a list of integers"),
+        (launch_py, ["--num_workers", "100000"], "do not fit"),
+        (launch_py, ["--worker_cpus", "100"], "do not fit"),
+        (launch_py, ["--learner_gpus", "1"], "0 GPUs"),
+        (launch_py, ["--num_workers", "1000", "--worker_cpus", "0.0001"], "lower --num_workers"),
+        (launch_py, ["--resume", _resumable_run(tmp / "r1", state_bytes=lambda p: p.read_bytes()[:100])],
+         "state.npz is truncated or corrupt"),
+        (launch_py, ["--resume", _resumable_run(tmp / "r2", state_bytes=_huge_npz)], "declares"),
+        (launch_py, ["--resume", _resumable_run(tmp / "r3", meta={"env_steps": "many", "updates": 1, "version": 1})],
+         "env_steps is 'many'"),
+        (launch_py, ["--resume", _resumable_run(tmp / "r4", {"num_workers": [2]})], "--num_workers must be an integer"),
+        (launch_py, ["--resume", _resumable_run(tmp / "r5", {"env": "badenv:Broken"})], "--trust_code"),
+        (infer, [str(tmp / "weights.pkl"), "--seed", "-1"], "--seed"),
+        (export, [str(tmp / "weights.pkl"), "--savedmodel", "/proc/no/such/dir"], "truncated or corrupt"),
+    ]
+
+
+def test_bad_input_table_one_line_exit_2_and_no_ray(tmp_path):
+    cases = _bad_input_cases(tmp_path)
+    for program, args, fact in cases:
+        ray_dir = tmp_path / "ray"
+        env = {**os.environ, "RAY_TMPDIR": str(ray_dir), "PYTHONPATH": REPO_ROOT}
+        result = subprocess.run([sys.executable, program, *args, *(["--output_dir", str(tmp_path / "run")]
+                                 if program.endswith("launch.py") and "--resume" not in args else [])],
+                                capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+        where = f"{os.path.basename(program)} {args}: exit {result.returncode}, stderr {result.stderr[-1500:]!r}"
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2, where
+        assert len(lines) == 1 and ": error: " in lines[0] and fact in lines[0], where
+        assert "Traceback" not in result.stdout + result.stderr, where
+        assert not ray_dir.exists(), f"Ray was started: {where}"
+        assert not (tmp_path / "run").exists(), where
+
+
+def test_export_into_an_unwritable_place_is_one_line(tmp_path):
+    import gymnasium as gym
+
+    from dsac.algorithms.sac.policy import SACPolicy
+    from dsac.artifacts import save_weights
+    from dsac.config import Config
+    from dsac.envs import describe_space
+
+    env = gym.make("Pendulum-v1")
+    policy = SACPolicy(env.observation_space, env.action_space, Config(fcnet_hiddens=[8]).validate())
+    weights = {name: np.zeros(shape, np.float32) for name, shape in policy.numpy_weight_shapes().items()}
+    save_weights(str(tmp_path / "w.pkl"), {
+        "algo": "sac", "env": "Pendulum-v1", "observation_space": describe_space(env.observation_space),
+        "action_space": describe_space(env.action_space), "model": {"fcnet_hiddens": [8]}, "weights": weights,
+    })
+    result = subprocess.run([sys.executable, "scripts/export.py", str(tmp_path / "w.pkl"), "--savedmodel",
+                             "/proc/no/such/dir"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "not writable" in result.stderr
+
+
+def test_numbers_given_as_strings_are_numbers_and_other_strings_are_refused():
+    from dsac.config import Config
+    from dsac.errors import DsacError
+
+    config = Config.from_dict({"gamma": "0.99", "lr": "1e-3", "batch_size": "64", "buffer_size": "1e5",
+                               "fcnet_hiddens": ["32", 32], "prioritized": "true"}).validate()
+    assert (config.gamma, config.lr, config.batch_size, config.buffer_size) == (0.99, 1e-3, 64, 100_000)
+    assert config.fcnet_hiddens == [32, 32] and config.prioritized is True
+    for values, fact in (({"fcnet_hiddens": "64,64"}, "list of integers"), ({"gamma": "high"}, "must be a number"),
+                         ({"batch_size": "64.5"}, "must be an integer"), ({"num_workers": True}, "integer"),
+                         ({"env": 3}, "must be a string"), ({"env_kwargs": [1]}, "mapping")):
+        with pytest.raises(DsacError, match=fact):
+            Config.from_dict(values).validate()
