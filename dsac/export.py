@@ -16,9 +16,10 @@ def export_savedmodel(weights_path: str, out_dir: str, trust_code: bool = False)
     loaded = load_policy(weights_path, trust_code=trust_code)
     check_writable_dir(out_dir, "--savedmodel")
 
-    import tensorflow as tf
-
+    from dsac.tf_setup import import_tensorflow
     from dsac.weights import TensorFlowVariables
+
+    tf = import_tensorflow()
 
     if loaded.payload.get("policy_class"):
         raise DsacError(f"weights file {weights_path} holds a user policy class: export it yourself")

@@ -3,6 +3,7 @@ a small run leaves its files."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,9 +15,16 @@ from conftest import REPO_ROOT
 
 from dsac.artifacts import load_weights
 
+# What TensorFlow's C++ side prints (glog/absl format: I0000 00:00:... file.cc:31] ...).
+TF_LOG_LINE = re.compile(r"[IWEF]\d{4} [\d:.]+ +\d+ \S+\.cc:\d+\]|absl::InitializeLog|cpu_feature_guard")
 
-def launch(*args, timeout=120):
+
+def launch(*args, timeout=120, quiet_tf=True):
+    """launch.py in a subprocess; ``quiet_tf=False``: as a user runs it, with no
+    TF_CPP_MIN_LOG_LEVEL of their own."""
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if not quiet_tf:
+        env.pop("TF_CPP_MIN_LOG_LEVEL")
     return subprocess.run(
         [sys.executable, os.path.join(REPO_ROOT, "launch.py"), *args],
         capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO_ROOT,
@@ -75,9 +83,12 @@ def test_small_run_writes_config_progress_and_loadable_weights(tmp_path):
     result = launch(
         "--num_workers", "3", "--total_env_steps", "1200", "--eval_every", "500", "--eval_episodes", "2",
         "--fcnet_hiddens", "32", "32", "--learning_starts", "300", "--start_steps", "300", "--seed", "1",
-        "--output_dir", str(out), timeout=300,
+        "--output_dir", str(out), timeout=300, quiet_tf=False,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # TensorFlow's C++ start-up notices (CUDA stubs, cuInit, CPU features) reach no console.
+    assert not TF_LOG_LINE.search(result.stdout + result.stderr), TF_LOG_LINE.findall(result.stdout + result.stderr)
+    assert re.search(r"placed learner .* using CPU, [1-9]\d* TF threads", result.stdout), result.stdout[-3000:]
     config = json.loads((out / "config.json").read_text())
     assert config["num_workers"] == 3 and config["fcnet_hiddens"] == [32, 32]
     lines = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]

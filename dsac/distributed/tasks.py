@@ -225,7 +225,7 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     and state (the replicas are identical); each reports its update count."""
     from dsac.tf_setup import configure_tensorflow
 
-    device = configure_tensorflow(num_gpus, num_cpus, config.learner_threads)
+    device = configure_tensorflow(num_gpus, num_cpus, config.learner_threads, config.verbose)
     primary = index == 0
     role = "learner" if averager is None else f"learner_{index}"
     ps.report_placement.remote(role, {**describe_process(), "device": device})

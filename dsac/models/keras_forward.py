@@ -20,8 +20,9 @@ class KerasForward:
     """
 
     def __init__(self, input_dim: int, output_dim: int, config, name: str, build=build_model):
-        import tensorflow as tf
+        from dsac.tf_setup import import_tensorflow
 
+        tf = import_tensorflow(getattr(config, "verbose", False))
         from dsac.weights import TensorFlowVariables
 
         self.model = build(input_dim, output_dim, config, name)

@@ -21,6 +21,7 @@ from dsac.algorithms.dqn.numpy_q import (
 )
 from dsac.models.numpy_ops import dense_shapes
 from dsac.policy import LearnerPolicy
+from dsac.tf_setup import import_tensorflow
 
 
 class DQNPolicy(LearnerPolicy):
@@ -37,6 +38,7 @@ class DQNPolicy(LearnerPolicy):
         self.support = c51_support(config)
         self.steps = 0  # exploring actions taken by this policy
         if build_learner:
+            import_tensorflow(getattr(config, "verbose", False))  # quietly, before the learner's module imports it
             from dsac.algorithms.dqn.learner import DQNLearner  # TensorFlow only here
 
             self.learner = DQNLearner(self.obs_dim, self.num_actions, config, seed=seed)

@@ -11,6 +11,7 @@ import numpy as np
 from dsac.algorithms.sac.numpy_actor import actor_layer_names, squashed_gaussian
 from dsac.models.numpy_ops import dense_shapes, mlp_forward
 from dsac.policy import LearnerPolicy
+from dsac.tf_setup import import_tensorflow
 
 
 class SACPolicy(LearnerPolicy):
@@ -26,6 +27,7 @@ class SACPolicy(LearnerPolicy):
         self.high = np.asarray(action_space.high, np.float32)
         self.layers = actor_layer_names(len(config.fcnet_hiddens))
         if build_learner:
+            import_tensorflow(getattr(config, "verbose", False))  # quietly, before the learner's module imports it
             from dsac.algorithms.sac.learner import SACLearner  # TensorFlow only here
 
             self.learner = SACLearner(self.obs_dim, self.act_dim, self.low, self.high, config, seed=seed)
