@@ -1,0 +1,55 @@
+"""dsac as an installable package: ``pip install -e .`` in a fresh virtual environment lets a
+script in another directory ``import dsac`` and run ``dsac-train``; the package metadata
+carries the same pins as the requirements files.
+
+The venv is real but light: it sees this machine's installed packages
+(``--system-site-packages``) and installs dsac alone (``--no-deps``), which takes ~10 s."""
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+
+from conftest import REPO_ROOT
+
+
+def _pins(path: str) -> set[str]:
+    lines = open(os.path.join(REPO_ROOT, path)).read().splitlines()
+    return {line.split("#")[0].strip() for line in lines if line.strip() and not line.startswith(("#", "-r"))}
+
+
+def test_pyproject_pins_are_the_requirements_files():
+    with open(os.path.join(REPO_ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)
+    assert project["tool"]["setuptools"]["dynamic"]["dependencies"] == {"file": ["requirements.txt"]}
+    extras = project["project"]["optional-dependencies"]
+    assert set(extras["bench"]) == _pins("requirements-bench.txt")
+    assert set(extras["dev"]) == _pins("requirements-dev.txt")
+    assert project["project"]["scripts"]["dsac-train"] == "dsac.cli:main"
+
+
+def test_editable_install_imports_dsac_from_anywhere(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    elsewhere = tmp_path / "notebook"
+    elsewhere.mkdir()
+    check = [python, "-c", "import dsac, sys; print(dsac.__file__); print(dsac.__version__)"]
+    before = subprocess.run(check, cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert before.returncode != 0, "dsac was importable before it was installed: the test would prove nothing"
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps",
+                              "--no-build-isolation", "-e", REPO_ROOT], env=env, capture_output=True, text=True,
+                             timeout=300)
+    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-2000:]
+    after = subprocess.run(check, cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert after.returncode == 0, after.stderr[-2000:]
+    assert after.stdout.splitlines()[0] == os.path.join(REPO_ROOT, "dsac", "__init__.py")
+    for command in ([str(venv / "bin" / "dsac-train"), "--help"], [python, "-m", "dsac", "--help"]):
+        result = subprocess.run(command, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert re.search(r"--num_workers NUM_WORKERS", result.stdout) and "--trust_code" in result.stdout
+    bad = subprocess.run([str(venv / "bin" / "dsac-train"), "--num_workers", "0"], cwd=elsewhere, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip() == "dsac: error: --num_workers must be a positive integer, got 0"
