@@ -372,7 +372,11 @@ class Config:
         models = {**registered_models(), **self.custom_models}
         if self.custom_model and self.custom_model not in models:
             if ":" in self.custom_model:
-                models[self.custom_model] = load_object(self.custom_model, "custom_model")
+                builder = load_object(self.custom_model, "custom_model")
+                if not callable(builder):
+                    raise DsacError(f"custom_model {self.custom_model} is a {type(builder).__name__}, not a callable "
+                                    "that builds a Keras model")
+                models[self.custom_model] = builder
             else:
                 resolve_builder(self.custom_model, models)  # raises with close matches
         fills["custom_models"] = models

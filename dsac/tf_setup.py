@@ -10,52 +10,69 @@ import re
 import sys
 import tempfile
 
-# What TensorFlow's C++ side prints while it starts on a machine without a GPU. TF >= 2.19
-# prints the CUDA stub lines before TF_CPP_MIN_LOG_LEVEL applies, and cuInit's failure at
-# ERROR level, so the level alone cannot hide them.
-START_UP_NOTICES = re.compile(
-    r"All log messages before absl::InitializeLog\(\) is called|cudart_stub\.cc|cuda_platform\.cc|"
-    r"cuda_executor\.cc|cuda_diagnostics\.cc|cuda_dnn\.cc|cuda_fft\.cc|cuda_blas\.cc|dso_loader\.cc|"
-    r"cpu_feature_guard\.cc|To enable the following instructions|computation_placer\.cc|"
-    r"oneDNN custom operations are on|TF-TRT Warning|Could not find cuda drivers|failed call to cuInit|"
-    r"Unable to register cu(DNN|FFT|BLAS) factory|could not open file to read NUMA node"
-)
+# What TensorFlow's C++ side prints while it starts on a machine without a GPU, written
+# straight to file descriptor 2 while its libraries load (twice: two copies of absl) and at the
+# first GPU query — before TF_CPP_MIN_LOG_LEVEL applies (the stub lines) or at ERROR level
+# (cuInit), so no environment variable hides them all. The cuInit pattern matches only "no
+# driver" (303) and "no device": on a GPU machine a real reason (a missing libcudnn, a driver
+# mismatch) still shows.
+_PREFIX = r"^(?:[IWEF]\d{4} \d\d:\d\d:[\d.]+\s+\d+ |\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] )(?:\S*/)?"
+START_UP_NOTICES = re.compile("|".join((
+    r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$",
+    _PREFIX + r"cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine",
+    _PREFIX + r"\w+\.cc:\d+\] failed call to cuInit: .*(UNKNOWN ERROR \(303\)|CUDA_ERROR_NO_DEVICE)",
+    _PREFIX + r"cuda_diagnostics\.cc:\d+\] ",
+    _PREFIX + r"cpu_feature_guard\.cc:\d+\] This TensorFlow binary is optimized",
+    r"^To enable the following instructions: .*rebuild TensorFlow with the appropriate compiler flags\.$",
+    _PREFIX + r"\w+\.cc:\d+\] oneDNN custom operations are on\.",
+    _PREFIX + r"\w+\.cc:\d+\] Unable to register cu(FFT|DNN|BLAS) factory: ",
+    _PREFIX + r"\w+\.cc:\d+\] [Cc]omputation placer (already registered|creation function is already registered)",
+    _PREFIX + r"\w+\.cc:\d+\] TF-TRT Warning: Could not find TensorRT",
+)))
+# Marks a TF_CPP_MIN_LOG_LEVEL that dsac set (inherited by Ray workers started after it), so
+# that it is not mistaken for the user's own.
+_LEVEL_SET_BY_DSAC = "DSAC_SET_TF_CPP_MIN_LOG_LEVEL"
 
 
 def tensorflow_is_quiet(verbose: bool = False) -> bool:
     """Whether TensorFlow's start-up notices are hidden: yes unless ``--verbose`` or the user
     set ``TF_CPP_MIN_LOG_LEVEL`` (then TensorFlow's own output is theirs to see)."""
-    return not verbose and "TF_CPP_MIN_LOG_LEVEL" not in os.environ
+    users_level = "TF_CPP_MIN_LOG_LEVEL" in os.environ and _LEVEL_SET_BY_DSAC not in os.environ
+    return not verbose and not users_level
 
 
 @contextlib.contextmanager
 def start_up_notices_hidden(enabled: bool = True):
-    """Send file descriptor 2 to a temporary file for the block, then write back every line
-    of it except TensorFlow's known start-up notices (anything else — a real error — still
-    reaches stderr, after the block)."""
-    try:
-        fd = sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):  # stderr is no real file (e.g. captured)
-        fd = None
-    if not enabled or fd is None:
+    """Point file descriptor 2 (where C++ writes, whatever ``sys.stderr`` is) at a temporary
+    file for the block, then write back every line of it except TensorFlow's known start-up
+    notices: anything else — a real error — still reaches stderr, after the block. Start no
+    child process inside the block (it would inherit the temporary fd 2)."""
+    if not enabled:
         yield
         return
-    sys.stderr.flush()
-    saved = os.dup(fd)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), fd)
+    for stream in (sys.stderr, sys.__stderr__):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # fd 2 is closed: nothing to keep clean
+        yield
+        return
+    with tempfile.TemporaryFile(prefix="dsac-tf-") as captured:
+        os.dup2(captured.fileno(), 2)
         try:
             yield
         finally:
-            sys.stderr.flush()
-            os.dup2(saved, fd)
+            for stream in (sys.stderr, sys.__stderr__):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os.dup2(saved, 2)
             os.close(saved)
             captured.seek(0)
-            kept = [line for line in captured.read().decode(errors="replace").splitlines(keepends=True)
-                    if not START_UP_NOTICES.search(line)]
-            if kept:
-                sys.stderr.write("".join(kept))
-                sys.stderr.flush()
+            kept = [line for line in captured.read().splitlines(keepends=True)
+                    if not START_UP_NOTICES.search(line.decode("utf-8", "replace").rstrip("\r\n"))]
+            with contextlib.suppress(OSError):
+                os.write(2, b"".join(kept))
 
 
 def import_tensorflow(verbose: bool = False, configure=None):
@@ -69,8 +86,9 @@ def import_tensorflow(verbose: bool = False, configure=None):
             configure(tf)
         return tf
     quiet = tensorflow_is_quiet(verbose)
-    if quiet:
+    if quiet and "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"  # INFO and WARNING of later C++ logging too
+        os.environ[_LEVEL_SET_BY_DSAC] = "1"
     with start_up_notices_hidden(quiet):
         import tensorflow as tf
 

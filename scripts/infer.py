@@ -79,6 +79,10 @@ def main(argv=None) -> int:
     except DsacError as exc:
         print(f"infer: error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:  # the env (or a trusted user class) raised mid-episode: one line, exit 1
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        print(f"infer: failed: {type(exc).__name__}: {lines[0] if lines else ''}", file=sys.stderr)
+        return 1
     return 0
 
 

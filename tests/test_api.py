@@ -73,7 +73,10 @@ def test_train_keeps_actors_and_save_restore_gives_the_same_actions(ray_local, t
     lines = [json.loads(x) for x in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
     assert any("custom_metrics/max_abs_velocity_mean" in line for line in lines)
 
-    restored = Trainer.restore(checkpoint, {"output_dir": str(tmp_path / "restored")})
+    # The saved config names the callbacks' module: restoring imports it only with consent.
+    with pytest.raises(DsacError, match="names code to import: callbacks 'test_api:CountingCallbacks'"):
+        Trainer.restore(checkpoint, {"output_dir": str(tmp_path / "refused")})
+    restored = Trainer.restore(checkpoint, {"output_dir": str(tmp_path / "restored")}, trust_code=True)
     try:
         np.testing.assert_allclose(restored.compute_single_action(obs), action, atol=1e-6)
     finally:

@@ -67,6 +67,10 @@ def build_model(input_dim: int, output_dim: int, config, name: str):
         return build_mlp(input_dim, list(config.fcnet_hiddens), output_dim, name, config.fcnet_activation)
     builder = resolve_builder(config.custom_model, config.custom_models)
     model = builder(input_dim, output_dim, dict(config.custom_model_config), name)
+    import keras
+
+    if not isinstance(model, keras.Model):
+        raise DsacError(f"custom_model '{config.custom_model}' returned a {type(model).__name__}, not a Keras model")
     out_shape = tuple(model.output_shape)
     if out_shape[-1] != output_dim:
         raise DsacError(
