@@ -191,8 +191,9 @@ def write_checkpoint(run_dir: str, state: dict, meta: dict, weights_payload: dic
 
 
 def read_checkpoint(run_dir: str) -> dict:
-    """``{"state", "meta", "replay"}`` of ``<run_dir>/checkpoint/`` (replay: a list of
-    per-shard snapshots, empty without replay checkpointing). Every file is checked before it
+    """``{"state", "meta", "replay", "weights"}`` of ``<run_dir>/checkpoint/`` (replay: a list
+    of per-shard snapshots, empty without replay checkpointing; weights: the acting weights
+    at the snapshot, or None). Every file is checked before it
     is used: ``meta.json``'s types, each ``.npz`` member's dtype and declared size (from its
     header, before anything is allocated), and the weights file as :func:`load_weights` does."""
     path = os.path.join(run_dir, CHECKPOINT_DIR)
@@ -210,13 +211,14 @@ def read_checkpoint(run_dir: str) -> dict:
         read_npz(os.path.join(path, f"replay_{k}.npz"), f"--resume {run_dir}: checkpoint/replay_{k}.npz", budget)
         for k in range(meta.get("replay_shards", 0))
     ]
+    weights = None
     weights_path = os.path.join(path, "weights.pkl")
-    if os.path.exists(weights_path):  # the acting weights at the snapshot: resumed only if sound too
+    if os.path.exists(weights_path):  # the acting weights at the snapshot (a restarted parameter server's)
         try:
-            load_weights(weights_path)
+            weights = load_weights(weights_path)["weights"]
         except DsacError as exc:
             raise DsacError(f"--resume {run_dir}: {exc}") from None
-    return {"state": state, "meta": meta, "replay": replay}
+    return {"state": state, "meta": meta, "replay": replay, "weights": weights}
 
 
 def read_json(path: str, what: str):
@@ -283,8 +285,8 @@ def read_npz(path: str, what: str, budget: list[int] | None = None) -> dict[str,
                                    else np.lib.format.read_array_header_2_0)
                     shape, _, dtype = read_header(member)
                     header_len = member.tell()
-                if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
-                    raise DsacError(f"{what}: member {info.filename} has dtype {dtype}, not a plain number type")
+                if dtype.kind not in "biufU" or dtype.fields is not None or dtype.subdtype is not None:
+                    raise DsacError(f"{what}: member {info.filename} has dtype {dtype}, not plain numbers or text")
                 nbytes = math.prod(shape) * dtype.itemsize
                 if header_len + nbytes != info.file_size:
                     raise DsacError(f"{what}: member {info.filename} declares {nbytes:,} bytes of data but holds "

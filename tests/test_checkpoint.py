@@ -11,6 +11,7 @@ from dsac.algorithms.sac.policy import SACPolicy
 from dsac.artifacts import read_checkpoint, write_checkpoint
 from dsac.config import Config
 from dsac.distributed.driver import resume_config, run
+from dsac.envs import describe_space
 from dsac.replay import PrioritizedReplayStorage, ReplayStorage, field_specs
 
 RNG = np.random.default_rng(0)
@@ -32,8 +33,12 @@ def test_full_state_round_trip_continues_training_identically(algo, env_id, cls,
         a.learn_on_batch(batch_for(env))
     state = a.get_state()
     assert int(state["updates"]) == 3 and any("optimizer" in k for k in state)
-    write_checkpoint(str(tmp_path), state, {"env_steps": 10, "updates": 3, "version": 1}, {"weights": {}})
-    loaded = read_checkpoint(str(tmp_path))["state"]
+    payload = {"algo": algo, "env": env_id, "observation_space": describe_space(env.observation_space),
+               "action_space": describe_space(env.action_space), "weights": a.get_weights()}
+    write_checkpoint(str(tmp_path), state, {"env_steps": 10, "updates": 3, "version": 1}, payload)
+    checkpoint = read_checkpoint(str(tmp_path))
+    loaded = checkpoint["state"]
+    assert set(checkpoint["weights"]) == set(a.get_weights())  # the acting weights, checked like any weights file
     b = cls(env.observation_space, env.action_space, config, build_learner=True, seed=9)
     b.set_state(loaded)
     for name, value in a.get_state().items():

@@ -94,7 +94,9 @@ def test_custom_env_module_trains_in_every_worker(user_module):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
     assert lines[-1]["eval_return_mean"] > -6.0, lines
-    policy = load_policy(str(out / "weights.pkl"))
+    with pytest.raises(DsacError, match="module reach_envs"):  # the file names code: imported only with consent
+        load_policy(str(out / "weights.pkl"))
+    policy = load_policy(str(out / "weights.pkl"), trust_code=True)
     assert policy.flatten_obs and policy.observation_space.shape == (2,)
     env = policy.make_env()
     obs, _ = env.reset(seed=1)
@@ -109,7 +111,9 @@ def test_custom_env_module_trains_in_every_worker(user_module):
     for args, fact in (
         (["--init_weights", str(corrupt)], "truncated or corrupt"),
         (["--init_weights", str(out / "weights.pkl"), "--fcnet_hiddens", "64"], "fcnet_hiddens"),
-        (["--init_weights", str(out / "weights.pkl"), "--env", "Pendulum-v1"], "space differs"),
+        # the file names reach_envs, which this command does not type: consent first, then the spaces differ
+        (["--init_weights", str(out / "weights.pkl"), "--env", "Pendulum-v1"], "--trust_code"),
+        (["--init_weights", str(out / "weights.pkl"), "--env", "Pendulum-v1", "--trust_code"], "space differs"),
     ):
         result = launch(user_module, "--env", "reach_envs:Reach", "--flatten_obs", "--fcnet_hiddens", "32", "32",
                         *args, "--output_dir", str(user_module / "warm"), timeout=60)

@@ -374,7 +374,8 @@ class DistributedRun:
             self.roles[self._submit_worker(i)] = f"rollout_worker_{i}"
         self.pending = list(self.roles)
         self.stopping = False
-        self.last_weights: dict | None = None  # as of the last save (restores a restarted parameter server)
+        # As of the last save, or the checkpoint resumed from: what a restarted parameter server gets.
+        self.last_weights: dict | None = (checkpoint or {}).get("weights")
         self.shard_added = [meta.get("env_steps", 0) // num_shards] * num_shards  # as of the last poll
         # The actors' own placement (the tasks report theirs through the parameter server).
         # A different process behind an actor later means Ray restarted it (restore_restarted_actors).
