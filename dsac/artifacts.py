@@ -39,6 +39,18 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
         raise
 
 
+def check_writable_dir(path: str, flag: str) -> None:
+    """Create ``path`` if needed and make sure files can be written in it (one-line error)."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        probe = os.path.join(path, ".write-test")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.unlink(probe)
+    except OSError as exc:
+        raise DsacError(f"{flag} {path} is not writable: {exc.strerror or exc}") from None
+
+
 def save_weights(path: str, payload: dict) -> None:
     """Write a weights file atomically: a pickle of builtins only (see :mod:`dsac.safe_pickle`)."""
     atomic_write_bytes(path, safe_pickle.dumps({"format_version": FORMAT_VERSION, **payload}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dsac.artifacts import check_writable_dir
 from dsac.errors import DsacError
 from dsac.inference import load_policy
 
@@ -64,16 +65,3 @@ def export_savedmodel(weights_path: str, out_dir: str, trust_code: bool = False)
         raise DsacError(f"--savedmodel {out_dir}: cannot write it ({message.strip().splitlines()[0]})") from None
     return out_dir
 
-
-def check_writable_dir(path: str, flag: str) -> None:
-    """Create ``path`` if needed and make sure files can be written in it (one-line error)."""
-    import os
-
-    try:
-        os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, ".write-test")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.unlink(probe)
-    except OSError as exc:
-        raise DsacError(f"{flag} {path} is not writable: {exc.strerror or exc}") from None

@@ -27,6 +27,7 @@ import dsac
 from dsac.algorithms import callbacks_for, policy_class_for
 from dsac.artifacts import (
     append_jsonl,
+    check_writable_dir,
     load_weights,
     read_checkpoint,
     read_json,
@@ -106,14 +107,7 @@ def prepare(config: Config) -> Prepared:
     )
     output_dir = config.resume or config.output_dir or default_output_dir(config)
     created = not os.path.exists(output_dir)
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-        probe = os.path.join(output_dir, ".write-test")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.unlink(probe)
-    except OSError as exc:
-        raise DsacError(f"--output_dir {output_dir} is not writable: {exc.strerror}") from None
+    check_writable_dir(output_dir, "--output_dir")
     if not config.resume and os.path.exists(os.path.join(output_dir, "progress.jsonl")):
         raise DsacError(f"--output_dir {output_dir} already holds a run: choose another directory")
     return Prepared(config, observation_space, action_space, output_dir, created, initial_weights)
