@@ -155,6 +155,13 @@ def check_payload(payload, path: str) -> None:
             raise DsacError(f"weights file {path}: weight {name!r} is not a named numpy array")
 
 
+def code_names(payload: dict) -> dict:
+    """What a weights payload names that could be code: its env, policy class and custom
+    model (see :func:`dsac.config.refuse_untrusted_code`)."""
+    return {"env": payload.get("env"), "policy_class": payload.get("policy_class"),
+            "custom_model": (payload.get("model") or {}).get("custom_model")}
+
+
 def _as_tuple(types) -> tuple:
     return types if isinstance(types, tuple) else (types,)
 

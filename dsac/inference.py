@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from dsac.algorithms import get_policy_class
-from dsac.artifacts import load_weights
+from dsac.artifacts import code_names, load_weights
 from dsac.config import ALGOS, Config, load_object, refuse_untrusted_code
 from dsac.envs import check_spaces, space_from_description
 from dsac.errors import DsacError
@@ -38,8 +38,7 @@ class LoadedPolicy:
         if self.algo not in ALGOS:
             raise DsacError(f"weights file {path} is from algorithm {self.algo!r}, which dsac cannot load")
         model = payload.get("model") or {}
-        named = {"env": payload["env"], "policy_class": payload.get("policy_class"),
-                 "custom_model": model.get("custom_model")}
+        named = code_names(payload)
         if not trust_code:
             refuse_untrusted_code(named, f"weights file {path}")
         self.env_id = payload["env"]

@@ -28,6 +28,7 @@ from dsac.algorithms import callbacks_for, policy_class_for
 from dsac.artifacts import (
     append_jsonl,
     check_writable_dir,
+    code_names,
     load_weights,
     read_checkpoint,
     read_json,
@@ -121,9 +122,7 @@ def fitting_weights(config: Config, path: str, observation_space, action_space) 
     if not config.trust_code:
         typed = {"env": config.env, "policy_class": config.to_dict()["policy_class"],
                  "custom_model": config.custom_model}
-        named = {"env": payload["env"], "policy_class": payload.get("policy_class"),
-                 "custom_model": model.get("custom_model")}
-        refuse_untrusted_code(named, f"--init_weights {path}", typed)
+        refuse_untrusted_code(code_names(payload), f"--init_weights {path}", typed)
     if payload.get("algo") != config.algo:
         raise DsacError(f"--init_weights {path} holds {payload.get('algo')} weights, this run is --algo {config.algo}")
     for name, space in (("observation", observation_space), ("action", action_space)):
@@ -154,7 +153,7 @@ def check_resume_state(prepared: Prepared, state: dict, run_dir: str) -> None:
     policy = policy_class_for(prepared.config)(prepared.observation_space, prepared.action_space, prepared.config)
     shapes = policy.weight_shapes() or {}
     try:
-        policy.check_weights({name: state.get(name) for name in shapes} if shapes else {})
+        policy.check_weights({name: state[name] for name in shapes if name in state} if shapes else {})
     except ValueError as exc:
         raise DsacError(f"--resume {run_dir}: checkpoint/state.npz does not fit the run's network: {exc}") from None
 
