@@ -223,6 +223,7 @@ def test_a_weights_file_is_a_plain_pickle_and_round_trips(tmp_path):
     ({"actor/out/kernel": np.full((16, 2), np.nan, np.float32)}, "NaN"),
     ({"actor/out/kernel": np.zeros((16, 2), np.int32)}, "not a floating-point type"),
     ({"actor/extra": np.zeros(1, np.float32)}, "'actor/extra' is not in the network"),
+    ({"actor/out/kernel": [[0.0, 0.0]] * 16}, "is not a named numpy array"),
 ])
 def test_load_policy_and_init_weights_check_every_array(change, fact, tmp_path):
     from dsac import load_policy
