@@ -157,7 +157,7 @@ def check_payload(payload, path: str) -> None:
 
 def code_names(payload: dict) -> dict:
     """What a weights payload names that could be code: its env, policy class and custom
-    model (see :func:`dsac.config.refuse_untrusted_code`)."""
+    model (see :func:`dsac.registry.refuse_untrusted_code`)."""
     return {"env": payload.get("env"), "policy_class": payload.get("policy_class"),
             "custom_model": (payload.get("model") or {}).get("custom_model")}
 

@@ -13,7 +13,6 @@ STARTED_AT = time.time()  # wall_s in progress.jsonl counts from here (the progr
 
 import argparse  # noqa: E402
 import dataclasses  # noqa: E402
-import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
@@ -72,34 +71,6 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
-def load_config_file(path: str) -> dict:
-    """Flag values from a YAML or JSON file. A run's saved ``config.json`` repeats that run:
-    its output directory and resume target are left out, so the repeat gets a new directory."""
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
-    except OSError as exc:
-        raise DsacError(f"--config {path}: cannot read it ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise DsacError(f"--config {path}: not UTF-8 text") from None
-    try:
-        if path.endswith((".yaml", ".yml")):
-            import yaml
-
-            values = yaml.safe_load(text)
-        else:
-            values = json.loads(text)
-    except Exception as exc:  # yaml.YAMLError / json.JSONDecodeError: say where, in one line
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DsacError(f"--config {path}: not valid {'YAML' if path.endswith(('.yaml', '.yml')) else 'JSON'} ({first})") from None
-    if not isinstance(values, dict):
-        raise DsacError(f"--config {path}: must hold a mapping of flag names to values")
-    if "custom_models" in values:  # a saved effective config: repeat it in a fresh directory
-        for key in ("custom_models", "output_dir", "resume"):
-            values.pop(key, None)
-    return values
-
-
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
@@ -117,8 +88,8 @@ def main(argv=None) -> int:
         given.pop("config", None)
         if args.resume:
             config = resume_config(args.resume, {k: v for k, v in given.items() if k != "resume"}).validate()
-        elif args.config:
-            config = Config.from_dict({**load_config_file(args.config), **given}).validate()
+        elif args.config:  # the user's own file, typed: trusted; a saved config.json repeats its run afresh
+            config = Config.load(args.config, given, source=f"--config {args.config}", trusted=True).validate()
         else:
             values = vars(args)
             values.pop("config")

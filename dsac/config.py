@@ -8,31 +8,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import math
 from dataclasses import dataclass, field
 
 from dsac.errors import DsacError, did_you_mean
 from dsac.models.catalog import ACTIVATIONS, registered_models, resolve_builder
-
-ALGOS = ("sac", "dqn")
-
-# Per-algorithm values of the fields whose default is None ("algorithm default").
-# SAC follows Stable-Baselines3 / rl-zoo (lr 1e-3 is rl-zoo's tuned Pendulum value);
-# DQN follows Ape-X (Horgan et al. 2018): n-step 3, prioritized replay, dueling, double Q.
-ALGO_DEFAULTS = {
-    "sac": {
-        "lr": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 200,
-        "start_steps": 200, "updates_per_step": 1.0, "n_step": 1, "prioritized": False,
-        "total_env_steps": 20_000,
-    },
-    "dqn": {
-        "lr": 1e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000,
-        "start_steps": 1_000, "updates_per_step": 0.5, "n_step": 3, "prioritized": True,
-        "total_env_steps": 100_000,
-    },
-}
+from dsac.registry import ALGOS, algorithm, load_object, load_subclass, refuse_untrusted_code
 
 
 def _f(default, help: str, **kw):
@@ -53,16 +35,28 @@ def json_object(text: str) -> dict:
     return value
 
 
-# What RLlib and Stable-Baselines3 call some of dsac's keys, for "did you mean".
+# What RLlib and Stable-Baselines3 call some of dsac's keys, for "did you mean" — only where the
+# foreign key means the same thing.
 ALIASES = {
     "learning_rate": "lr", "train_batch_size": "batch_size", "num_env_runners": "num_workers",
     "num_rollout_workers": "num_workers", "num_envs_per_env_runner": "envs_per_worker",
     "num_envs_per_worker": "envs_per_worker", "replay_buffer_capacity": "buffer_size",
-    "num_steps_sampled_before_learning_starts": "learning_starts", "training_intensity": "updates_per_step",
-    "train_freq": "updates_per_step", "total_timesteps": "total_env_steps", "timesteps_total": "total_env_steps",
-    "ent_coef": "init_alpha", "initial_alpha": "init_alpha", "n_step_return": "n_step",
-    "evaluation_interval": "eval_every", "evaluation_duration": "eval_episodes", "env_config": "env_kwargs",
-    "checkpoint_every": "snapshot_every", "checkpoint_freq": "snapshot_every", "max_failures": "max_restarts",
+    "num_steps_sampled_before_learning_starts": "learning_starts", "total_timesteps": "total_env_steps",
+    "timesteps_total": "total_env_steps", "initial_alpha": "init_alpha", "n_step_return": "n_step",
+    "evaluation_duration": "eval_episodes", "env_config": "env_kwargs", "checkpoint_every": "snapshot_every",
+    "max_failures": "max_restarts",
+}
+# Foreign keys that mean something close but different: what to write instead.
+FOREIGN_MEANINGS = {
+    "train_freq": "--updates_per_step: SB3's train_freq is env steps between updates; train_freq k with "
+                  "gradient_steps g is --updates_per_step g/k",
+    "gradient_steps": "--updates_per_step: SB3's gradient_steps g per train_freq k env steps is --updates_per_step g/k",
+    "training_intensity": "--updates_per_step: RLlib's training_intensity counts replayed transitions per sampled "
+                          "one, which is --updates_per_step times --batch_size",
+    "ent_coef": "--init_alpha: dsac always tunes the entropy coefficient; SB3's ent_coef 'auto_0.1' is "
+                "--init_alpha 0.1",
+    "evaluation_interval": "--eval_every: RLlib counts training iterations, --eval_every env steps",
+    "checkpoint_freq": "--snapshot_every: Tune counts training iterations, --snapshot_every seconds",
 }
 
 
@@ -72,59 +66,13 @@ def suggest_key(key: str, names) -> str:
     dashes = key[: len(key) - len(key.lstrip("-"))]
     if bare in ALIASES:
         return f" (did you mean {dashes}{ALIASES[bare]}?)"
+    if bare in FOREIGN_MEANINGS:
+        return f" (did you mean {FOREIGN_MEANINGS[bare]})"
     return did_you_mean(key, names)
 
 
 # Keys of RLlib's ``config["model"]`` that dsac understands; they live flat in Config.
 MODEL_KEYS = ("fcnet_hiddens", "fcnet_activation", "custom_model", "custom_model_config")
-
-
-def split_spec(spec: str, kind: str) -> tuple[str, str]:
-    """``(module, name)`` of ``"module:Name"``; a one-line error when it is not of that form."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr or not all(part.isidentifier() for part in module_name.split(".")):
-        raise DsacError(f"{kind} '{spec}' must be given as module:Name (a Python module, a colon, a name)")
-    return module_name, attr
-
-
-def load_object(spec, kind: str):
-    """A class or function given as itself or as ``"module:Name"``."""
-    if not isinstance(spec, str):
-        return spec
-    module_name, attr = split_spec(spec, kind)
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise DsacError(f"cannot load {kind} '{spec}': {exc}") from None
-    except Exception as exc:  # the module raised while being imported
-        raise DsacError(f"cannot load {kind} '{spec}': importing {module_name} raised "
-                        f"{type(exc).__name__}: {exc}") from None
-
-
-# Keys whose string values can name code to import: module:Name.
-CODE_KEYS = ("env", "policy_class", "callbacks", "custom_model")
-
-
-def names_code(key: str, value) -> bool:
-    """Whether ``value`` of config key ``key`` names a module to import."""
-    if not isinstance(value, str):
-        return False
-    return key in ("policy_class", "callbacks") or ":" in value
-
-
-def refuse_untrusted_code(values: dict, source: str, typed: dict | None = None) -> None:
-    """Strings in a file never become code without consent (as Hugging Face's
-    ``trust_remote_code``): refuse when ``values`` (read from ``source``) names a module to
-    import, unless the user typed that same value (``typed``: typing it is consent)."""
-    typed = typed or {}
-    for key in CODE_KEYS:
-        value = values.get(key)
-        if names_code(key, value) and typed.get(key) != value:
-            module = value.partition(":")[0] or value
-            raise DsacError(
-                f"{source} names code to import: {key} {value!r} (module {module}); nothing was imported. "
-                "If you trust the file, allow it with --trust_code (trust_code=True in Python)"
-            )
 
 
 def _qualified(obj) -> str | None:
@@ -212,6 +160,33 @@ def coerce_field(name: str, annotation: str, value):
     if base == "dict" and not isinstance(value, dict):
         raise DsacError(f"--{name} must be a mapping, got {value!r}")
     return value
+
+
+def _read_mapping(path: str, source: str) -> dict:
+    """A YAML (``.yaml``/``.yml``) or JSON file holding a mapping, with one-line errors."""
+    yaml_file = path.endswith((".yaml", ".yml"))
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except FileNotFoundError:
+        raise DsacError(f"{source}: no such file") from None
+    except OSError as exc:
+        raise DsacError(f"{source}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise DsacError(f"{source}: not UTF-8 text") from None
+    try:
+        if yaml_file:
+            import yaml
+
+            values = yaml.safe_load(text)
+        else:
+            values = json.loads(text)
+    except Exception as exc:  # yaml.YAMLError / json.JSONDecodeError: say where, in one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise DsacError(f"{source}: not valid {'YAML' if yaml_file else 'JSON'} ({first})") from None
+    if not isinstance(values, dict):
+        raise DsacError(f"{source}: must hold a mapping of flag names to values")
+    return values
 
 
 @dataclass
@@ -340,6 +315,39 @@ class Config:
         return out
 
     @classmethod
+    def load(cls, path: str, overrides: dict | None = None, *, source: str | None = None,
+             trusted: bool = False, fresh_run: bool = True) -> Config:
+        """The one way a saved config is read: a YAML or JSON file of flag names (a run's
+        ``config.json``, a user's ``--config`` file), changed by ``overrides``.
+
+        Args:
+            source: how errors name the file (default: the path).
+            trusted: the file may name code to import (a file the user typed as ``--config``
+                is theirs); otherwise a ``module:Name`` it holds is refused unless
+                ``overrides`` give the same value (see :func:`dsac.registry.refuse_untrusted_code`)
+                or ``overrides["trust_code"]`` is true.
+            fresh_run: a run's saved config repeats that run in a new directory: its output
+                directory and resume target are left out.
+
+        Raises:
+            DsacError: one line naming the file and the problem.
+        """
+        source = source or path
+        values = _read_mapping(path, source)
+        overrides = dict(overrides or {})
+        values.pop("custom_models", None)  # builders come from the registry or module:Name
+        values.pop("trust_code", None)  # consent is given by the caller, never by the file
+        if fresh_run:
+            values.pop("output_dir", None)
+            values.pop("resume", None)
+        if not (trusted or overrides.get("trust_code")):
+            refuse_untrusted_code(values, source, overrides)
+        try:
+            return cls.from_dict({**values, **overrides})
+        except DsacError as exc:
+            raise DsacError(f"{source}: {exc}") from None
+
+    @classmethod
     def from_dict(cls, values: dict) -> Config:
         """Build from a dict of flag names (plus RLlib's ``model`` dict), refusing unknown keys
         with a did-you-mean."""
@@ -362,10 +370,9 @@ class Config:
         return cls(**values)
 
     def resolved(self) -> Config:
-        """A copy with every "algorithm default" (None) filled in from ``ALGO_DEFAULTS``."""
-        if self.algo not in ALGOS:
-            raise DsacError(f"--algo must be one of {', '.join(ALGOS)}, got {self.algo!r}")
-        fills = {k: v for k, v in ALGO_DEFAULTS[self.algo].items() if getattr(self, k) is None}
+        """A copy with every "algorithm default" (None) filled in from the algorithm's
+        :attr:`dsac.algorithms.Algorithm.defaults`."""
+        fills = {k: v for k, v in algorithm(self.algo).defaults.items() if getattr(self, k) is None}
         if self.num_replay_shards is None:
             fills["num_replay_shards"] = self.num_learners
         # Ship the registered custom models (and any module:builder named) with the config.
@@ -460,15 +467,11 @@ class Config:
         if self.callbacks is not None:
             from dsac.callbacks import Callbacks
 
-            cls = load_object(self.callbacks, "callbacks")
-            if not (isinstance(cls, type) and issubclass(cls, Callbacks)):
-                raise DsacError(f"callbacks must be a dsac.Callbacks subclass, got {cls!r}")
+            load_subclass(self.callbacks, Callbacks, "callbacks")
         if self.policy_class is not None:
             from dsac.policy import Policy
 
-            cls = load_object(self.policy_class, "policy_class")
-            if not (isinstance(cls, type) and issubclass(cls, Policy)):
-                raise DsacError(f"policy_class must be a dsac.Policy subclass, got {cls!r}")
+            load_subclass(self.policy_class, Policy, "policy_class")
         if not isinstance(self.env_kwargs, dict):
             raise DsacError(f"env_kwargs must be a dict, got {self.env_kwargs!r}")
         if not isinstance(self.custom_model_config, dict):
@@ -483,8 +486,8 @@ class Config:
                 "every learner samples shards of its own"
             )
         if self.num_learners > 1:
-            from dsac.algorithms import policy_class_for
             from dsac.policy import Policy
+            from dsac.registry import policy_class_for
 
             policy = policy_class_for(self)
             if policy.compute_gradients is Policy.compute_gradients:

@@ -113,27 +113,13 @@ def is_flat_box(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 1
 
 
-def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space, algo: str) -> None:
-    """Refuse spaces the algorithm cannot handle, naming the space and what would fit."""
+def require_flat_box_observation(env_id: str, observation_space: gym.Space) -> None:
+    """Refuse observations the built-in networks cannot read, saying what would fit."""
     if not is_flat_box(observation_space):
         raise DsacError(
             f"{env_id} has observation space {observation_space}; dsac needs a flat Box observation: "
             "add --flatten_obs to flatten it"
         )
-    if algo == "dqn" and not isinstance(action_space, gym.spaces.Discrete):
-        raise DsacError(
-            f"--algo dqn needs a Discrete action space, but {env_id} has {action_space} (use --algo sac)"
-        )
-    if algo == "sac":
-        if isinstance(action_space, gym.spaces.Discrete):
-            raise DsacError(
-                f"--algo sac needs a continuous Box action space, but {env_id} has {action_space} "
-                "(use --algo dqn)"
-            )
-        if not (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1):
-            raise DsacError(f"--algo sac needs a flat Box action space, but {env_id} has {action_space}")
-        if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-            raise DsacError(f"--algo sac needs a bounded action space, but {env_id} has {action_space}")
 
 
 def describe_space(space: gym.Space) -> dict:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsac.algorithms import get_policy_class
 from dsac.artifacts import code_names, load_weights
-from dsac.config import ALGOS, Config, load_object, refuse_untrusted_code
-from dsac.envs import check_spaces, space_from_description
+from dsac.config import MODEL_KEYS, Config
+from dsac.envs import space_from_description
 from dsac.errors import DsacError
 from dsac.policy import Policy
+from dsac.registry import ALGOS, algorithm, load_subclass, refuse_untrusted_code
 
 
 class LoadedPolicy:
@@ -47,16 +47,14 @@ class LoadedPolicy:
         try:
             self.observation_space = space_from_description(payload["observation_space"])
             self.action_space = space_from_description(payload["action_space"])
-            keys = ("fcnet_hiddens", "fcnet_activation", "custom_model", "custom_model_config", "dueling",
-                    "num_atoms", "v_min", "v_max")
+            spec = algorithm(self.algo)
+            keys = (*MODEL_KEYS, *spec.model_keys)
             self.config = Config(algo=self.algo, env=self.env_id, **{k: model[k] for k in keys if k in model}).validate()
             if named["policy_class"]:
-                cls = load_object(named["policy_class"], "policy_class")
-                if not (isinstance(cls, type) and issubclass(cls, Policy)):
-                    raise DsacError(f"policy_class {named['policy_class']} is not a dsac.Policy subclass")
+                cls = load_subclass(named["policy_class"], Policy, "policy_class")
             else:
-                check_spaces(self.env_id, self.observation_space, self.action_space, self.algo)
-                cls = get_policy_class(self.algo)
+                spec.check_spaces(self.env_id, self.observation_space, self.action_space)
+                cls = spec.policy_class
         except DsacError as exc:
             raise DsacError(f"weights file {path}: {exc}") from None
         try:

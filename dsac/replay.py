@@ -211,31 +211,31 @@ class PrioritizedReplayStorage(ReplayStorage):
 
 
 class RateLimiter:
-    """Keeps sampled batches close to ``samples_per_insert * (inserted - min_size_to_sample)``.
+    """Keeps sampled batches close to ``updates_per_step * (inserted - learning_starts)``.
 
     The learner may sample when that keeps it at most one call ahead of the ratio; writers
     get insert *budgets* (credits) so that, all writers together, collection runs at most
-    ``max_inserts_ahead`` env steps ahead of it.
+    ``max_steps_ahead`` env steps ahead of it.
 
     Args:
-        samples_per_insert: gradient updates (batches) per env step.
-        min_size_to_sample: transitions to insert before the first sample.
-        max_inserts_ahead: env steps collection may run ahead of the ratio.
+        updates_per_step: gradient updates (batches) per env step.
+        learning_starts: transitions to insert before the first sample.
+        max_steps_ahead: env steps collection may run ahead of the ratio.
     """
 
-    def __init__(self, samples_per_insert: float, min_size_to_sample: int, max_inserts_ahead: int):
-        self.samples_per_insert = float(samples_per_insert)
-        self.min_size_to_sample = int(min_size_to_sample)
-        self.max_inserts_ahead = int(max_inserts_ahead)
+    def __init__(self, updates_per_step: float, learning_starts: int, max_steps_ahead: int):
+        self.updates_per_step = float(updates_per_step)
+        self.learning_starts = int(learning_starts)
+        self.max_steps_ahead = int(max_steps_ahead)
 
     def can_sample(self, inserted: int, sampled: int, num_batches: int) -> bool:
         """Whether ``num_batches`` more batches keep sampling within one call of the ratio."""
-        if inserted < max(self.min_size_to_sample, 1):
+        if inserted < max(self.learning_starts, 1):
             return False
-        allowed = self.samples_per_insert * (inserted - self.min_size_to_sample)
+        allowed = self.updates_per_step * (inserted - self.learning_starts)
         return sampled + num_batches <= allowed + num_batches
 
     def insert_headroom(self, inserted: int, sampled: int, outstanding: int) -> int:
         """Env steps that may still be granted to writers (never negative)."""
-        limit = self.min_size_to_sample + sampled / self.samples_per_insert + self.max_inserts_ahead
+        limit = self.learning_starts + sampled / self.updates_per_step + self.max_steps_ahead
         return max(0, math.floor(limit - inserted - outstanding))

@@ -24,9 +24,10 @@ import time
 
 import numpy as np
 
-from dsac.artifacts import read_json, write_json
-from dsac.config import Config, refuse_untrusted_code
+from dsac.artifacts import write_json
+from dsac.config import Config
 from dsac.errors import DsacError
+from dsac.registry import policy_class_for
 
 POLL_S = 0.2
 STALL_TIMEOUT_S = 120.0  # train() gives up waiting when nothing moves for this long
@@ -124,8 +125,6 @@ class Trainer:
 
     def get_policy(self):
         """A local (driver-side, numpy) policy with the latest weights."""
-        from dsac.algorithms import policy_class_for
-
         deadline = time.monotonic() + STALL_TIMEOUT_S
         latest = self._system.latest()
         while latest["weights"] is None:  # the learner's first push comes once TensorFlow is up
@@ -173,18 +172,9 @@ class Trainer:
         config_path = os.path.join(checkpoint_dir, "config.json")
         if not os.path.exists(config_path):
             raise DsacError(f"{checkpoint_dir} is not a dsac checkpoint (no config.json)")
-        values = read_json(config_path, f"{checkpoint_dir}: config.json")
-        if not isinstance(values, dict):
-            raise DsacError(f"{checkpoint_dir}: config.json must hold a JSON object")
-        values.pop("custom_models", None)  # builders come from the registry or module:Name
-        values.pop("trust_code", None)  # consent comes from the caller, never from the file
-        overrides = dict(overrides or {})
-        if not trust_code:
-            refuse_untrusted_code(values, f"{checkpoint_dir}: config.json", overrides)
-        values["output_dir"] = None  # a fresh run directory unless overridden
-        values.update(overrides)
-        values.update(init_weights=os.path.join(checkpoint_dir, "weights.pkl"), trust_code=trust_code)
-        return cls(Config.from_dict(values))
+        values = {"output_dir": None, **(overrides or {}), "trust_code": trust_code,
+                  "init_weights": os.path.join(checkpoint_dir, "weights.pkl")}
+        return cls(Config.load(config_path, values, source=f"{checkpoint_dir}: config.json"))
 
     def stop(self) -> dict:
         """Stop the actors and tasks, save the final weights; returns the run's summary."""

@@ -70,7 +70,7 @@ def _initial_weights(config, env_id):
     """Acting weights of a freshly built policy (what the learner would push first)."""
     import gymnasium as gym
 
-    from dsac.algorithms import policy_class_for
+    from dsac.registry import policy_class_for
 
     env = gym.make(env_id)
     policy = policy_class_for(config)(env.observation_space, env.action_space, config, build_learner=True, seed=0)
@@ -82,7 +82,7 @@ def _unthrottled_buffer(specs, num_writers: int):
 
     # No learner: the rate limiter must never hold collection back.
     return ReplayBuffer.options(num_cpus=0).remote(
-        specs, 200_000, samples_per_insert=1e-9, min_size_to_sample=10**12, max_inserts_ahead=10**12,
+        specs, 200_000, updates_per_step=1e-9, learning_starts=10**12, max_steps_ahead=10**12,
         num_writers=num_writers, max_chunk=256,
     )
 
@@ -143,7 +143,7 @@ def _naive_worker(index, config, replay, ps, seed):
     import ray
     import tensorflow as tf
 
-    from dsac.algorithms import policy_class_for
+    from dsac.registry import policy_class_for
 
     env = gym.make(config.env)
     policy = policy_class_for(config)(env.observation_space, env.action_space, config, build_learner=True, seed=seed)

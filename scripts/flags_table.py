@@ -9,7 +9,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from dsac.config import ALGO_DEFAULTS, Config  # noqa: E402
+from dsac.config import Config  # noqa: E402
+from dsac.registry import ALGOS, algorithm  # noqa: E402
+
+ALGO_DEFAULTS = {name: algorithm(name).defaults for name in ALGOS}
 
 
 def flags_table() -> str:

@@ -50,6 +50,7 @@ def launch(*args, timeout=120, quiet_tf=True):
         (["--num_workers", "two"], "invalid int value"),
         (["--num_worker", "2", "--gama", "0.9"], "unrecognized arguments: --gama 0.9 (did you mean --gamma"),
         (["--learning_rate", "3e-4"], "(did you mean --lr?)"),
+        (["--train_freq", "4"], "SB3's train_freq is env steps between updates"),
         (["--env_kwargs", "{bad json"], "not valid JSON"),
         (["--env_kwargs", '{"no_such_arg": 1}'], "does not take --env_kwargs"),
         (["--resume", "/nonexistent/run"], "no such directory"),

@@ -3,6 +3,7 @@ nothing of an algorithm's math, rollout processes need no TensorFlow; and ruff i
 
 import ast
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -14,12 +15,14 @@ ROOT = pathlib.Path(REPO_ROOT)
 
 
 def imports_of(path: pathlib.Path) -> set[str]:
+    """Every module ``path`` imports, at module level or inside a function."""
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)  # may name submodules
     return names
 
 
@@ -62,15 +65,77 @@ def test_ruff_is_clean():
 def test_rollout_side_never_imports_tensorflow():
     code = (
         "import sys, gymnasium as gym\n"
-        "from dsac.algorithms import get_policy_class\n"
+        "from dsac.registry import algorithm\n"
         "from dsac.config import Config\n"
         "import dsac.distributed.tasks, dsac.distributed.driver\n"
         "for algo, env in (('sac', 'Pendulum-v1'), ('dqn', 'CartPole-v1')):\n"
         "    e = gym.make(env)\n"
-        "    p = get_policy_class(algo)(e.observation_space, e.action_space, Config(algo=algo).validate())\n"
+        "    p = algorithm(algo).policy_class(e.observation_space, e.action_space, Config(algo=algo).validate())\n"
         "    p.random_actions(3)\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')]\n"
         "assert not bad, bad[:5]\n"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_import_cycle_among_dsac_modules():
+    """Imports inside functions count: a cycle is a knot however late it is tied."""
+    modules = {_module_name(p): p for p in (ROOT / "dsac").rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in imports_of(path):
+            # ``from dsac.x import y`` may name a submodule y or an attribute of dsac.x.
+            if imported in modules:
+                targets.add(imported)
+        graph[name] = targets - {name}
+    # A package imports its parent's __init__ implicitly; that is not a cycle of ours.
+    state: dict[str, int] = {}
+
+    def visit(node, trail):
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycle = trail[trail.index(nxt):] + [nxt]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def _algorithm_words() -> set[str]:
+    """Algorithm names and the config keys only one algorithm reads (their help says which)."""
+    import dataclasses
+
+    from dsac.config import Config
+    from dsac.registry import ALGOS, algorithm
+
+    words = set(ALGOS)
+    for f in dataclasses.fields(Config):
+        if re.search(r"\((sac|dqn)[;)]", f.metadata.get("help", "")):
+            words.add(f.name)
+    for name in ALGOS:
+        words.update(algorithm(name).model_keys)
+    return words
+
+
+ALGORITHM_FREE = sorted((ROOT / "dsac" / "distributed").glob("*.py")) + [
+    ROOT / "dsac" / name for name in ("envs.py", "export.py", "inference.py")
+]
+
+
+@pytest.mark.parametrize("path", ALGORITHM_FREE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_wiring_env_inference_and_export_name_no_algorithm(path):
+    text = path.read_text()
+    found = sorted(w for w in _algorithm_words() if re.search(rf"(?<![\w.-]){re.escape(w)}(?![\w-])", text))
+    assert not found, f"{path.name} names {found}: ask the algorithm (dsac.registry.algorithm) instead"

@@ -52,7 +52,7 @@ def test_sample_shapes_and_consistency():
 
 
 def test_rate_limiter_keeps_the_ratio():
-    limiter = RateLimiter(samples_per_insert=0.5, min_size_to_sample=100, max_inserts_ahead=50)
+    limiter = RateLimiter(updates_per_step=0.5, learning_starts=100, max_steps_ahead=50)
     assert not limiter.can_sample(inserted=99, sampled=0, num_batches=4)
     assert limiter.can_sample(inserted=100, sampled=0, num_batches=4)
     assert not limiter.can_sample(inserted=100, sampled=4, num_batches=4)
@@ -75,12 +75,12 @@ def test_replay_actor_grants_budgets_and_throttles(ray_local):
     from dsac.distributed.actors import ReplayBuffer
 
     replay = ReplayBuffer.remote(
-        SPECS, 1000, samples_per_insert=1.0, min_size_to_sample=20, max_inserts_ahead=10, num_writers=2,
+        SPECS, 1000, updates_per_step=1.0, learning_starts=20, max_steps_ahead=10, num_writers=2,
         max_chunk=64,
     )
     status = ray.get(replay.add.remote(0, None))
     assert status["grant"] > 0 and status["added"] == 0
-    assert ray.get(replay.sample.remote(4, 2)) is None  # fewer than min_size_to_sample
+    assert ray.get(replay.sample.remote(4, 2)) is None  # fewer than learning_starts
     ray.get(replay.add.remote(0, chunk(0, 15)))
     status = ray.get(replay.add.remote(1, chunk(15, 15)))
     assert status["added"] == 30
@@ -96,7 +96,7 @@ def test_replay_actor_grants_budgets_and_throttles(ray_local):
     # waiting in line since its last call, so writer 0, which just delivered, does not get them.
     assert ray.get(replay.add.remote(0, chunk(30, 10)))["grant"] == 0
     assert ray.get(replay.add.remote(1, None))["grant"] == 2
-    # Collection is now ahead by max_inserts_ahead: nobody gets budget.
+    # Collection is now ahead by max_steps_ahead: nobody gets budget.
     assert ray.get(replay.add.remote(0, None))["grant"] == 0
     stats = ray.get(replay.stats.remote())
     assert (stats["added"], stats["sampled_batches"], stats["size"]) == (40, 12, 40)
@@ -132,7 +132,7 @@ def test_waiting_calls_wake_as_soon_as_the_other_side_moves(ray_local):
     from dsac.distributed.actors import ReplayBuffer
 
     replay = ReplayBuffer.remote(
-        SPECS, 1000, samples_per_insert=1.0, min_size_to_sample=10, max_inserts_ahead=4, num_writers=1,
+        SPECS, 1000, updates_per_step=1.0, learning_starts=10, max_steps_ahead=4, num_writers=1,
         max_chunk=64,
     )
     ray.get(replay.add.remote(0, chunk(0, 9)))

@@ -1,34 +1,36 @@
-"""Algorithms by name. Each provides a :class:`dsac.policy.Policy` subclass."""
+"""What an algorithm gives the rest of dsac: an :class:`Algorithm`, defined by its own package
+(``dsac/algorithms/<name>/__init__.py``) and found by name through :mod:`dsac.registry`.
+
+The Ray wiring, the env checks, inference and export ask the algorithm what they need — its
+policy class, defaults, which spaces it takes, which settings make a weights file fit, how to
+serve it — and so name no algorithm themselves.
+"""
 
 from __future__ import annotations
 
-import importlib
-
-_POLICIES = {
-    "sac": "dsac.algorithms.sac.policy:SACPolicy",
-    "dqn": "dsac.algorithms.dqn.policy:DQNPolicy",
-}
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 
-def get_policy_class(algo: str):
-    """The policy class of an algorithm, imported on first use."""
-    module_name, class_name = _POLICIES[algo].split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+@dataclass(frozen=True)
+class Algorithm:
+    """An algorithm, as the rest of dsac sees it.
 
+    Attributes:
+        name: its ``--algo`` name.
+        policy_class: its :class:`dsac.policy.Policy` subclass (acting needs no TensorFlow).
+        defaults: values of the config fields whose default is "algorithm default" (None).
+        model_keys: the config keys besides the MLP's (``fcnet_hiddens``, ...) that shape its
+            networks: a weights file records them and must match them to be loaded.
+        check_spaces: ``check_spaces(env_id, observation_space, action_space)`` raises a
+            one-line :class:`dsac.errors.DsacError` for spaces it cannot handle.
+        serving: ``"module:function"`` of ``serving(loaded_policy) -> (keras model, act)``,
+            ``act(obs) -> actions`` in TensorFlow, for a SavedModel (imported only by export).
+    """
 
-def policy_class_for(config):
-    """The user's ``config.policy_class`` if set, else the algorithm's policy."""
-    if config.policy_class is not None:
-        from dsac.config import load_object
-
-        return load_object(config.policy_class, "policy_class")
-    return get_policy_class(config.algo)
-
-
-def callbacks_for(config):
-    """An instance of ``config.callbacks`` (None when unset)."""
-    if config.callbacks is None:
-        return None
-    from dsac.config import load_object
-
-    return load_object(config.callbacks, "callbacks")()
+    name: str
+    policy_class: type
+    defaults: dict
+    check_spaces: Callable
+    serving: str
+    model_keys: tuple[str, ...] = field(default_factory=tuple)

@@ -54,9 +54,9 @@ class ReplayBuffer:
     Args:
         specs: field -> (shape, dtype) of a transition (see :func:`dsac.replay.field_specs`).
         capacity: ring size in transitions.
-        samples_per_insert: batches sampled per env step inserted (``--updates_per_step``).
-        min_size_to_sample: env steps before the first sample (``--learning_starts``).
-        max_inserts_ahead: env steps collection may run ahead of the ratio.
+        updates_per_step: batches sampled per env step inserted (``--updates_per_step``).
+        learning_starts: env steps before the first sample (``--learning_starts``).
+        max_steps_ahead: env steps collection may run ahead of the ratio.
         num_writers: rollout workers sharing the insert budget.
         max_chunk: largest budget one writer is granted.
         seed: sampling seed.
@@ -67,10 +67,10 @@ class ReplayBuffer:
         insert_limit: no insert budget past this many transitions (None: unbounded).
         restore: a :meth:`snapshot` to start from (a resumed run with replay checkpointing).
         start_added: a resumed run without a replay snapshot: transitions counted so far. The
-            buffer starts empty and warms up again (``min_size_to_sample`` new transitions).
+            buffer starts empty and warms up again (``learning_starts`` new transitions).
     """
 
-    def __init__(self, specs, capacity, *, samples_per_insert, min_size_to_sample, max_inserts_ahead,
+    def __init__(self, specs, capacity, *, updates_per_step, learning_starts, max_steps_ahead,
                  num_writers, max_chunk, seed=0, prioritized=False, priority_alpha=0.6, priority_beta=0.4,
                  beta_anneal_steps=1, insert_limit=None, restore: dict | None = None, start_added: int = 0):
         nbytes = storage_bytes(capacity, specs)
@@ -79,12 +79,12 @@ class ReplayBuffer:
             self.storage = PrioritizedReplayStorage(specs, capacity, seed, alpha=priority_alpha)
         else:
             self.storage = ReplayStorage(specs, capacity, seed)
-        self.warmup = int(min_size_to_sample)
+        self.warmup = int(learning_starts)
         if restore is not None:
             self.storage.load_state_dict(restore)
         elif start_added:
             self.storage.added = int(start_added)
-            min_size_to_sample += int(start_added)  # warm up again before sampling
+            learning_starts += int(start_added)  # warm up again before sampling
         self.added_at_start = self.storage.added
         # After a restart (Ray calls __init__ again in a new process) the buffer starts empty
         # and counts on from where the run was once the driver calls resume().
@@ -93,12 +93,12 @@ class ReplayBuffer:
         self.priority_beta = float(priority_beta)
         self.beta_anneal_steps = max(1, int(beta_anneal_steps))
         self.insert_limit = insert_limit  # no budget past this many transitions (None: unbounded)
-        self.limiter = RateLimiter(samples_per_insert, min_size_to_sample, max_inserts_ahead)
+        self.limiter = RateLimiter(updates_per_step, learning_starts, max_steps_ahead)
         self.num_writers = int(num_writers)
         self.max_chunk = int(max_chunk)
         # Smallest budget worth a call: a few dozen steps with few writers, so a throttled
         # run does not degrade into one call per env step.
-        self.min_grant = max(1, min(self.max_chunk, max_inserts_ahead // (2 * self.num_writers)))
+        self.min_grant = max(1, min(self.max_chunk, max_steps_ahead // (2 * self.num_writers)))
         self.outstanding: dict[int, int] = {}  # writer id -> budget granted, not yet delivered
         # Writers waiting for budget, first come first served (-> when last heard of), so a
         # writer that just delivered cannot take the budget a waiting one was next in line for.
@@ -227,8 +227,8 @@ class ReplayBuffer:
             inserted = self.storage.added - self.added_at_start if snapshot is None else 0
             self.storage.added = int(added_before) + inserted
             self.added_at_start = int(added_before)
-            # The update ratio starts afresh: samples_per_insert x what is inserted from here on.
-            self.limiter.min_size_to_sample = int(added_before) + (0 if snapshot is not None else self.warmup)
+            # The update ratio starts afresh: updates_per_step x what is inserted from here on.
+            self.limiter.learning_starts = int(added_before) + (0 if snapshot is not None else self.warmup)
             self.insert_limit = insert_limit
             self.changed.notify_all()
 

@@ -24,26 +24,25 @@ import psutil
 import ray
 
 import dsac
-from dsac.algorithms import callbacks_for, policy_class_for
 from dsac.artifacts import (
     append_jsonl,
     check_writable_dir,
     code_names,
     load_weights,
     read_checkpoint,
-    read_json,
     save_weights,
     write_checkpoint,
     write_json,
 )
-from dsac.config import Config, refuse_untrusted_code
+from dsac.config import MODEL_KEYS, Config
 from dsac.distributed.actors import GradientAverager, ParameterServer, ReplayBuffer
 from dsac.distributed.recovery import Restarts, process_died
 from dsac.distributed.tasks import evaluator, learner, rollout_worker
-from dsac.distributed.topology import local_cluster_resources, plan_resources
-from dsac.envs import check_spaces, check_training_env_kwargs, describe_space, make_env
+from dsac.distributed.topology import local_cluster_resources, per_shard, plan_resources
+from dsac.envs import check_training_env_kwargs, describe_space, make_env
 from dsac.errors import DsacError
 from dsac.monitoring import ProgressDisplay, TensorBoardLog
+from dsac.registry import algorithm, callbacks_for, policy_class_for, refuse_untrusted_code
 from dsac.replay import check_fits_in_memory, field_specs, storage_bytes
 
 log = logging.getLogger("dsac")
@@ -98,7 +97,7 @@ def prepare(config: Config) -> Prepared:
     finally:
         env.close()
     observation_space, action_space = env.observation_space, env.action_space
-    check_spaces(config.env, observation_space, action_space, config.algo)
+    algorithm(config.algo).check_spaces(config.env, observation_space, action_space)
     initial_weights = None
     if config.init_weights:
         initial_weights = fitting_weights(config, config.init_weights, observation_space, action_space)
@@ -131,7 +130,7 @@ def fitting_weights(config: Config, path: str, observation_space, action_space) 
                 f"--init_weights {path} was trained on {payload.get('env')} whose {name} space differs from "
                 f"{config.env}'s"
             )
-    for key in ("fcnet_hiddens", "fcnet_activation", "custom_model", "dueling", "num_atoms"):
+    for key in network_keys(config):
         ours = getattr(config, key)
         ours = list(ours) if isinstance(ours, tuple | list) else ours
         if key in model and model[key] != ours:
@@ -142,6 +141,12 @@ def fitting_weights(config: Config, path: str, observation_space, action_space) 
     except ValueError as exc:
         raise DsacError(f"--init_weights {path}: {exc}") from None
     return payload["weights"]
+
+
+def network_keys(config: Config) -> tuple[str, ...]:
+    """The settings that shape the networks: the MLP's and the algorithm's own. A weights
+    file records them and must match them."""
+    return (*MODEL_KEYS, *algorithm(config.algo).model_keys)
 
 
 def check_resume_state(prepared: Prepared, state: dict, run_dir: str) -> None:
@@ -326,18 +331,18 @@ class DistributedRun:
         self.shards = [
             ReplayBuffer.options(**restartable).remote(
                 specs,
-                -(-config.buffer_size // num_shards),
-                samples_per_insert=config.updates_per_step,
-                min_size_to_sample=-(-config.learning_starts // num_shards),
-                max_inserts_ahead=max(1, config.max_steps_ahead // num_shards),
+                per_shard(config.buffer_size, num_shards),
+                updates_per_step=config.updates_per_step,
+                learning_starts=per_shard(config.learning_starts, num_shards),
+                max_steps_ahead=max(1, config.max_steps_ahead // num_shards),
                 num_writers=len(range(k, config.num_workers, num_shards)),
                 max_chunk=config.max_chunk,
                 seed=config.seed + k,
                 prioritized=config.prioritized,
                 priority_alpha=config.priority_alpha,
                 priority_beta=config.priority_beta,
-                beta_anneal_steps=-(-config.total_env_steps // num_shards),
-                insert_limit=None if insert_limit is None else -(-insert_limit // num_shards),
+                beta_anneal_steps=per_shard(config.total_env_steps, num_shards),
+                insert_limit=per_shard(insert_limit, num_shards),
                 restore=replay_snapshots[k] if replay_snapshots else None,
                 start_added=meta.get("env_steps", 0) // num_shards,
             )
@@ -470,7 +475,7 @@ class DistributedRun:
             snapshot = None
             if self.config.checkpoint_replay and self.checkpoint_path is not None:
                 snapshot = (read_checkpoint(self.output_dir).get("replay") or [None] * self.num_shards)[k]
-            limit = None if self.insert_limit is None else -(-self.insert_limit // self.num_shards)
+            limit = per_shard(self.insert_limit, self.num_shards)
             self.restarts.record(
                 f"replay_shard_{k}", "its process exited; Ray restarted the actor",
                 "refilled from the last replay snapshot" if snapshot is not None else
@@ -495,12 +500,7 @@ class DistributedRun:
             "flatten_obs": config.flatten_obs,
             "observation_space": describe_space(self.observation_space),
             "action_space": describe_space(self.action_space),
-            "model": {
-                "fcnet_hiddens": list(config.fcnet_hiddens), "fcnet_activation": config.fcnet_activation,
-                "custom_model": config.custom_model, "custom_model_config": dict(config.custom_model_config),
-                "dueling": config.dueling, "num_atoms": config.num_atoms, "v_min": config.v_min,
-                "v_max": config.v_max,
-            },
+            "model": {key: value for key, value in config.to_dict().items() if key in network_keys(config)},
             "policy_class": config.to_dict()["policy_class"],
             "eval_seed": self.eval_seed,
             "eval_episodes": config.eval_episodes,
@@ -686,8 +686,8 @@ class DistributedRun:
     def set_insert_limit(self, total_env_steps: int | None) -> None:
         """Let collection go up to ``total_env_steps`` transitions (all shards together)."""
         self.insert_limit = total_env_steps
-        per_shard = None if total_env_steps is None else -(-total_env_steps // self.num_shards)
-        ray.get([shard.set_insert_limit.remote(per_shard) for shard in self.shards])
+        limit = per_shard(total_env_steps, self.num_shards)
+        ray.get([shard.set_insert_limit.remote(limit) for shard in self.shards])
 
     # --- stopping ------------------------------------------------------------------------
     def stop(self, reason: str) -> dict:
@@ -791,24 +791,13 @@ def resume_config(run_dir: str, overrides: dict) -> Config:
     given on the command line), set to continue in ``run_dir``. Code the saved config names
     (an env module, callbacks, policy class, custom model) is imported only with
     ``trust_code`` among the overrides, or when typed again among them."""
-    path = os.path.join(run_dir, "config.json")
     if not os.path.isdir(run_dir):
         raise DsacError(f"--resume {run_dir}: no such directory")
+    path = os.path.join(run_dir, "config.json")
     if not os.path.exists(path):
         raise DsacError(f"--resume {run_dir}: not a dsac run (no config.json)")
-    values = read_json(path, f"--resume {run_dir}: config.json")
-    if not isinstance(values, dict):
-        raise DsacError(f"--resume {run_dir}: config.json must hold a JSON object, not a {type(values).__name__}")
-    values.pop("custom_models", None)  # builders come from the registry or module:Name
-    values.pop("trust_code", None)  # consent is given on the command line, never by the file
-    if not overrides.get("trust_code"):
-        refuse_untrusted_code(values, f"--resume {run_dir}: config.json", overrides)
-    values.update(overrides)
-    values.update(resume=run_dir, output_dir=run_dir)
-    try:
-        return Config.from_dict(values)
-    except DsacError as exc:
-        raise DsacError(f"--resume {run_dir}: config.json: {exc}") from None
+    return Config.load(path, {**overrides, "resume": run_dir, "output_dir": run_dir},
+                       source=f"--resume {run_dir}: config.json", fresh_run=False)
 
 
 def run(config: Config, started_at: float | None = None) -> dict:

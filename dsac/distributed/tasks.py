@@ -15,9 +15,9 @@ import time
 import numpy as np
 import ray
 
-from dsac.algorithms import callbacks_for, policy_class_for
 from dsac.distributed.topology import describe_process
 from dsac.evaluation import evaluate
+from dsac.registry import callbacks_for, policy_class_for
 from dsac.rollout import EnvCollector
 
 log = logging.getLogger("dsac")

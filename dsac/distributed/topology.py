@@ -66,6 +66,12 @@ class ResourcePlan:
         return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
 
 
+def per_shard(total: int | None, num_shards: int) -> int | None:
+    """Each replay shard's share of a run-wide count (capacity, warm-up, insert limit),
+    rounded up so that the shards together hold at least ``total``; None stays None."""
+    return None if total is None else -(-int(total) // num_shards)
+
+
 def _floor4(x: float) -> float:
     """Ray accepts fractional resources to 4 decimals."""
     return math.floor(x * 10_000) / 10_000

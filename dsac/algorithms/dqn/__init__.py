@@ -1,2 +1,34 @@
 """Deep Q-learning for discrete actions as in Ape-X (Horgan et al. 2018): double Q-learning,
 dueling heads, n-step returns, prioritized replay, and per-worker ε-greedy exploration."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from dsac.algorithms import Algorithm
+from dsac.algorithms.dqn.policy import DQNPolicy
+from dsac.envs import require_flat_box_observation
+from dsac.errors import DsacError
+
+
+def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
+    """A flat Box observation and a Discrete action space."""
+    require_flat_box_observation(env_id, observation_space)
+    if not isinstance(action_space, gym.spaces.Discrete):
+        raise DsacError(f"--algo dqn needs a Discrete action space, but {env_id} has {action_space} (use --algo sac)")
+
+
+ALGORITHM = Algorithm(
+    name="dqn",
+    policy_class=DQNPolicy,
+    # Ape-X's choices: n-step 3, prioritized replay (dueling and double Q are on by default).
+    defaults={
+        "lr": 1e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000,
+        "start_steps": 1_000, "updates_per_step": 0.5, "n_step": 3, "prioritized": True,
+        "total_env_steps": 100_000,
+    },
+    check_spaces=check_spaces,
+    serving="dsac.algorithms.dqn.serving:serving",
+    # The Q-network's shape and what its outputs mean: a weights file must match them.
+    model_keys=("dueling", "num_atoms", "v_min", "v_max"),
+)

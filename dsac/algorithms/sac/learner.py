@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from dsac.algorithms.compiled import CompiledUpdate
 from dsac.algorithms.sac.networks import build_actor, build_critic
-from dsac.algorithms.sac.numpy_actor import LOG_STD_MAX, LOG_STD_MIN
+from dsac.algorithms.sac.numpy_actor import LOG_STD_MAX, LOG_STD_MIN, to_unit_action
 from dsac.weights import TensorFlowVariables, named_variables
 
 LOG_2 = math.log(2.0)
@@ -105,8 +105,8 @@ class SACLearner(CompiledUpdate):
         self.target_entropy = float(
             -act_dim if config.target_entropy is None else config.target_entropy
         )
-        self.action_center = np.asarray((np.asarray(action_high) + np.asarray(action_low)) / 2, np.float32)
-        self.action_half_range = np.asarray((np.asarray(action_high) - np.asarray(action_low)) / 2, np.float32)
+        self.action_low = np.asarray(action_low, np.float32)
+        self.action_high = np.asarray(action_high, np.float32)
 
         self.critic_variables = self.q1.trainable_variables + self.q2.trainable_variables
         self.actor_optimizer = keras.optimizers.Adam(config.lr)
@@ -170,7 +170,7 @@ class SACLearner(CompiledUpdate):
         n = len(batch["reward"])
         return {
             "obs": np.asarray(batch["obs"], np.float32),
-            "action": (np.asarray(batch["action"], np.float32) - self.action_center) / self.action_half_range,
+            "action": to_unit_action(np.asarray(batch["action"], np.float32), self.action_low, self.action_high),
             "reward": np.asarray(batch["reward"], np.float32),
             "next_obs": np.asarray(batch["next_obs"], np.float32),
             "terminated": np.asarray(batch["terminated"], np.float32),

@@ -25,3 +25,14 @@ def squashed_gaussian(mean: np.ndarray, log_std: np.ndarray, explore: bool, rng:
         return np.tanh(mean)
     log_std = np.clip(log_std, LOG_STD_MIN, LOG_STD_MAX)
     return np.tanh(mean + np.exp(log_std) * rng.standard_normal(mean.shape).astype(mean.dtype))
+
+
+def to_env_action(unit, low, high):
+    """Actions in [-1, 1] (the squashed Gaussian's range) scaled to the env's bounds. Plain
+    arithmetic: numpy arrays and TensorFlow tensors alike (acting, learning, export)."""
+    return low + (unit + 1.0) * 0.5 * (high - low)
+
+
+def to_unit_action(action, low, high):
+    """The inverse of :func:`to_env_action`: env-space actions (as replay stores them) in [-1, 1]."""
+    return (action - low) * 2.0 / (high - low) - 1.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsac.algorithms.sac.numpy_actor import actor_layer_names, squashed_gaussian
+from dsac.algorithms.sac.numpy_actor import actor_layer_names, squashed_gaussian, to_env_action
 from dsac.models.numpy_ops import dense_shapes, mlp_forward
 from dsac.policy import LearnerPolicy
 from dsac.tf_setup import import_tensorflow
@@ -48,8 +48,7 @@ class SACPolicy(LearnerPolicy):
         else:
             out = mlp_forward(weights, self.layers, x, self.config.fcnet_activation)
         mean, log_std = out[:, : self.act_dim], out[:, self.act_dim :]
-        unit = squashed_gaussian(mean, log_std, explore, self.rng)
-        return self.low + (unit + 1.0) * 0.5 * (self.high - self.low)
+        return to_env_action(squashed_gaussian(mean, log_std, explore, self.rng), self.low, self.high)
 
     def numpy_weight_shapes(self):
         return dense_shapes(self.layers, [self.obs_dim, *self.config.fcnet_hiddens, 2 * self.act_dim])
