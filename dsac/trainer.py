@@ -101,7 +101,7 @@ class Trainer:
         self.iteration += 1
         elapsed = max(time.monotonic() - started, 1e-9)
         c = system.counters
-        from dsac.distributed.driver import custom_metric_means
+        from dsac.recorder import custom_metric_means
 
         result = {
             "iteration": self.iteration,

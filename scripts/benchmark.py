@@ -216,7 +216,8 @@ def in_system(seconds: float, workers: int = 4) -> dict:
     for ``seconds`` after the first 200 updates: learner updates/s and its share of time spent
     waiting for batches."""
     from dsac.config import Config
-    from dsac.distributed.driver import DistributedRun, prepare
+    from dsac.distributed.driver import DistributedRun
+    from dsac.preparation import prepare
 
     out = tempfile.mkdtemp(prefix="dsac-bench-")
     config = Config(env="Pendulum-v1", num_workers=workers, updates_per_step=4.0, total_env_steps=10**7,

@@ -227,8 +227,8 @@ def test_a_weights_file_is_a_plain_pickle_and_round_trips(tmp_path):
 ])
 def test_load_policy_and_init_weights_check_every_array(change, fact, tmp_path):
     from dsac import load_policy
-    from dsac.distributed.driver import fitting_weights
     from dsac.errors import DsacError
+    from dsac.preparation import fitting_weights
 
     payload = good_payload()
     payload["weights"].update(change)

@@ -8,7 +8,6 @@ about a second, not a cluster start-up.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import signal
@@ -17,33 +16,25 @@ import statistics
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
-import psutil
 import ray
 
 import dsac
 from dsac.artifacts import (
-    append_jsonl,
-    check_writable_dir,
-    code_names,
-    load_weights,
     read_checkpoint,
-    save_weights,
-    write_checkpoint,
-    write_json,
 )
-from dsac.config import MODEL_KEYS, Config
+from dsac.config import Config
 from dsac.distributed.actors import GradientAverager, ParameterServer, ReplayBuffer
 from dsac.distributed.recovery import Restarts, process_died
 from dsac.distributed.tasks import evaluator, learner, rollout_worker
-from dsac.distributed.topology import local_cluster_resources, per_shard, plan_resources
-from dsac.envs import check_training_env_kwargs, describe_space, make_env
+from dsac.distributed.topology import per_shard, plan_resources
 from dsac.errors import DsacError
-from dsac.monitoring import ProgressDisplay, TensorBoardLog
-from dsac.registry import algorithm, callbacks_for, policy_class_for, refuse_untrusted_code
-from dsac.replay import check_fits_in_memory, field_specs, storage_bytes
+from dsac.monitoring import ProgressDisplay
+from dsac.preparation import Prepared, check_resume_state, in_ray_job, prepare
+from dsac.recorder import Recorder, custom_metric_means
+from dsac.registry import callbacks_for
+from dsac.replay import field_specs, storage_bytes
 
 log = logging.getLogger("dsac")
 
@@ -54,113 +45,6 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(dsac.__file__)))
 
 class RunFailed(Exception):
     """A role failed mid-run; what was learned so far has been saved."""
-
-
-@dataclass
-class Prepared:
-    """What :func:`prepare` learned without starting Ray."""
-
-    config: Config
-    observation_space: object
-    action_space: object
-    output_dir: str
-    created_output_dir: bool
-    initial_weights: dict | None = None
-
-
-def in_ray_job() -> bool:
-    """Whether this driver is the entrypoint of a ``ray job submit``."""
-    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
-
-
-def default_output_dir(config: Config) -> str:
-    """``<storage_path>/<algo>-<env>-<timestamp>``. Inside a Ray job without a storage path
-    the runs go to ``~/dsac_runs`` on the driver's node, not into the job's working directory
-    (a temporary copy Ray may delete)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    root = config.storage_path or (os.path.expanduser("~/dsac_runs") if in_ray_job() else "runs")
-    name = f"{config.algo}-{config.env.replace('/', '_').replace(':', '_')}-{stamp}"
-    return os.path.join(root, name)
-
-
-def prepare(config: Config) -> Prepared:
-    """Validate the config, the env and its spaces, the replay's memory and the output dir."""
-    config = config.validate()
-    check_training_env_kwargs(config.env_kwargs)
-    if not (config.address or os.environ.get("RAY_ADDRESS")) and not ray.is_initialized():
-        plan_resources(config, local_cluster_resources())  # a local Ray's size is known before it starts
-    env = make_env(config.env, config.env_kwargs, config.flatten_obs)
-    try:
-        env.reset(seed=config.seed)
-    except Exception as exc:  # the env's own reset raised
-        raise DsacError(f"environment '{config.env}' failed to reset: {_one_line(exc)}") from None
-    finally:
-        env.close()
-    observation_space, action_space = env.observation_space, env.action_space
-    algorithm(config.algo).check_spaces(config.env, observation_space, action_space)
-    initial_weights = None
-    if config.init_weights:
-        initial_weights = fitting_weights(config, config.init_weights, observation_space, action_space)
-    specs = field_specs(observation_space.shape, observation_space.dtype, action_space.shape, action_space.dtype)
-    check_fits_in_memory(
-        storage_bytes(config.buffer_size, specs), psutil.virtual_memory().available, "this machine"
-    )
-    output_dir = config.resume or config.output_dir or default_output_dir(config)
-    created = not os.path.exists(output_dir)
-    check_writable_dir(output_dir, "--output_dir")
-    if not config.resume and os.path.exists(os.path.join(output_dir, "progress.jsonl")):
-        raise DsacError(f"--output_dir {output_dir} already holds a run: choose another directory")
-    return Prepared(config, observation_space, action_space, output_dir, created, initial_weights)
-
-
-def fitting_weights(config: Config, path: str, observation_space, action_space) -> dict:
-    """The weights in ``path``, if they fit this run's algorithm, spaces and network: every
-    array's name, shape, dtype and values are checked against the policy the config builds."""
-    payload = load_weights(path)
-    model = payload.get("model") or {}
-    if not config.trust_code:
-        typed = {"env": config.env, "policy_class": config.to_dict()["policy_class"],
-                 "custom_model": config.custom_model}
-        refuse_untrusted_code(code_names(payload), f"--init_weights {path}", typed)
-    if payload.get("algo") != config.algo:
-        raise DsacError(f"--init_weights {path} holds {payload.get('algo')} weights, this run is --algo {config.algo}")
-    for name, space in (("observation", observation_space), ("action", action_space)):
-        if payload.get(f"{name}_space") != describe_space(space):
-            raise DsacError(
-                f"--init_weights {path} was trained on {payload.get('env')} whose {name} space differs from "
-                f"{config.env}'s"
-            )
-    for key in network_keys(config):
-        ours = getattr(config, key)
-        ours = list(ours) if isinstance(ours, tuple | list) else ours
-        if key in model and model[key] != ours:
-            raise DsacError(f"--init_weights {path} has {key} {model[key]!r}, this run {ours!r}: pass --{key} to match")
-    policy = policy_class_for(config)(observation_space, action_space, config)
-    try:
-        policy.check_weights(payload["weights"])
-    except ValueError as exc:
-        raise DsacError(f"--init_weights {path}: {exc}") from None
-    return payload["weights"]
-
-
-def network_keys(config: Config) -> tuple[str, ...]:
-    """The settings that shape the networks: the MLP's and the algorithm's own. A weights
-    file records them and must match them."""
-    return (*MODEL_KEYS, *algorithm(config.algo).model_keys)
-
-
-def check_resume_state(prepared: Prepared, state: dict, run_dir: str) -> None:
-    """Refuse a checkpoint whose state does not fit the run before Ray starts: non-finite
-    values, or acting weights of other names or shapes than the config's network."""
-    for name, array in state.items():
-        if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
-            raise DsacError(f"--resume {run_dir}: checkpoint/state.npz holds NaN or infinite values in {name}")
-    policy = policy_class_for(prepared.config)(prepared.observation_space, prepared.action_space, prepared.config)
-    shapes = policy.weight_shapes() or {}
-    try:
-        policy.check_weights({name: state[name] for name in shapes if name in state} if shapes else {})
-    except ValueError as exc:
-        raise DsacError(f"--resume {run_dir}: checkpoint/state.npz does not fit the run's network: {exc}") from None
 
 
 def connect_ray(config: Config) -> bool:
@@ -299,10 +183,6 @@ class DistributedRun:
             log.info("rollout workers per node (planned): %s", self.plan.workers_per_node())
         if self.plan.learner_gpus == 0:
             log.info("no GPU requested or available: the learner runs on CPU (num_gpus=0)")
-        write_json(os.path.join(self.output_dir, "config.json"), config.to_dict())
-        self.progress_path = os.path.join(self.output_dir, "progress.jsonl")
-        self.weights_path = os.path.join(self.output_dir, "weights.pkl")
-        self.best_weights_path = os.path.join(self.output_dir, "best_weights.pkl")
         ship_user_code(config)
         self.callbacks = callbacks_for(config)
 
@@ -354,6 +234,8 @@ class DistributedRun:
             int(s.generate_state(1)[0]) for s in np.random.SeedSequence(config.seed).spawn(config.num_workers)
         ]
         self.eval_seed = config.seed + 100_000  # evaluation episodes reset with eval_seed + j
+        self.recorder = Recorder(config, self.output_dir, obs_space, act_space, started_at, self.eval_seed, meta)
+        self.weights_path = self.recorder.weights_path
         # Several learners: synchronous data-parallel SGD through a GradientAverager; learner j
         # samples shards j, j + N, ... (each shard is read by one learner: no shared hot spot).
         learners = config.num_learners
@@ -391,17 +273,12 @@ class DistributedRun:
         }
         self.learner_stats: dict = {}
         self.learner_results: dict[str, dict] = {}  # what each learner task returned
-        self.last_eval: dict = meta.get("last_eval", {})
-        best = meta.get("best_eval_return")
-        self.best_return = -math.inf if best is None else best
         self.last_checkpoint = time.monotonic()
-        self.checkpoint_path: str | None = None
         self.placements: dict[str, str] = {}
         self.failure: str | None = None
         self.episodes: list[tuple[float, int, dict]] = []  # since the last take_episodes()
         self.recent_returns: deque[float] = deque(maxlen=20)
         self._metrics_since_eval: list[dict] = []
-        self.tensorboard = TensorBoardLog(os.path.join(self.output_dir, "tb")) if config.tensorboard else None
 
     # --- tasks ---------------------------------------------------------------------------
     # max_retries=0: Ray would rerun a task whose process died silently; the driver restarts
@@ -473,7 +350,7 @@ class DistributedRun:
                 self.shard_added[k] = stats["added"]
                 continue
             snapshot = None
-            if self.config.checkpoint_replay and self.checkpoint_path is not None:
+            if self.config.checkpoint_replay and self.recorder.checkpoint_path is not None:
                 snapshot = (read_checkpoint(self.output_dir).get("replay") or [None] * self.num_shards)[k]
             limit = per_shard(self.insert_limit, self.num_shards)
             self.restarts.record(
@@ -490,27 +367,9 @@ class DistributedRun:
             self.actor_processes[f"replay_shard_{k}"] = stats["process"]
 
     # --- files ---------------------------------------------------------------------------
-    def payload(self, weights: dict, version: int, counters: dict) -> dict:
-        """What a weights file holds: plain values and numpy arrays only."""
-        config = self.config
-        return {
-            "algo": config.algo,
-            "env": config.env,
-            "env_kwargs": dict(config.env_kwargs),
-            "flatten_obs": config.flatten_obs,
-            "observation_space": describe_space(self.observation_space),
-            "action_space": describe_space(self.action_space),
-            "model": {key: value for key, value in config.to_dict().items() if key in network_keys(config)},
-            "policy_class": config.to_dict()["policy_class"],
-            "eval_seed": self.eval_seed,
-            "eval_episodes": config.eval_episodes,
-            "weights": weights,
-            "version": version,
-            "env_steps": counters.get("env_steps", 0),
-            "updates": counters.get("updates", 0),
-            "eval_return_mean": counters.get("eval_return_mean"),
-            "dsac_version": dsac.__version__,
-        }
+    @property
+    def last_eval(self) -> dict:
+        return self.recorder.last_eval
 
     def latest(self) -> dict:
         """The parameter server's latest weights, version and metadata."""
@@ -523,11 +382,7 @@ class DistributedRun:
         if latest["weights"] is None:
             return None
         self.last_weights = latest["weights"]
-        evaluated = self.last_eval.get("weights_version") == latest["version"]
-        counters = {**self.counters, "eval_return_mean": self.last_eval.get("eval_return_mean") if evaluated else None}
-        path = path or self.weights_path
-        save_weights(path, self.payload(latest["weights"], latest["version"], counters))
-        return path
+        return self.recorder.save_weights(latest["weights"], latest["version"], self.counters, path)
 
     # --- watching ------------------------------------------------------------------------
     def check_tasks(self, timeout: float) -> None:
@@ -580,39 +435,18 @@ class DistributedRun:
         )
         lines = []
         for ev in reports["evaluations"]:
-            line = {
-                "env_steps": ev["env_steps"],
-                "updates": ev["updates"],
-                "wall_s": round(time.time() - self.started_at, 3),
-                "eval_return_mean": ev["eval_return_mean"],
-                "eval_return_std": ev["eval_return_std"],
-                "weights_version": ev["weights_version"],
+            lines.append(self.recorder.evaluation(ev, {
                 "env_steps_collected": stats["added"],
-                "eval_episodes": len(ev["eval_returns"]),
                 **({"learner_updates": self.counters["learner_updates"]} if self.averager is not None else {}),
                 "rollout_workers_per_node": self.workers_per_node(),
                 **({"restarts": dict(self.restarts.counts)} if self.restarts.counts else {}),
                 **({"skipped_updates": self.counters["skipped_updates"]} if self.counters.get("skipped_updates") else {}),
                 **custom_metric_means(self._metrics_since_eval),
-            }
+            }))
             self._metrics_since_eval = []
-            append_jsonl(self.progress_path, line)
-            if self.tensorboard is not None:
-                self.tensorboard.evaluation(line)
-            lines.append(line)
-            self.last_eval = line
-            log.info(
-                "eval at %d env steps (%d updates, %.1f s): return %.1f +- %.1f",
-                line["env_steps"], line["updates"], line["wall_s"], line["eval_return_mean"],
-                line["eval_return_std"],
-            )
-            if ev["eval_return_mean"] > self.best_return:
-                self.best_return = ev["eval_return_mean"]
-                save_weights(self.best_weights_path, self.payload(ev["weights"], ev["weights_version"], line))
         if lines:
             self.save_latest()
-        if self.tensorboard is not None:
-            self.tensorboard.system(self.status(), reports["episodes"], self.learner_stats)
+        self.recorder.system(self.status(), reports["episodes"], self.learner_stats)
         self.write_checkpoint_if_ready()
         return lines
 
@@ -665,18 +499,10 @@ class DistributedRun:
         replay = (
             ray.get([shard.snapshot.remote() for shard in self.shards]) if self.config.checkpoint_replay else None
         )
-        meta = {
-            "env_steps": self.counters["env_steps"],
-            "updates": int(taken["meta"].get("updates", 0)),
-            "version": latest["version"],
-            "wall_s": round(time.time() - self.started_at, 3),
-            "last_eval": self.last_eval,
-            "best_eval_return": None if self.best_return == -math.inf else self.best_return,
-        }
-        payload = self.payload(latest["weights"], latest["version"], {**self.counters, "updates": meta["updates"]})
-        self.checkpoint_path = write_checkpoint(self.output_dir, taken["state"], meta, payload, replay)
-        self.snapshot = {"state": taken["state"], "updates": meta["updates"], "at": time.monotonic()}
-        log.info("checkpoint at %d env steps, %d updates: %s", meta["env_steps"], meta["updates"], self.checkpoint_path)
+        updates = int(taken["meta"].get("updates", 0))
+        self.recorder.checkpoint(taken["state"], latest["weights"], latest["version"],
+                                 {**self.counters, "updates": updates}, replay)
+        self.snapshot = {"state": taken["state"], "updates": updates, "at": time.monotonic()}
 
     def take_episodes(self) -> list[tuple[float, int, dict]]:
         """Episodes reported since the last call: (return, length, custom metrics)."""
@@ -713,55 +539,23 @@ class DistributedRun:
                 ray.cancel(ref, force=True)
             self.pending = []
             self.poll()
-            if self.tensorboard is not None:
-                self.tensorboard.system(self.status(), [], self.learner_stats, force=True)
+            self.recorder.system(self.status(), [], self.learner_stats, force=True)
             self.save_latest()
         except (ray.exceptions.RayError, OSError) as exc:
             # An actor died or the disk failed: the weights saved at the last evaluation are what is left.
             self.failure = self.failure or f"shutdown failed: {_one_line(exc)}"
             log.warning("%s; %s keeps the weights of the last evaluation", self.failure, self.weights_path)
         counters = self.counters
-        summary = {
-            "stop_reason": reason,
-            "failure": self.failure,
-            "env_steps": counters["env_steps"],
-            "updates": counters["updates"],
-            "weights_version": counters["version"],
+        return self.recorder.summary(reason, self.failure, counters, {
             "restarts": dict(self.restarts.counts),
             "skipped_updates": counters.get("skipped_updates", 0),
             "replay_add_calls": counters["add_calls"],
             "transitions_per_add": round(counters["env_steps"] / max(1, counters["add_calls"]), 1),
-            "wall_s": round(time.time() - self.started_at, 3),
-            "last_eval": self.last_eval,
-            "best_eval_return": None if self.best_return == -math.inf else self.best_return,
-            "output_dir": self.output_dir,
-            "weights_path": self.weights_path if os.path.exists(self.weights_path) else None,
-            "checkpoint_path": self.checkpoint_path,
             "rollout_workers_per_node": self.workers_per_node(),
             "placement": self.plan.describe(),
             **({"learners": self.learner_results, "gradients_per_learner": self.averager_contributions()}
                if self.averager is not None else {}),
-        }
-        try:
-            write_json(os.path.join(self.output_dir, "summary.json"), summary)
-            if self.tensorboard is not None:
-                self.tensorboard.close()
-        except OSError as exc:
-            log.warning("cannot write summary.json or the TensorBoard files: %s", exc)
-        log.info(
-            "done (%s): %d env steps, %d updates, %.1f s; weights in %s",
-            reason, summary["env_steps"], summary["updates"], summary["wall_s"], self.weights_path,
-        )
-        return summary
-
-
-def custom_metric_means(metrics: list[dict]) -> dict:
-    """``custom_metrics/<name>_mean`` over the episodes' custom metrics."""
-    values: dict[str, list[float]] = {}
-    for m in metrics:
-        for key, value in m.items():
-            values.setdefault(key, []).append(float(value))
-    return {f"custom_metrics/{k}_mean": statistics.fmean(v) for k, v in sorted(values.items())}
+        })
 
 
 def start(config: Config, started_at: float, insert_limit: int | None = None,

@@ -17,6 +17,7 @@ import ray
 
 from dsac.distributed.topology import describe_process
 from dsac.evaluation import evaluate
+from dsac.learning import LearnerLoop, NonFiniteUpdates
 from dsac.registry import callbacks_for, policy_class_for
 from dsac.rollout import EnvCollector
 
@@ -169,10 +170,6 @@ class ShardedSampler:
         return shard, result
 
 
-class NonFiniteUpdates(RuntimeError):
-    """``--max_nonfinite_updates`` updates in a row had non-finite gradients."""
-
-
 class GradientSync:
     """A learner's side of :class:`dsac.distributed.actors.GradientAverager`: flattens the
     policy's gradients into one array, averages it with the other learners', applies the mean."""
@@ -230,102 +227,73 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     role = "learner" if averager is None else f"learner_{index}"
     ps.report_placement.remote(role, {**describe_process(), "device": device})
     policy = policy_class_for(config)(observation_space, action_space, config, build_learner=True, seed=seed)
-    callbacks = callbacks_for(config)
     if initial_weights is not None:
         policy.set_weights(initial_weights)
-    updates, stats = 0, {}  # stats: means over the updates since the last push
-    stat_sums: dict[str, float] = {}
-    stat_count = 0
+    loop = LearnerLoop(policy, config, callbacks_for(config))
     if initial_state is not None:
-        policy.set_state(initial_state)
-        updates = int(initial_state.get("updates", 0))
-    sync = None
+        loop.set_state(initial_state)
+    sync, learn = None, None
     if averager is not None:
         sync = GradientSync(averager, index)
         # Every replica starts from learner 0's state, whatever its own initialization was.
-        state = ray.get(averager.broadcast.remote(index, policy.get_state() if primary else None))
+        state = ray.get(averager.broadcast.remote(index, loop.state() if primary else None))
         if state is None:
-            return {"learner": index, "updates": updates}
-        policy.set_state(state)
-    env_steps_by_shard = [0] * len(shards)
-    reply = ray.get(ps.push.remote(policy.get_weights(), {"updates": updates, "env_steps": 0})) if primary else {
-        "stop": False}
-    sampler = ShardedSampler(shards, config.batch_size, config.batches_per_sample, config.prefetch)
-    last_push = None
+            return {"learner": index, "updates": loop.updates}
+        loop.set_state(state)
 
-    skipped, skipped_in_a_row = 0, 0  # updates with non-finite gradients (not applied)
+        def learn(batches):  # every update is the mean of all learners' gradients
+            results = []
+            for i, batch in enumerate(batches):
+                result = sync.learn(policy, batch, loop.updates + i, sum(env_steps_by_shard))
+                if result is None:  # the run stopped while the others were waited for
+                    break
+                results.append(result)
+            return results
+
+    env_steps_by_shard = [0] * len(shards)
+    sampler = ShardedSampler(shards, config.batch_size, config.batches_per_sample, config.prefetch)
 
     def meta(**extra):
         env_steps = sync.env_steps if sync is not None else sum(env_steps_by_shard)
-        return {"updates": updates, "env_steps": env_steps, "stats": stats, "learner_wait_s": sampler.wait_s,
-                "skipped_updates": skipped, **extra}
+        return loop.meta(env_steps, learner_wait_s=sampler.wait_s, **extra)
 
-    while not reply["stop"]:
-        shard, result = sampler.next()
-        if result is None:  # the ratio holds the learner back, or the run is stopping
-            reply = {"stop": ray.get(ps.should_stop.remote())}
-            continue
-        batches, env_steps_by_shard[shard] = result
-        batch_list = [{key: value[i] for key, value in batches.items()} for i in range(config.batches_per_sample)]
-        # One learner runs the sample call's batches in one compiled call; data-parallel
-        # learners average every update's gradients with the others first.
-        results = policy.learn_on_batches(batch_list) if sync is None else []
-        priorities, block_start = [], updates
-        for i, batch in enumerate(batch_list):
-            if sync is None:
-                result = results[i]
-            else:
-                result = sync.learn(policy, batch, updates, sum(env_steps_by_shard))
-                if result is None:  # the run stopped while the others were waited for
-                    reply = {"stop": True}
-                    break
-            td_abs = result.pop("td_abs", None)
-            if result.get("skipped"):
-                skipped, skipped_in_a_row, td_abs = skipped + 1, skipped_in_a_row + 1, None
-            else:
-                skipped_in_a_row = 0
-            priorities.append(td_abs)  # none for a skipped update: its TD errors are not finite
-            if td_abs is not None:
-                result["td_error_mean"], result["td_error_max"] = float(np.mean(td_abs)), float(np.max(td_abs))
-            if callbacks is not None:
-                callbacks.on_learn_on_batch(policy=policy, batch=batch, result=result)
-            for key, value in result.items():
-                if np.ndim(value) == 0:  # scalars only: a custom policy may report arrays
-                    stat_sums[key] = stat_sums.get(key, 0.0) + float(value)
-            stat_count += 1
-            updates += 1
-        # Push once a multiple of push_every was passed, with the weights after the whole block.
-        if updates // config.push_every > block_start // config.push_every and not reply["stop"]:
-            stats = {key: total / stat_count for key, total in stat_sums.items()}
-            stat_sums, stat_count = {}, 0
-            if sync is not None:
-                ps.report_learner.remote(index, updates)
-            if primary:
-                if last_push is not None:
-                    reply = ray.get(last_push)  # long done: carries the stop flag
-                    if reply.get("state_wanted"):
-                        ps.put_state.remote(policy.get_state(), meta())
-                last_push = ps.push.remote(policy.get_weights(), meta())
-        if len(priorities) == config.batches_per_sample and "indices" in batches and all(
-            p is not None for p in priorities
-        ):
-            shards[shard].update_priorities.remote(batches["indices"], batches["generations"], np.stack(priorities))
-        if skipped_in_a_row >= config.max_nonfinite_updates:
-            # The weights are still the last good ones (no skipped step changed them): hand
-            # them and the counters over, then fail with the reason.
-            if primary:
-                ray.get(ps.push.remote(policy.get_weights(), meta(final=True)))
-            raise NonFiniteUpdates(
-                f"{skipped_in_a_row} updates in a row had non-finite losses or gradients (skipped; "
-                f"{skipped} in all, of {updates}): stopped with the last good weights"
-            )
+    reply = ray.get(ps.push.remote(policy.get_weights(), meta())) if primary else {"stop": False}
+    last_push = None
+    try:
+        while not reply["stop"]:
+            shard, result = sampler.next()
+            if result is None:  # the ratio holds the learner back, or the run is stopping
+                reply = {"stop": ray.get(ps.should_stop.remote())}
+                continue
+            batches, env_steps_by_shard[shard] = result
+            step = loop.step(batches, learn)
+            if step.stopped:
+                reply = {"stop": True}
+            # Push once a multiple of push_every was passed, with the weights after the whole block.
+            if step.push and not step.stopped:
+                if sync is not None:
+                    ps.report_learner.remote(index, loop.updates)
+                if primary:
+                    if last_push is not None:
+                        reply = ray.get(last_push)  # long done: carries the stop flag
+                        if reply.get("state_wanted"):
+                            ps.put_state.remote(loop.state(), meta())
+                    last_push = ps.push.remote(policy.get_weights(), meta())
+            if step.priorities is not None and "indices" in batches:
+                shards[shard].update_priorities.remote(batches["indices"], batches["generations"], step.priorities)
+    except NonFiniteUpdates:
+        # The weights are still the last good ones (no skipped step changed them): hand them
+        # and the counters over, then fail with the reason.
+        if primary:
+            ray.get(ps.push.remote(policy.get_weights(), meta(final=True)))
+        raise
     final = meta(final=True)
     if sync is not None:
-        ray.get(ps.report_learner.remote(index, updates))
+        ray.get(ps.report_learner.remote(index, loop.updates))
     if primary:
-        ray.get(ps.put_state.remote(policy.get_state(), final))  # before the push the evaluator waits for
+        ray.get(ps.put_state.remote(loop.state(), final))  # before the push the evaluator waits for
         ray.get(ps.push.remote(policy.get_weights(), final))
-    return {"learner": index, "updates": updates, "weights_digest": weights_digest(policy.get_weights())}
+    return {"learner": index, "updates": loop.updates, "weights_digest": weights_digest(policy.get_weights())}
 
 
 @ray.remote

@@ -1,0 +1,119 @@
+"""The learner's loop, free of Ray (Acme's ``Learner.step``): one sample call's batches in,
+what to send out — whether to push weights, the new priorities, the stats — and the one
+update counter. The distributed learner task feeds it batches from the replay shards and
+forwards its outputs; the serial runner feeds it from a local replay storage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class NonFiniteUpdates(RuntimeError):
+    """``--max_nonfinite_updates`` updates in a row had non-finite gradients."""
+
+
+@dataclass
+class LearnerStep:
+    """What one :meth:`LearnerLoop.step` produced.
+
+    Attributes:
+        push: the block passed a multiple of ``push_every`` updates: push the weights now.
+        priorities: new priorities (|TD error|), one row per batch, for prioritized replay;
+            None when some update gave none (a skipped, non-finite one) or the policy gives none.
+        stopped: the update function reported the run stopped midway (data-parallel learners).
+    """
+
+    push: bool
+    priorities: np.ndarray | None
+    stopped: bool = False
+
+
+class LearnerLoop:
+    """Runs a policy's updates on stacked batches and keeps the learner's books.
+
+    Args:
+        policy: a :class:`dsac.policy.Policy` built with its learner.
+        config: the run's config (``batches_per_sample``, ``push_every``,
+            ``max_nonfinite_updates``).
+        callbacks: a :class:`dsac.callbacks.Callbacks` whose ``on_learn_on_batch`` runs per update.
+        updates: the update count to start from (a resumed run's).
+    """
+
+    def __init__(self, policy, config, callbacks=None, updates: int = 0):
+        self.policy = policy
+        self.config = config
+        self.callbacks = callbacks
+        self.updates = int(updates)  # the one update counter of the run's learner
+        self.skipped = 0  # updates with non-finite gradients (not applied)
+        self.skipped_in_a_row = 0
+        self.stats: dict[str, float] = {}  # means over the updates between the last two pushes
+        self._sums: dict[str, float] = {}
+        self._count = 0
+
+    def step(self, stacked: dict[str, np.ndarray],
+             learn: Callable[[list[dict]], list[dict] | None] | None = None) -> LearnerStep:
+        """Learn from the ``batches_per_sample`` batches stacked in ``stacked`` (as a replay
+        sample call returns them), by default in one ``policy.learn_on_batches`` call; ``learn``
+        replaces that call (data-parallel learners average gradients first; it returns None
+        when the run stopped meanwhile).
+
+        Raises:
+            NonFiniteUpdates: ``max_nonfinite_updates`` updates in a row were skipped (the
+                weights are still the last good ones).
+        """
+        count = len(stacked["reward"])
+        batches = [{key: value[i] for key, value in stacked.items()} for i in range(count)]
+        results = (learn or self.policy.learn_on_batches)(batches)
+        block_start = self.updates
+        if results is None:
+            return LearnerStep(push=False, priorities=None, stopped=True)
+        priorities = []
+        for batch, result in zip(batches, results, strict=False):
+            td_abs = result.pop("td_abs", None)
+            if result.get("skipped"):
+                self.skipped += 1
+                self.skipped_in_a_row += 1
+                td_abs = None  # its TD errors are not finite: no priorities from it
+            else:
+                self.skipped_in_a_row = 0
+            priorities.append(td_abs)
+            if td_abs is not None:
+                result["td_error_mean"], result["td_error_max"] = float(np.mean(td_abs)), float(np.max(td_abs))
+            if self.callbacks is not None:
+                self.callbacks.on_learn_on_batch(policy=self.policy, batch=batch, result=result)
+            for key, value in result.items():
+                if np.ndim(value) == 0:  # scalars only: a custom policy may report arrays
+                    self._sums[key] = self._sums.get(key, 0.0) + float(value)
+            self._count += 1
+            self.updates += 1
+        push = self.updates // self.config.push_every > block_start // self.config.push_every
+        if push:
+            self.stats = {key: total / self._count for key, total in self._sums.items()}
+            self._sums, self._count = {}, 0
+        complete = len(priorities) == count and all(p is not None for p in priorities)
+        step = LearnerStep(push=push, priorities=np.stack(priorities) if complete else None,
+                           stopped=len(results) < count)
+        if self.skipped_in_a_row >= self.config.max_nonfinite_updates:
+            raise NonFiniteUpdates(
+                f"{self.skipped_in_a_row} updates in a row had non-finite losses or gradients (skipped; "
+                f"{self.skipped} in all, of {self.updates}): stopped with the last good weights"
+            )
+        return step
+
+    def meta(self, env_steps: int, **extra) -> dict:
+        """What the learner tells the parameter server with its weights (counters, stats)."""
+        return {"updates": self.updates, "env_steps": env_steps, "stats": self.stats,
+                "skipped_updates": self.skipped, **extra}
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The policy's full state for a checkpoint, with this loop's update count."""
+        return {**self.policy.get_state(), "updates": np.array(self.updates)}
+
+    def set_state(self, state: dict) -> None:
+        """Continue from a checkpoint's state (networks, optimizer, update count)."""
+        self.policy.set_state(state)
+        self.updates = int(state.get("updates", 0))

@@ -1,0 +1,135 @@
+"""What a run checks and learns before anything starts — the config, the env and its
+spaces, the replay's memory, the output directory, warm-start weights and a resumed
+checkpoint — shared by the distributed run and the serial runner. Free of Ray: a typo costs
+about a second, not a cluster start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import psutil
+
+from dsac.artifacts import check_writable_dir, code_names, load_weights
+from dsac.config import Config
+from dsac.envs import check_training_env_kwargs, describe_space, make_env
+from dsac.errors import DsacError
+from dsac.recorder import network_keys
+from dsac.registry import algorithm, policy_class_for, refuse_untrusted_code
+from dsac.replay import check_fits_in_memory, field_specs, storage_bytes
+
+
+@dataclass
+class Prepared:
+    """What :func:`prepare` learned without starting Ray."""
+
+    config: Config
+    observation_space: object
+    action_space: object
+    output_dir: str
+    created_output_dir: bool
+    initial_weights: dict | None = None
+
+
+def in_ray_job() -> bool:
+    """Whether this driver is the entrypoint of a ``ray job submit``."""
+    return "RAY_JOB_CONFIG_JSON_ENV_VAR" in os.environ
+
+
+def default_output_dir(config: Config) -> str:
+    """``<storage_path>/<algo>-<env>-<timestamp>``. Inside a Ray job without a storage path
+    the runs go to ``~/dsac_runs`` on the driver's node, not into the job's working directory
+    (a temporary copy Ray may delete)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    root = config.storage_path or (os.path.expanduser("~/dsac_runs") if in_ray_job() else "runs")
+    name = f"{config.algo}-{config.env.replace('/', '_').replace(':', '_')}-{stamp}"
+    return os.path.join(root, name)
+
+
+def prepare(config: Config, local: bool = False) -> Prepared:
+    """Validate the config, the env and its spaces, the replay's memory and the output dir;
+    for a run on a local Ray (not ``local``: the serial runner starts none), that its roles
+    fit the Ray it will start."""
+    config = config.validate()
+    check_training_env_kwargs(config.env_kwargs)
+    if not local and not (config.address or os.environ.get("RAY_ADDRESS")):
+        import ray
+
+        from dsac.distributed.topology import local_cluster_resources, plan_resources
+
+        if not ray.is_initialized():  # a local Ray's size is known before it starts
+            plan_resources(config, local_cluster_resources())
+    env = make_env(config.env, config.env_kwargs, config.flatten_obs)
+    try:
+        env.reset(seed=config.seed)
+    except Exception as exc:  # the env's own reset raised
+        raise DsacError(f"environment '{config.env}' failed to reset: {_one_line(exc)}") from None
+    finally:
+        env.close()
+    observation_space, action_space = env.observation_space, env.action_space
+    algorithm(config.algo).check_spaces(config.env, observation_space, action_space)
+    initial_weights = None
+    if config.init_weights:
+        initial_weights = fitting_weights(config, config.init_weights, observation_space, action_space)
+    specs = field_specs(observation_space.shape, observation_space.dtype, action_space.shape, action_space.dtype)
+    check_fits_in_memory(
+        storage_bytes(config.buffer_size, specs), psutil.virtual_memory().available, "this machine"
+    )
+    output_dir = config.resume or config.output_dir or default_output_dir(config)
+    created = not os.path.exists(output_dir)
+    check_writable_dir(output_dir, "--output_dir")
+    if not config.resume and os.path.exists(os.path.join(output_dir, "progress.jsonl")):
+        raise DsacError(f"--output_dir {output_dir} already holds a run: choose another directory")
+    return Prepared(config, observation_space, action_space, output_dir, created, initial_weights)
+
+
+def fitting_weights(config: Config, path: str, observation_space, action_space) -> dict:
+    """The weights in ``path``, if they fit this run's algorithm, spaces and network: every
+    array's name, shape, dtype and values are checked against the policy the config builds."""
+    payload = load_weights(path)
+    model = payload.get("model") or {}
+    if not config.trust_code:
+        typed = {"env": config.env, "policy_class": config.to_dict()["policy_class"],
+                 "custom_model": config.custom_model}
+        refuse_untrusted_code(code_names(payload), f"--init_weights {path}", typed)
+    if payload.get("algo") != config.algo:
+        raise DsacError(f"--init_weights {path} holds {payload.get('algo')} weights, this run is --algo {config.algo}")
+    for name, space in (("observation", observation_space), ("action", action_space)):
+        if payload.get(f"{name}_space") != describe_space(space):
+            raise DsacError(
+                f"--init_weights {path} was trained on {payload.get('env')} whose {name} space differs from "
+                f"{config.env}'s"
+            )
+    for key in network_keys(config):
+        ours = getattr(config, key)
+        ours = list(ours) if isinstance(ours, tuple | list) else ours
+        if key in model and model[key] != ours:
+            raise DsacError(f"--init_weights {path} has {key} {model[key]!r}, this run {ours!r}: pass --{key} to match")
+    policy = policy_class_for(config)(observation_space, action_space, config)
+    try:
+        policy.check_weights(payload["weights"])
+    except ValueError as exc:
+        raise DsacError(f"--init_weights {path}: {exc}") from None
+    return payload["weights"]
+
+
+def check_resume_state(prepared: Prepared, state: dict, run_dir: str) -> None:
+    """Refuse a checkpoint whose state does not fit the run before Ray starts: non-finite
+    values, or acting weights of other names or shapes than the config's network."""
+    for name, array in state.items():
+        if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+            raise DsacError(f"--resume {run_dir}: checkpoint/state.npz holds NaN or infinite values in {name}")
+    policy = policy_class_for(prepared.config)(prepared.observation_space, prepared.action_space, prepared.config)
+    shapes = policy.weight_shapes() or {}
+    try:
+        policy.check_weights({name: state[name] for name in shapes if name in state} if shapes else {})
+    except ValueError as exc:
+        raise DsacError(f"--resume {run_dir}: checkpoint/state.npz does not fit the run's network: {exc}") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"
