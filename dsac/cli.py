@@ -77,12 +77,8 @@ def main(argv=None) -> int:
         level=logging.INFO, format="%(asctime)s dsac %(message)s", datefmt="%H:%M:%S", stream=sys.stdout
     )
     try:
-        from dsac.distributed.driver import RunFailed, resume_config, run  # imports Ray
-
-        # Ray's own start-up messages go where dsac's log goes; stderr is kept for the error line.
-        for handler in logging.getLogger("ray").handlers:
-            if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:
-                handler.setStream(sys.stdout)
+        from dsac.errors import RunFailed
+        from dsac.preparation import resume_config
 
         given = vars(build_parser(suppress_defaults=True).parse_args(argv))  # flags actually typed
         given.pop("config", None)
@@ -95,6 +91,15 @@ def main(argv=None) -> int:
             values.pop("config")
             config = Config.from_dict(values).validate()
 
+        if config.local:  # the serial runner: no Ray at all
+            from dsac.serial import run_serial as run
+        else:
+            from dsac.distributed.driver import run  # imports Ray
+
+            # Ray's own start-up messages go where dsac's log goes; stderr is kept for the error line.
+            for handler in logging.getLogger("ray").handlers:
+                if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:
+                    handler.setStream(sys.stdout)
         try:
             summary = run(config, started_at=STARTED_AT)
         except RunFailed as exc:

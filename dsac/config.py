@@ -201,7 +201,11 @@ class Config:
     seed: int = _f(0, "random seed (envs, networks, replay sampling)")
 
     # --- topology ----------------------------------------------------------------------
-    num_workers: int = _f(2, "rollout worker tasks")
+    num_workers: int = _f(2, "rollout worker tasks (0: the serial runner, as --local)")
+    local: bool = _f(
+        False, "run rollout, replay, learner and evaluator in this one process without Ray (same classes, same "
+        "files): for stepping through a custom env, model, policy or callback in a debugger, and tiny runs"
+    )
     envs_per_worker: int = _f(1, "environments each rollout worker steps as one batch")
     num_learners: int = _f(1, "learner tasks; more than 1 train data-parallel (synchronous gradient averaging)")
     address: str | None = _f(None, "Ray cluster to join (default: RAY_ADDRESS, else a local Ray)")
@@ -375,6 +379,8 @@ class Config:
         fills = {k: v for k, v in algorithm(self.algo).defaults.items() if getattr(self, k) is None}
         if self.num_replay_shards is None:
             fills["num_replay_shards"] = self.num_learners
+        if self.num_workers == 0:  # RLlib's num_env_runners=0: everything in the driver
+            fills["local"] = True
         # Ship the registered custom models (and any module:builder named) with the config.
         models = {**registered_models(), **self.custom_models}
         if self.custom_model and self.custom_model not in models:
@@ -405,9 +411,24 @@ class Config:
             f.name: coerce_field(f.name, f.type, getattr(self, f.name)) for f in dataclasses.fields(self)
         })
 
+    def _check_local(self) -> None:
+        """The serial runner takes no flag that only means something with Ray."""
+        for name, value, fine in (
+            ("num_learners", self.num_learners, 1), ("num_replay_shards", self.num_replay_shards, 1),
+            ("address", self.address, None), ("worker_cpus", self.worker_cpus, None),
+            ("learner_gpus", self.learner_gpus, None),
+        ):
+            if value != fine:
+                raise DsacError(f"--{name} {value} needs Ray: the serial runner (--local / --num_workers 0) runs one "
+                                "learner and one replay buffer in this process")
+
     def _check(self) -> Config:
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise DsacError(f"--num_workers must be an integer >= 0, got {self.num_workers!r}")
+        if self.local:
+            self._check_local()
         positive_ints = (
-            "num_workers", "envs_per_worker", "num_learners", "total_env_steps", "eval_every",
+            "envs_per_worker", "num_learners", "total_env_steps", "eval_every",
             "eval_episodes", "batch_size", "buffer_size", "batches_per_sample", "prefetch",
             "push_every", "pull_every", "max_chunk", "max_steps_ahead", "n_step", "num_replay_shards",
             "target_update_every", "num_atoms", "steps_per_iteration", "max_nonfinite_updates",
@@ -446,12 +467,12 @@ class Config:
                 raise DsacError(f"--{name} must be in [0, 1], got {value!r}")
         if not (math.isfinite(self.epsilon_alpha) and self.epsilon_alpha >= 0):
             raise DsacError(f"--epsilon_alpha must be >= 0, got {self.epsilon_alpha!r}")
-        if self.num_learners > self.num_workers:
+        if not self.local and self.num_learners > self.num_workers:
             raise DsacError(
                 f"--num_learners {self.num_learners} exceeds --num_workers {self.num_workers}: every learner "
                 "samples replay shards of its own, and every shard needs a worker writing to it"
             )
-        if self.num_replay_shards > self.num_workers:
+        if not self.local and self.num_replay_shards > self.num_workers:
             raise DsacError(
                 f"--num_replay_shards {self.num_replay_shards} exceeds --num_workers {self.num_workers}: "
                 "every shard needs a worker writing to it"

@@ -10,6 +10,10 @@ class DsacError(Exception):
     """
 
 
+class RunFailed(Exception):
+    """A role failed mid-run; what was learned so far has been saved (``launch.py`` exits 1)."""
+
+
 def did_you_mean(word: str, choices, cutoff: float = 0.6) -> str:
     """`` (did you mean a, b?)`` with the closest of ``choices``, or an empty string."""
     close = difflib.get_close_matches(word, list(choices), n=3, cutoff=cutoff)

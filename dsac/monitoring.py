@@ -13,6 +13,7 @@ import collections
 import io
 import math
 import os
+import signal
 import socket
 import statistics
 import sys
@@ -220,3 +221,37 @@ class TensorBoardLog:
 
     def close(self) -> None:
         self.writer.close()
+
+
+class Signals:
+    """Turns SIGTERM (``ray job stop``) into a graceful stop, like Ctrl-C; once stopping,
+    further Ctrl-C / SIGTERM are noted but do not cut the shutdown (and the final save) short."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._previous[sig] = signal.getsignal(sig)
+            except ValueError:  # not the main thread
+                pass
+        self._install(signal.SIGTERM, self._handle)
+        return self
+
+    def _install(self, sig, handler):
+        if sig in self._previous:
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame):
+        self.received = signum
+
+    def shield(self):
+        """From now on, both signals only set ``received``."""
+        self._install(signal.SIGTERM, self._handle)
+        self._install(signal.SIGINT, self._handle)
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

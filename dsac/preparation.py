@@ -130,6 +130,20 @@ def check_resume_state(prepared: Prepared, state: dict, run_dir: str) -> None:
         raise DsacError(f"--resume {run_dir}: checkpoint/state.npz does not fit the run's network: {exc}") from None
 
 
+def resume_config(run_dir: str, overrides: dict) -> Config:
+    """The config a run in ``run_dir`` was started with, changed by ``overrides`` (the flags
+    given on the command line), set to continue in ``run_dir``. Code the saved config names
+    (an env module, callbacks, policy class, custom model) is imported only with
+    ``trust_code`` among the overrides, or when typed again among them."""
+    if not os.path.isdir(run_dir):
+        raise DsacError(f"--resume {run_dir}: no such directory")
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.exists(path):
+        raise DsacError(f"--resume {run_dir}: not a dsac run (no config.json)")
+    return Config.load(path, {**overrides, "resume": run_dir, "output_dir": run_dir},
+                       source=f"--resume {run_dir}: config.json", fresh_run=False)
+
+
 def _one_line(exc: BaseException) -> str:
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[-1] if lines else ''}"

@@ -50,6 +50,6 @@ def test_editable_install_imports_dsac_from_anywhere(tmp_path):
         result = subprocess.run(command, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr[-2000:]
         assert re.search(r"--num_workers NUM_WORKERS", result.stdout) and "--trust_code" in result.stdout
-    bad = subprocess.run([str(venv / "bin" / "dsac-train"), "--num_workers", "0"], cwd=elsewhere, env=env,
+    bad = subprocess.run([str(venv / "bin" / "dsac-train"), "--num_workers", "-1"], cwd=elsewhere, env=env,
                          capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.strip() == "dsac: error: --num_workers must be a positive integer, got 0"
+    assert bad.returncode == 2 and bad.stderr.strip() == "dsac: error: --num_workers must be an integer >= 0, got -1"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import socket
 import statistics
 import sys
@@ -29,8 +28,8 @@ from dsac.distributed.actors import GradientAverager, ParameterServer, ReplayBuf
 from dsac.distributed.recovery import Restarts, process_died
 from dsac.distributed.tasks import evaluator, learner, rollout_worker
 from dsac.distributed.topology import per_shard, plan_resources
-from dsac.errors import DsacError
-from dsac.monitoring import ProgressDisplay
+from dsac.errors import DsacError, RunFailed
+from dsac.monitoring import ProgressDisplay, Signals
 from dsac.preparation import Prepared, check_resume_state, in_ray_job, prepare
 from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for
@@ -41,10 +40,6 @@ log = logging.getLogger("dsac")
 POLL_S = 0.5  # how often the driver reads the actors' counters
 SHUTDOWN_TIMEOUT_S = 30.0
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(dsac.__file__)))
-
-
-class RunFailed(Exception):
-    """A role failed mid-run; what was learned so far has been saved."""
 
 
 def connect_ray(config: Config) -> bool:
@@ -99,40 +94,6 @@ def check_reachable(address: str, timeout_s: float = 10.0) -> None:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as exc:
         raise DsacError(f"nothing answers at Ray address {address} ({exc.strerror or exc})") from None
-
-
-class _Signals:
-    """Turns SIGTERM (``ray job stop``) into a graceful stop, like Ctrl-C; once stopping,
-    further Ctrl-C / SIGTERM are noted but do not cut the shutdown (and the final save) short."""
-
-    def __init__(self):
-        self.received: int | None = None
-        self._previous = {}
-
-    def __enter__(self):
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                self._previous[sig] = signal.getsignal(sig)
-            except ValueError:  # not the main thread
-                pass
-        self._install(signal.SIGTERM, self._handle)
-        return self
-
-    def _install(self, sig, handler):
-        if sig in self._previous:
-            signal.signal(sig, handler)
-
-    def _handle(self, signum, frame):
-        self.received = signum
-
-    def shield(self):
-        """From now on, both signals only set ``received``."""
-        self._install(signal.SIGTERM, self._handle)
-        self._install(signal.SIGINT, self._handle)
-
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -580,20 +541,6 @@ def start(config: Config, started_at: float, insert_limit: int | None = None,
         raise
 
 
-def resume_config(run_dir: str, overrides: dict) -> Config:
-    """The config a run in ``run_dir`` was started with, changed by ``overrides`` (the flags
-    given on the command line), set to continue in ``run_dir``. Code the saved config names
-    (an env module, callbacks, policy class, custom model) is imported only with
-    ``trust_code`` among the overrides, or when typed again among them."""
-    if not os.path.isdir(run_dir):
-        raise DsacError(f"--resume {run_dir}: no such directory")
-    path = os.path.join(run_dir, "config.json")
-    if not os.path.exists(path):
-        raise DsacError(f"--resume {run_dir}: not a dsac run (no config.json)")
-    return Config.load(path, {**overrides, "resume": run_dir, "output_dir": run_dir},
-                       source=f"--resume {run_dir}: config.json", fresh_run=False)
-
-
 def run(config: Config, started_at: float | None = None) -> dict:
     """Train until a stop condition; returns a summary dict (``stop_reason``, counters, paths).
 
@@ -627,7 +574,7 @@ def _watch(system: DistributedRun) -> dict:
     stop_reason = None
     progress = ProgressDisplay(config.total_env_steps, config.log_every, log.info,
                                use_bar=None if config.progress_bar else False)
-    with _Signals() as signals:
+    with Signals() as signals:
         try:
             while stop_reason is None:
                 system.check_tasks(POLL_S)

@@ -1,0 +1,258 @@
+"""The serial runner (``launch.py --local``, or ``--num_workers 0`` as RLlib's
+``num_env_runners=0``): rollout, replay, learner and evaluator in one process, without Ray,
+built from the classes the distributed run uses — :class:`dsac.rollout.EnvCollector`,
+:class:`dsac.replay.ReplayStorage` with its :class:`dsac.replay.RateLimiter`,
+:class:`dsac.learning.LearnerLoop`, :func:`dsac.evaluation.evaluate` and
+:class:`dsac.recorder.Recorder` — so that a custom env, model, policy or callback can be
+stepped through in a debugger, and tiny runs start in seconds. Same output directory and files.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections import deque
+
+import numpy as np
+
+from dsac.artifacts import read_checkpoint
+from dsac.config import Config
+from dsac.errors import DsacError, RunFailed
+from dsac.evaluation import evaluate
+from dsac.learning import LearnerLoop, NonFiniteUpdates
+from dsac.monitoring import ProgressDisplay, Signals
+from dsac.preparation import Prepared, check_resume_state, prepare
+from dsac.recorder import Recorder, custom_metric_means
+from dsac.registry import callbacks_for, policy_class_for
+from dsac.replay import PrioritizedReplayStorage, RateLimiter, ReplayStorage, field_specs
+from dsac.rollout import EnvCollector
+
+log = logging.getLogger("dsac")
+
+
+class SerialRun:
+    """One process that collects, stores, learns and evaluates in turn, keeping the update
+    ratio with the same rate limiter the replay actor uses.
+
+    Args:
+        prepared: what :func:`dsac.preparation.prepare` checked.
+        started_at: ``time.time()`` the run counts its wall seconds from.
+        checkpoint: a resumed run's checkpoint (:func:`dsac.artifacts.read_checkpoint`).
+    """
+
+    def __init__(self, prepared: Prepared, started_at: float, checkpoint: dict | None = None):
+        config = self.config = prepared.config
+        obs_space, act_space = prepared.observation_space, prepared.action_space
+        meta = (checkpoint or {}).get("meta", {})
+        # The seeds rollout worker 0 and the evaluator get in the distributed run.
+        worker_seed = int(np.random.SeedSequence(config.seed).spawn(1)[0].generate_state(1)[0])
+        self.eval_seed = config.seed + 100_000
+        self.callbacks = callbacks_for(config)
+        self.collector = EnvCollector(
+            config.env, config.envs_per_worker, worker_seed, config.gamma, config.n_step, callbacks=self.callbacks,
+            worker_index=0, env_kwargs=config.env_kwargs, flatten_obs=config.flatten_obs,
+        )
+        cls = policy_class_for(config)
+        learner_policy = cls(obs_space, act_space, config, build_learner=True, seed=config.seed)
+        if prepared.initial_weights is not None:
+            learner_policy.set_weights(prepared.initial_weights)
+        self.actor = cls(obs_space, act_space, config, seed=worker_seed, worker_index=0, num_workers=1)
+        self.evaluator = cls(obs_space, act_space, config, seed=self.eval_seed)
+        self.loop = LearnerLoop(learner_policy, config, self.callbacks)
+        if checkpoint is not None:
+            self.loop.set_state(checkpoint["state"])
+        specs = field_specs(obs_space.shape, obs_space.dtype, act_space.shape, act_space.dtype)
+        if config.prioritized:
+            self.storage = PrioritizedReplayStorage(specs, config.buffer_size, config.seed, alpha=config.priority_alpha)
+        else:
+            self.storage = ReplayStorage(specs, config.buffer_size, config.seed)
+        warmup = config.learning_starts
+        replay = (checkpoint or {}).get("replay") or []
+        if len(replay) == 1:
+            self.storage.load_state_dict(replay[0])
+        elif meta:  # resumed without the replay's contents: count on, warm up again
+            self.storage.added = int(meta["env_steps"])
+            warmup += self.storage.added
+        self.limiter = RateLimiter(config.updates_per_step, warmup, config.max_steps_ahead)
+        self.version = int(meta.get("version", 0))
+        self.recorder = Recorder(config, prepared.output_dir, obs_space, act_space, started_at, self.eval_seed, meta)
+        self.weights_path = self.recorder.weights_path
+        self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
+        self.evaluated_version = -1
+        self.last_snapshot = time.monotonic()
+        self.add_calls = 0
+        self.recent_returns: deque[float] = deque(maxlen=20)
+        self.episode_metrics: list[dict] = []
+        self.publish()
+        log.info("serial run (--local): rollout, replay, learner and evaluator in this process; no Ray")
+
+    # --- the roles, in turn ----------------------------------------------------------------
+    def publish(self) -> None:
+        """What a push and the workers' pull do: the acting policy takes the learner's weights."""
+        self.weights = self.loop.policy.get_weights()
+        self.actor.set_weights(self.weights)
+        self.version += 1
+
+    def collect(self) -> list[tuple[float, int, dict]]:
+        """One chunk of env steps, as far as the rate limiter lets collection run ahead."""
+        config, storage = self.config, self.storage
+        headroom = self.limiter.insert_headroom(storage.added, storage.sampled_batches, 0)
+        room = min(headroom, config.max_chunk, config.total_env_steps - storage.added)
+        if room <= 0:
+            return []
+        if storage.added < config.start_steps:
+            act = lambda obs: self.actor.random_actions(len(obs))  # noqa: E731
+        else:
+            act = lambda obs: self.actor.compute_actions(obs, explore=True)  # noqa: E731
+        chunk = self.actor.postprocess_trajectory(self.collector.collect(act, room))
+        if self.callbacks is not None:
+            chunk = self.callbacks.on_sample_end(worker_index=0, batch=chunk)
+        if len(chunk["reward"]):
+            priorities = chunk.pop("priority", None)
+            if self.config.prioritized:
+                storage.add(chunk, priorities)
+            else:
+                storage.add(chunk)
+            self.add_calls += 1
+        return self.collector.drain_episodes()
+
+    def learn(self) -> None:
+        """Every sample call the update ratio allows now, each through the learner's loop."""
+        config, storage = self.config, self.storage
+        while self.limiter.can_sample(storage.added, storage.sampled_batches, config.batches_per_sample):
+            if config.prioritized:
+                fraction = min(1.0, storage.added / max(1, config.total_env_steps))
+                beta = config.priority_beta + fraction * (1.0 - config.priority_beta)
+                batches = storage.sample(config.batch_size, config.batches_per_sample, beta)
+            else:
+                batches = storage.sample(config.batch_size, config.batches_per_sample)
+            step = self.loop.step(batches)
+            if step.priorities is not None and "indices" in batches:
+                storage.update_priorities(batches["indices"], batches["generations"], step.priorities)
+            if step.push:
+                self.publish()
+
+    def evaluate_if_due(self, final: bool = False) -> list[dict]:
+        """``eval_episodes`` deterministic episodes every ``eval_every`` env steps (and of the
+        final weights); returns the progress lines written."""
+        config = self.config
+        if not (self.storage.added >= self.next_eval or (final and self.evaluated_version != self.version)):
+            return []
+        self.evaluator.set_weights(self.weights)
+        returns = evaluate(lambda obs: self.evaluator.compute_actions(obs, explore=False), config.env,
+                           config.eval_episodes, self.eval_seed, config.env_kwargs, config.flatten_obs)
+        self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
+        self.evaluated_version = self.version
+        line = self.recorder.evaluation({
+            "env_steps": self.storage.added, "updates": self.loop.updates, "weights_version": self.version,
+            "eval_return_mean": float(returns.mean()), "eval_return_std": float(returns.std()),
+            "eval_returns": [float(r) for r in returns], "weights": self.weights,
+        }, {"env_steps_collected": self.storage.added,
+            **({"skipped_updates": self.loop.skipped} if self.loop.skipped else {}),
+            **custom_metric_means(self.episode_metrics)})
+        self.episode_metrics = []
+        self.recorder.save_weights(self.weights, self.version, self.counters())
+        if self.callbacks is not None:
+            self.callbacks.on_train_result(trainer=None, result=dict(line))
+        return [line]
+
+    def checkpoint(self) -> None:
+        """The full training state, as the distributed run's checkpoint holds it."""
+        replay = [self.storage.state_dict()] if self.config.checkpoint_replay else None
+        self.recorder.checkpoint(self.loop.state(), self.weights, self.version, self.counters(), replay)
+        self.last_snapshot = time.monotonic()
+
+    # --- watching ----------------------------------------------------------------------------
+    def counters(self) -> dict:
+        return {"env_steps": self.storage.added, "updates": self.loop.updates, "version": self.version}
+
+    def status(self) -> dict:
+        """Counters for the progress display and TensorBoard."""
+        last = self.recorder.last_eval.get("eval_return_mean")
+        return {
+            **self.counters(), "total_env_steps": self.config.total_env_steps, "version_lag": 0,
+            "replay_size": self.storage.size, "replay_fill": self.storage.size / self.storage.capacity,
+            "learner_wait_s": 0.0, "wall_s": self.recorder.wall_s(), "last_eval_return": last,
+            "recent_episode_return": statistics.fmean(self.recent_returns) if self.recent_returns else None,
+        }
+
+    def step(self) -> tuple[list[dict], bool]:
+        """One round: collect a chunk, learn what the ratio allows, evaluate if due. Returns
+        the progress lines written and whether collection has reached ``total_env_steps``."""
+        episodes = self.collect()
+        self.recent_returns.extend(r for r, _, _ in episodes)
+        self.episode_metrics.extend(m for _, _, m in episodes if m)
+        self.learn()
+        lines = self.evaluate_if_due()
+        self.recorder.system(self.status(), episodes, self.loop.stats)
+        every = self.config.snapshot_every
+        if every is not None and time.monotonic() - self.last_snapshot >= every:
+            self.checkpoint()
+        return lines, self.storage.added >= self.config.total_env_steps
+
+    def train(self) -> dict:
+        """Run until a stop condition; returns the summary (as the distributed run's)."""
+        config = self.config
+        progress = ProgressDisplay(config.total_env_steps, config.log_every, log.info,
+                                   use_bar=None if config.progress_bar else False)
+        reason, failure = None, None
+        with Signals() as signals:
+            try:
+                while reason is None:
+                    lines, done = self.step()
+                    if signals.received is not None:
+                        reason = "sigterm"
+                    elif config.stop_return is not None and any(
+                            line["eval_return_mean"] >= config.stop_return for line in lines):
+                        reason = "stop_return"
+                    elif done:
+                        reason = "total_env_steps"
+                    elif config.max_seconds is not None and self.recorder.wall_s() >= config.max_seconds:
+                        reason = "max_seconds"
+                    progress.update(self.status())
+            except KeyboardInterrupt:
+                reason = "interrupted"
+            except NonFiniteUpdates as exc:
+                reason, failure = "failed", f"learner failed: NonFiniteUpdates: {exc}"
+            signals.shield()
+            progress.close()
+            log.info("stopping (%s)", failure or reason)
+            if reason != "stop_return":
+                self.evaluate_if_due(final=True)
+            self.recorder.save_weights(self.weights, self.version, self.counters())
+            self.checkpoint()
+            self.collector.close()
+            summary = self.recorder.summary(reason, failure, self.counters(), {
+                "mode": "serial", "skipped_updates": self.loop.skipped, "replay_add_calls": self.add_calls,
+                "transitions_per_add": round(self.storage.added / max(1, self.add_calls), 1),
+            })
+        if failure:
+            raise RunFailed(failure)
+        if reason == "interrupted":
+            raise KeyboardInterrupt
+        return summary
+
+
+def run_serial(config: Config, started_at: float | None = None) -> dict:
+    """:func:`dsac.distributed.driver.run` in one process without Ray; returns the summary.
+
+    Raises:
+        DsacError: bad input, found before training starts.
+        RunFailed: the learner failed during the run (weights so far are saved).
+        KeyboardInterrupt: after a graceful stop on Ctrl-C (weights saved).
+    """
+    started_at = time.time() if started_at is None else started_at
+    config = config.validate()
+    checkpoint = None
+    if config.resume:
+        checkpoint = read_checkpoint(config.resume)
+        done = checkpoint["meta"]["env_steps"]
+        if done >= config.total_env_steps:
+            raise DsacError(f"--resume {config.resume}: the run already has {done} env steps; "
+                            f"raise --total_env_steps above {done} to continue it")
+        started_at = time.time() - checkpoint["meta"].get("wall_s", 0.0)  # wall_s carries on
+    prepared = prepare(config, local=True)
+    if checkpoint is not None:
+        check_resume_state(prepared, checkpoint["state"], config.resume)
+    return SerialRun(prepared, started_at, checkpoint).train()
