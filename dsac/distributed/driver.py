@@ -295,7 +295,7 @@ class DistributedRun:
         self.pending.append(ref)
         return True
 
-    def restore_restarted_actors(self, reports: dict, per_shard: list[dict]) -> None:
+    def restore_restarted_actors(self, reports: dict, shard_stats: list[dict]) -> None:
         """Give actors that Ray restarted what the run had: the parameter server its version
         and weights, a replay shard its counts (and, with replay snapshots, its contents)."""
         if reports["process"] != self.actor_processes["parameter_server"]:
@@ -306,7 +306,7 @@ class DistributedRun:
             ray.get(self.ps.restore.remote(version, weights, {}, self.stopping))
             self.actor_processes["parameter_server"] = reports["process"]
             reports["version"] = version
-        for k, stats in enumerate(per_shard):
+        for k, stats in enumerate(shard_stats):
             if stats["process"] == self.actor_processes[f"replay_shard_{k}"]:
                 self.shard_added[k] = stats["added"]
                 continue
@@ -323,8 +323,8 @@ class DistributedRun:
             ray.get(self.shards[k].resume.remote(self.shard_added[k], limit, snapshot))
             if self.stopping:  # restarted after stop(): its stop flag went with the old process
                 ray.get(self.shards[k].stop.remote())
-            per_shard[k] = ray.get(self.shards[k].stats.remote())
-            self.shard_added[k] = per_shard[k]["added"]
+            shard_stats[k] = ray.get(self.shards[k].stats.remote())
+            self.shard_added[k] = shard_stats[k]["added"]
             self.actor_processes[f"replay_shard_{k}"] = stats["process"]
 
     # --- files ---------------------------------------------------------------------------
@@ -367,10 +367,10 @@ class DistributedRun:
         """Read the actors' reports; write one progress line per evaluation; keep the best
         weights. Returns the new progress lines."""
         reports = ray.get(self.ps.drain_reports.remote())
-        per_shard = ray.get([shard.stats.remote() for shard in self.shards])
-        self.restore_restarted_actors(reports, per_shard)
+        shard_stats = ray.get([shard.stats.remote() for shard in self.shards])
+        self.restore_restarted_actors(reports, shard_stats)
         stats = {
-            key: sum(s[key] for s in per_shard) for key in ("added", "size", "capacity", "add_calls", "sample_wait_s")
+            key: sum(s[key] for s in shard_stats) for key in ("added", "size", "capacity", "add_calls", "sample_wait_s")
         }
         for p in reports["placements"]:
             where = f"{p['host']} (node {p['node'][:8]}, pid {p['pid']})"
