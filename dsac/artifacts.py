@@ -209,25 +209,26 @@ def write_checkpoint(run_dir: str, state: dict, meta: dict, weights_payload: dic
     return final
 
 
-def read_checkpoint(run_dir: str) -> dict:
+def read_checkpoint(run_dir: str, label: str | None = None) -> dict:
     """``{"state", "meta", "replay", "weights"}`` of ``<run_dir>/checkpoint/`` (replay: a list
     of per-shard snapshots, empty without replay checkpointing; weights: the acting weights
     at the snapshot, or None). Every file is checked before it
     is used: ``meta.json``'s types, each ``.npz`` member's dtype and declared size (from its
     header, before anything is allocated), and the weights file as :func:`load_weights` does."""
+    label = label or f"--resume {run_dir}"
     path = os.path.join(run_dir, CHECKPOINT_DIR)
     if not os.path.exists(os.path.join(path, "meta.json")):
         old = path + ".old"  # a crash between the two renames
         if os.path.exists(os.path.join(old, "meta.json")):
             path = old
         else:
-            raise DsacError(f"--resume {run_dir}: no checkpoint in it (runs write one when they stop)")
-    meta = read_json(os.path.join(path, "meta.json"), f"--resume {run_dir}: checkpoint/meta.json")
-    check_meta(meta, f"--resume {run_dir}: checkpoint/meta.json")
+            raise DsacError(f"{label}: no checkpoint in it (runs write one when they stop)")
+    meta = read_json(os.path.join(path, "meta.json"), f"{label}: checkpoint/meta.json")
+    check_meta(meta, f"{label}: checkpoint/meta.json")
     budget = _memory_budget()
-    state = read_npz(os.path.join(path, "state.npz"), f"--resume {run_dir}: checkpoint/state.npz", budget)
+    state = read_npz(os.path.join(path, "state.npz"), f"{label}: checkpoint/state.npz", budget)
     replay = [
-        read_npz(os.path.join(path, f"replay_{k}.npz"), f"--resume {run_dir}: checkpoint/replay_{k}.npz", budget)
+        read_npz(os.path.join(path, f"replay_{k}.npz"), f"{label}: checkpoint/replay_{k}.npz", budget)
         for k in range(meta.get("replay_shards", 0))
     ]
     weights = None
@@ -236,7 +237,7 @@ def read_checkpoint(run_dir: str) -> dict:
         try:
             weights = load_weights(weights_path)["weights"]
         except DsacError as exc:
-            raise DsacError(f"--resume {run_dir}: {exc}") from None
+            raise DsacError(f"{label}: {exc}") from None
     return {"state": state, "meta": meta, "replay": replay, "weights": weights}
 
 

@@ -134,8 +134,9 @@ class Recorder:
         return line
 
     def checkpoint(self, state: dict, weights: dict, version: int, counters: dict,
-                   replay: list[dict] | None = None) -> str:
-        """Write the full training state as ``<output_dir>/checkpoint`` (atomically)."""
+                   replay: list[dict] | None = None, run_dir: str | None = None) -> str:
+        """Write the full training state as ``<run_dir>/checkpoint`` (atomically; default
+        ``run_dir``: the output directory)."""
         meta = {
             "env_steps": counters["env_steps"],
             "updates": int(counters["updates"]),
@@ -145,7 +146,10 @@ class Recorder:
             "best_eval_return": self.best_eval_return(),
         }
         payload = self.payload(weights, version, counters)
-        self.checkpoint_path = write_checkpoint(self.output_dir, state, meta, payload, replay)
+        path = write_checkpoint(run_dir or self.output_dir, state, meta, payload, replay)
+        if run_dir is not None:
+            return path
+        self.checkpoint_path = path
         log.info("checkpoint at %d env steps, %d updates: %s", meta["env_steps"], meta["updates"],
                  self.checkpoint_path)
         return self.checkpoint_path

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from dsac.artifacts import write_json
+from dsac.artifacts import check_writable_dir, read_checkpoint, write_json
 from dsac.config import Config
 from dsac.errors import DsacError
 from dsac.registry import policy_class_for
@@ -42,14 +42,14 @@ class Trainer:
             close matches; the algorithm's defaults fill what is not given.
     """
 
-    def __init__(self, config: dict | Config | None = None):
+    def __init__(self, config: dict | Config | None = None, *, _checkpoint: dict | None = None):
         from dsac.distributed.driver import start
 
         config = config if isinstance(config, Config) else Config.from_dict(config or {})
         self.config = config.validate()
-        self.started_at = time.time()
+        self.started_at = time.time() - ((_checkpoint or {}).get("meta", {}).get("wall_s", 0.0))
         self.iteration = 0
-        self._system, self._started_ray = start(self.config, self.started_at, insert_limit=0)
+        self._system, self._started_ray = start(self.config, self.started_at, insert_limit=0, checkpoint=_checkpoint)
         self._local_policy = None
         self._stopped = False
 
@@ -134,37 +134,59 @@ class Trainer:
                 raise DsacError("no weights yet: the learner has not pushed any")
             self._system.check_tasks(POLL_S)
             latest = self._system.latest()
-        if self._local_policy is None:
-            self._local_policy = policy_class_for(self.config)(
-                self._system.observation_space, self._system.action_space, self.config, seed=self.config.seed
-            )
-        self._local_policy.set_weights(latest["weights"])
-        return self._local_policy
+        policy = self._policy_for_names()
+        policy.set_weights(latest["weights"])
+        return policy
 
     def compute_single_action(self, obs, explore: bool = False):
         """The action for one observation (deterministic unless ``explore``)."""
         return self.get_policy().compute_actions(np.asarray(obs)[None], explore=explore)[0]
 
     def save(self, checkpoint_dir: str | None = None) -> str:
-        """Write ``weights.pkl`` (latest weights) and ``config.json`` to ``checkpoint_dir``
-        (default: ``<output_dir>/checkpoint-<iteration>``); returns the directory."""
+        """Write the full training state — networks, targets, optimizer state, entropy
+        coefficient, update count, weights version, env steps — to ``checkpoint_dir``
+        (default: ``<output_dir>/checkpoint-<iteration>``) in a run's checkpoint format
+        (``checkpoint/``, read with the same checks as ``--resume``), with ``config.json`` and
+        the acting weights as ``weights.pkl`` (for :func:`dsac.load_policy`). Returns the directory.
+
+        Raises:
+            DsacError: nothing to save yet (call :meth:`train` first), or the learner failed.
+        """
+        system = self._system
         checkpoint_dir = checkpoint_dir or os.path.join(self.output_dir, f"checkpoint-{self.iteration:06d}")
-        os.makedirs(checkpoint_dir, exist_ok=True)
-        if self._system.save_latest(os.path.join(checkpoint_dir, "weights.pkl")) is None:
+        check_writable_dir(checkpoint_dir, "Trainer.save")
+        if system.latest()["weights"] is None:
             raise DsacError("no weights to save yet: call train() first")
+        taken = system.full_state()
+        state, latest = taken["state"], system.latest()
+        # The acting weights as of that state (the state holds them by the same names).
+        names = list(self._policy_for_names().weight_shapes() or ())
+        weights = {n: state[n] for n in names} if names and all(n in state for n in names) else latest["weights"]
+        counters = {**system.counters, "updates": int(taken["meta"].get("updates", 0))}
+        system.recorder.checkpoint(state, weights, latest["version"], counters, run_dir=checkpoint_dir)
+        system.recorder.save_weights(weights, latest["version"], counters, os.path.join(checkpoint_dir, "weights.pkl"))
         write_json(os.path.join(checkpoint_dir, "config.json"), self.config.to_dict())
         return checkpoint_dir
 
+    def _policy_for_names(self):
+        """A local acting policy (numpy; no weights needed) that knows its weight names."""
+        if self._local_policy is None:
+            self._local_policy = policy_class_for(self.config)(
+                self._system.observation_space, self._system.action_space, self.config, seed=self.config.seed
+            )
+        return self._local_policy
+
     @classmethod
     def restore(cls, checkpoint_dir: str, overrides: dict | None = None, *, trust_code: bool = False) -> Trainer:
-        """A new Trainer from :meth:`save`'s directory, acting with the saved weights.
-        ``overrides`` change config keys (e.g. ``output_dir``). The learner starts from the
-        saved acting weights; its other state (critics, optimizer) starts fresh.
+        """A new Trainer that continues from :meth:`save`'s directory (or a run directory with a
+        checkpoint): the learner's networks, targets, optimizer and update count, the weights
+        version and the env step count carry on; the replay buffer refills. ``overrides``
+        change config keys (e.g. ``output_dir``; a new run directory by default).
 
-        The files are checked as ``--resume`` checks them: the weights through the safe
-        loader and against the network the config builds; code the saved config names (an
-        env module, callbacks, policy class, custom model) is imported only with
-        ``trust_code=True`` or when ``overrides`` give the same value.
+        The files are checked as ``--resume`` checks them: the checkpoint's arrays and types,
+        the weights through the safe loader; code the saved config names (an env module,
+        callbacks, policy class, custom model) is imported only with ``trust_code=True`` or
+        when ``overrides`` give the same value.
 
         Raises:
             DsacError: one line naming the file and the problem.
@@ -172,9 +194,10 @@ class Trainer:
         config_path = os.path.join(checkpoint_dir, "config.json")
         if not os.path.exists(config_path):
             raise DsacError(f"{checkpoint_dir} is not a dsac checkpoint (no config.json)")
-        values = {"output_dir": None, **(overrides or {}), "trust_code": trust_code,
-                  "init_weights": os.path.join(checkpoint_dir, "weights.pkl")}
-        return cls(Config.load(config_path, values, source=f"{checkpoint_dir}: config.json"))
+        values = {"output_dir": None, **(overrides or {}), "trust_code": trust_code}
+        config = Config.load(config_path, values, source=f"{checkpoint_dir}: config.json").validate()
+        checkpoint = read_checkpoint(checkpoint_dir, label=checkpoint_dir)  # its weights too, safely
+        return cls(config, _checkpoint=checkpoint)
 
     def stop(self) -> dict:
         """Stop the actors and tasks, save the final weights; returns the run's summary."""
@@ -193,3 +216,4 @@ class Trainer:
 
     def __exit__(self, *exc):
         self.stop()
+

@@ -400,8 +400,10 @@ class ParameterServer:
             self.stop_reason = reason
 
     @hot_path
-    async def should_stop(self) -> bool:
-        return self.stopped
+    async def learner_poll(self) -> dict:
+        """What an idle learner (held back by the update ratio) must know: whether to stop,
+        and whether its full state is wanted (a checkpoint, ``Trainer.save``)."""
+        return {"stop": self.stopped, "state_wanted": self.state_wanted}
 
     async def where(self) -> dict:
         return {**describe_process(), "process": self.process}

@@ -465,6 +465,18 @@ class DistributedRun:
                                  {**self.counters, "updates": updates}, replay)
         self.snapshot = {"state": taken["state"], "updates": updates, "at": time.monotonic()}
 
+    def full_state(self, timeout_s: float = 120.0) -> dict:
+        """The learner's full state now (``{"state", "meta"}``), asked for and waited for."""
+        ray.get(self.ps.request_state.remote())
+        deadline = time.monotonic() + timeout_s
+        while (taken := ray.get(self.ps.take_state.remote())) is None:
+            self.check_tasks(0.05)
+            if self.failure:
+                raise DsacError(f"no state to save: {self.failure}")
+            if time.monotonic() > deadline:
+                raise DsacError(f"the learner sent no state within {timeout_s:.0f} s")
+        return taken
+
     def take_episodes(self) -> list[tuple[float, int, dict]]:
         """Episodes reported since the last call: (return, length, custom metrics)."""
         episodes, self.episodes = self.episodes, []
@@ -525,7 +537,7 @@ def start(config: Config, started_at: float, insert_limit: int | None = None,
     Ray was started here (and so should be shut down)."""
     prepared = prepare(config)
     if checkpoint is not None:
-        check_resume_state(prepared, checkpoint["state"], config.resume)
+        check_resume_state(prepared, checkpoint["state"], config.resume or "the checkpoint")
     output_dir = prepared.output_dir
     started_ray = False
     try:

@@ -263,7 +263,9 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
         while not reply["stop"]:
             shard, result = sampler.next()
             if result is None:  # the ratio holds the learner back, or the run is stopping
-                reply = {"stop": ray.get(ps.should_stop.remote())}
+                reply = ray.get(ps.learner_poll.remote())
+                if reply["state_wanted"] and primary:  # idle, e.g. between Trainer.train() calls
+                    ray.get(ps.put_state.remote(loop.state(), meta()))
                 continue
             batches, env_steps_by_shard[shard] = result
             step = loop.step(batches, learn)
