@@ -6,10 +6,10 @@
     for _ in range(10):
         result = trainer.train()          # about config.steps_per_iteration more env steps
         print(result["env_steps"], result.get("eval_return_mean"))
-    path = trainer.save("checkpoints/p")
+    path = trainer.save("checkpoints/p")     # the full training state
     trainer.stop()
 
-    trainer = Trainer.restore("checkpoints/p")
+    trainer = Trainer.restore("checkpoints/p")  # continues training from it
     action = trainer.compute_single_action(obs)
 
 The actors and tasks start once, in the constructor, and keep running until ``stop()``;
