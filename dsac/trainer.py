@@ -50,6 +50,7 @@ class Trainer:
         self.started_at = time.time() - ((_checkpoint or {}).get("meta", {}).get("wall_s", 0.0))
         self.iteration = 0
         self._system, self._started_ray = start(self.config, self.started_at, insert_limit=0, checkpoint=_checkpoint)
+        self._start_counts = (self._system.counters["env_steps"], self._system.counters["updates"])
         self._local_policy = None
         self._stopped = False
 
@@ -91,7 +92,9 @@ class Trainer:
                 summary = self.stop()
                 raise DsacError(f"run failed: {summary['failure']} (weights so far are in {system.weights_path})")
             c = system.counters
-            wanted_updates = config.updates_per_step * (c["env_steps"] - config.learning_starts) - slack
+            # Counted from where this Trainer started (a restored one warms up again, as a resumed run).
+            new_steps = c["env_steps"] - self._start_counts[0] - config.learning_starts
+            wanted_updates = self._start_counts[1] + config.updates_per_step * new_steps - slack
             if c["env_steps"] >= target and c["updates"] >= wanted_updates:
                 break
             if (c["env_steps"], c["updates"]) != last_seen:

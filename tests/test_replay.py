@@ -121,9 +121,11 @@ def test_parameter_server_versions_and_pull_newer_than(ray_local):
     np.testing.assert_array_equal(reply["weights"]["a"], w2["a"])
     assert "weights" not in ray.get(ps.pull.remote(2))  # nothing newer: cheap reply
     assert "weights" in ray.get(ps.pull.remote(1))
-    assert ray.get(ps.should_stop.remote()) is False
+    assert ray.get(ps.learner_poll.remote()) == {"stop": False, "state_wanted": False}
+    ray.get(ps.request_state.remote())
+    assert ray.get(ps.learner_poll.remote())["state_wanted"] is True  # an idle learner hands its state over
     ray.get(ps.stop.remote("test"))
-    assert ray.get(ps.pull.remote(2))["stop"] is True
+    assert ray.get(ps.pull.remote(2))["stop"] is True and ray.get(ps.learner_poll.remote())["stop"] is True
     assert ray.get(ps.push.remote(w1))["version"] == 3  # versions keep increasing
 
 
