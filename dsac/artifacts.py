@@ -241,17 +241,23 @@ def read_checkpoint(run_dir: str, label: str | None = None) -> dict:
     return {"state": state, "meta": meta, "replay": replay, "weights": weights}
 
 
-def read_json(path: str, what: str):
-    """A JSON file's content, with one-line errors (missing, not UTF-8, not JSON)."""
+def read_text(path: str, what: str) -> str:
+    """A UTF-8 text file's content, with one-line errors (missing, unreadable, not UTF-8)."""
     try:
         with open(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
+            return f.read().decode("utf-8")
     except FileNotFoundError:
         raise DsacError(f"{what} does not exist") from None
     except OSError as exc:
         raise DsacError(f"{what} cannot be read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise DsacError(f"{what} is not UTF-8 text") from None
+
+
+def read_json(path: str, what: str):
+    """A JSON file's content, with one-line errors (missing, not UTF-8, not JSON)."""
+    try:
+        return json.loads(read_text(path, what))
     except ValueError as exc:
         raise DsacError(f"{what} is not valid JSON ({exc})") from None
 

@@ -12,6 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from dsac.artifacts import read_text
 from dsac.errors import DsacError, did_you_mean
 from dsac.models.catalog import ACTIVATIONS, registered_models, resolve_builder
 from dsac.registry import ALGOS, algorithm, load_object, load_subclass, refuse_untrusted_code
@@ -165,15 +166,7 @@ def coerce_field(name: str, annotation: str, value):
 def _read_mapping(path: str, source: str) -> dict:
     """A YAML (``.yaml``/``.yml``) or JSON file holding a mapping, with one-line errors."""
     yaml_file = path.endswith((".yaml", ".yml"))
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
-    except FileNotFoundError:
-        raise DsacError(f"{source}: no such file") from None
-    except OSError as exc:
-        raise DsacError(f"{source}: cannot read it ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise DsacError(f"{source}: not UTF-8 text") from None
+    text = read_text(path, source)
     try:
         if yaml_file:
             import yaml

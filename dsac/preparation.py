@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import psutil
 
-from dsac.artifacts import check_writable_dir, code_names, load_weights
+from dsac.artifacts import check_writable_dir, code_names, load_weights, read_checkpoint
 from dsac.config import Config
 from dsac.envs import check_training_env_kwargs, describe_space, make_env
 from dsac.errors import DsacError
@@ -142,6 +142,21 @@ def resume_config(run_dir: str, overrides: dict) -> Config:
         raise DsacError(f"--resume {run_dir}: not a dsac run (no config.json)")
     return Config.load(path, {**overrides, "resume": run_dir, "output_dir": run_dir},
                        source=f"--resume {run_dir}: config.json", fresh_run=False)
+
+
+def resume_checkpoint(config: Config, started_at: float) -> tuple[dict | None, float]:
+    """The checkpoint ``--resume`` continues from (None without ``--resume``), and the start
+    time that makes ``wall_s`` carry on from it."""
+    if not config.resume:
+        return None, started_at
+    checkpoint = read_checkpoint(config.resume)
+    done = checkpoint["meta"]["env_steps"]
+    if done >= config.total_env_steps:
+        raise DsacError(
+            f"--resume {config.resume}: the run already has {done} env steps; "
+            f"raise --total_env_steps above {done} to continue it"
+        )
+    return checkpoint, time.time() - checkpoint["meta"].get("wall_s", 0.0)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -16,13 +16,12 @@ from collections import deque
 
 import numpy as np
 
-from dsac.artifacts import read_checkpoint
 from dsac.config import Config
-from dsac.errors import DsacError, RunFailed
+from dsac.errors import RunFailed
 from dsac.evaluation import evaluate
 from dsac.learning import LearnerLoop, NonFiniteUpdates
 from dsac.monitoring import ProgressDisplay, Signals
-from dsac.preparation import Prepared, check_resume_state, prepare
+from dsac.preparation import Prepared, check_resume_state, prepare, resume_checkpoint
 from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for, policy_class_for
 from dsac.replay import PrioritizedReplayStorage, RateLimiter, ReplayStorage, field_specs
@@ -244,14 +243,7 @@ def run_serial(config: Config, started_at: float | None = None) -> dict:
     """
     started_at = time.time() if started_at is None else started_at
     config = config.validate()
-    checkpoint = None
-    if config.resume:
-        checkpoint = read_checkpoint(config.resume)
-        done = checkpoint["meta"]["env_steps"]
-        if done >= config.total_env_steps:
-            raise DsacError(f"--resume {config.resume}: the run already has {done} env steps; "
-                            f"raise --total_env_steps above {done} to continue it")
-        started_at = time.time() - checkpoint["meta"].get("wall_s", 0.0)  # wall_s carries on
+    checkpoint, started_at = resume_checkpoint(config, started_at)
     prepared = prepare(config, local=True)
     if checkpoint is not None:
         check_resume_state(prepared, checkpoint["state"], config.resume)

@@ -30,7 +30,7 @@ from dsac.distributed.tasks import evaluator, learner, rollout_worker
 from dsac.distributed.topology import per_shard, plan_resources
 from dsac.errors import DsacError, RunFailed
 from dsac.monitoring import ProgressDisplay, Signals
-from dsac.preparation import Prepared, check_resume_state, in_ray_job, prepare
+from dsac.preparation import Prepared, check_resume_state, in_ray_job, prepare, resume_checkpoint
 from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for
 from dsac.replay import field_specs, storage_bytes
@@ -563,16 +563,7 @@ def run(config: Config, started_at: float | None = None) -> dict:
     """
     started_at = time.time() if started_at is None else started_at
     config = config.validate()
-    checkpoint = None
-    if config.resume:
-        checkpoint = read_checkpoint(config.resume)
-        done = checkpoint["meta"]["env_steps"]
-        if done >= config.total_env_steps:
-            raise DsacError(
-                f"--resume {config.resume}: the run already has {done} env steps; "
-                f"raise --total_env_steps above {done} to continue it"
-            )
-        started_at = time.time() - checkpoint["meta"].get("wall_s", 0.0)  # wall_s carries on
+    checkpoint, started_at = resume_checkpoint(config, started_at)
     system, started_ray = start(config, started_at, insert_limit=config.total_env_steps, checkpoint=checkpoint)
     try:
         return _watch(system)
