@@ -57,7 +57,7 @@ def save_weights(path: str, payload: dict) -> None:
 
 
 # Globals the weights files of dsac's format 1 named (numpy arrays pickled as objects).
-_FORMAT_1_GLOBALS = {
+FORMAT_1_GLOBALS = {
     "numpy.ndarray", "numpy.dtype", "numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
     "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar", "numpy.core.numeric._frombuffer",
     "numpy._core.numeric._frombuffer",
@@ -99,7 +99,7 @@ def load_weights(path: str) -> dict:
     try:
         payload = safe_pickle.loads(data)
     except safe_pickle.UnsafePickle as exc:
-        if exc.globals_named and set(exc.globals_named) <= _FORMAT_1_GLOBALS:
+        if exc.globals_named and set(exc.globals_named) <= FORMAT_1_GLOBALS:
             raise DsacError(
                 f"weights file {path} is in dsac's old format 1, whose numpy objects a crafted file can use to "
                 f"crash the loader or read memory; if you trust it, convert it once: {CONVERT_COMMAND} {path}"

@@ -47,7 +47,7 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
     except ImportError as exc:
         raise DsacError(f"environment '{env_id}' failed to import: {exc}") from None
     except Exception as exc:  # the env's own constructor raised: say so in one line
-        raise DsacError(f"environment '{env_id}' failed to start: {_one_line(exc)}") from None
+        raise DsacError(f"environment '{env_id}' failed to start: {one_line(exc)}") from None
     if flatten_obs and not is_flat_box(env.observation_space):
         env = gym.wrappers.FlattenObservation(env)
     return env
@@ -87,10 +87,11 @@ def import_env_module(module_name: str, env_id: str):
             "(on PYTHONPATH or in the current directory)"
         ) from None
     except Exception as exc:  # the module itself raised while being imported
-        raise DsacError(f"--env {env_id}: importing module {module_name} raised {_one_line(exc)}") from None
+        raise DsacError(f"--env {env_id}: importing module {module_name} raised {one_line(exc)}") from None
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` of an exception raised by user code (an env)."""
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 

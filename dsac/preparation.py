@@ -15,7 +15,7 @@ import psutil
 
 from dsac.artifacts import check_writable_dir, code_names, load_weights, read_checkpoint
 from dsac.config import Config
-from dsac.envs import check_training_env_kwargs, describe_space, make_env
+from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_line
 from dsac.errors import DsacError
 from dsac.recorder import network_keys
 from dsac.registry import algorithm, policy_class_for, refuse_untrusted_code
@@ -66,7 +66,7 @@ def prepare(config: Config, local: bool = False) -> Prepared:
     try:
         env.reset(seed=config.seed)
     except Exception as exc:  # the env's own reset raised
-        raise DsacError(f"environment '{config.env}' failed to reset: {_one_line(exc)}") from None
+        raise DsacError(f"environment '{config.env}' failed to reset: {one_line(exc)}") from None
     finally:
         env.close()
     observation_space, action_space = env.observation_space, env.action_space
@@ -158,7 +158,3 @@ def resume_checkpoint(config: Config, started_at: float) -> tuple[dict | None, f
         )
     return checkpoint, time.time() - checkpoint["meta"].get("wall_s", 0.0)
 
-
-def _one_line(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"

@@ -13,21 +13,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from dsac.artifacts import FORMAT_VERSION, load_weights, save_weights  # noqa: E402
+from dsac.artifacts import FORMAT_1_GLOBALS, FORMAT_VERSION, load_weights, save_weights  # noqa: E402
 from dsac.errors import DsacError  # noqa: E402
-
-# What format 1 admitted: numpy's array and dtype reconstruction, nothing else.
-_FORMAT_1_GLOBALS = {
-    ("numpy", "ndarray"), ("numpy", "dtype"),
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.numeric", "_frombuffer"), ("numpy._core.numeric", "_frombuffer"),
-}
 
 
 class _Format1Unpickler(pickle.Unpickler):
     def find_class(self, module, name):
-        if (module, name) in _FORMAT_1_GLOBALS:
+        if f"{module}.{name}" in FORMAT_1_GLOBALS:  # what format 1 admitted: numpy's arrays and dtypes
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
 
