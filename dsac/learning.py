@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dsac.messages import LearnerReport
+
 
 class NonFiniteUpdates(RuntimeError):
     """``--max_nonfinite_updates`` updates in a row had non-finite gradients."""
@@ -104,10 +106,9 @@ class LearnerLoop:
             )
         return step
 
-    def meta(self, env_steps: int, **extra) -> dict:
+    def report(self, env_steps: int, learner_wait_s: float = 0.0, final: bool = False) -> LearnerReport:
         """What the learner tells the parameter server with its weights (counters, stats)."""
-        return {"updates": self.updates, "env_steps": env_steps, "stats": self.stats,
-                "skipped_updates": self.skipped, **extra}
+        return LearnerReport(self.updates, env_steps, self.stats, self.skipped, learner_wait_s, final)
 
     def state(self) -> dict[str, np.ndarray]:
         """The policy's full state for a checkpoint, with this loop's update count."""

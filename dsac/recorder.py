@@ -16,6 +16,7 @@ import dsac
 from dsac.artifacts import append_jsonl, save_weights, write_checkpoint, write_json
 from dsac.config import MODEL_KEYS, Config
 from dsac.envs import describe_space
+from dsac.messages import Evaluation
 from dsac.monitoring import TensorBoardLog
 from dsac.registry import algorithm
 
@@ -106,18 +107,18 @@ class Recorder:
         save_weights(path, self.payload(weights, version, counters))
         return path
 
-    def evaluation(self, ev: dict, extra: dict) -> dict:
-        """Record one evaluation (``ev``: what the evaluator reported, with its weights): a
+    def evaluation(self, ev: Evaluation, extra: dict) -> dict:
+        """Record one evaluation (what the evaluator reported, with its weights): a
         ``progress.jsonl`` line with ``extra`` fields, TensorBoard, the log, and
         ``best_weights.pkl`` when it is the best so far. Returns the line."""
         line = {
-            "env_steps": ev["env_steps"],
-            "updates": ev["updates"],
+            "env_steps": ev.env_steps,
+            "updates": ev.updates,
             "wall_s": self.wall_s(),
-            "eval_return_mean": ev["eval_return_mean"],
-            "eval_return_std": ev["eval_return_std"],
-            "weights_version": ev["weights_version"],
-            "eval_episodes": len(ev["eval_returns"]),
+            "eval_return_mean": ev.eval_return_mean,
+            "eval_return_std": ev.eval_return_std,
+            "weights_version": ev.weights_version,
+            "eval_episodes": len(ev.eval_returns),
             **extra,
         }
         append_jsonl(self.progress_path, line)
@@ -128,9 +129,9 @@ class Recorder:
             "eval at %d env steps (%d updates, %.1f s): return %.1f +- %.1f",
             line["env_steps"], line["updates"], line["wall_s"], line["eval_return_mean"], line["eval_return_std"],
         )
-        if ev["eval_return_mean"] > self.best_return:
-            self.best_return = ev["eval_return_mean"]
-            save_weights(self.best_weights_path, self.payload(ev["weights"], ev["weights_version"], line))
+        if ev.eval_return_mean > self.best_return:
+            self.best_return = ev.eval_return_mean
+            save_weights(self.best_weights_path, self.payload(ev.weights, ev.weights_version, line))
         return line
 
     def checkpoint(self, state: dict, weights: dict, version: int, counters: dict,

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from dsac.errors import DsacError
+from dsac.messages import SampledBatches
 from dsac.sum_tree import MinTree, SumTree
 
 # A stored transition. With n-step returns, ``reward`` is the discounted sum of up to n
@@ -89,13 +90,13 @@ class ReplayStorage:
         self.added += n
         return idx
 
-    def sample(self, batch_size: int, num_batches: int = 1) -> dict[str, np.ndarray]:
+    def sample(self, batch_size: int, num_batches: int = 1) -> SampledBatches:
         """``num_batches`` uniform batches stacked as arrays of shape (num_batches, batch_size, ...)."""
         if self.size == 0:
             raise ValueError("cannot sample from an empty replay")
         idx = self.rng.integers(0, self.size, size=(num_batches, batch_size))
         self.sampled_batches += num_batches
-        return {key: self.data[key][idx] for key in FIELDS}
+        return SampledBatches({key: self.data[key][idx] for key in FIELDS}, self.added)
 
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -163,18 +164,16 @@ class PrioritizedReplayStorage(ReplayStorage):
             self._set_priorities(idx, np.full(len(idx), self.max_priority) if priorities is None else priorities)
         return idx
 
-    def sample(self, batch_size: int, num_batches: int = 1, beta: float = 0.4) -> dict[str, np.ndarray]:
-        """Stratified proportional batches, with ``indices``, ``generations`` and importance
-        ``weights`` alongside the transition fields."""
+    def sample(self, batch_size: int, num_batches: int = 1, beta: float = 0.4) -> SampledBatches:
+        """Stratified proportional batches, importance ``weights`` alongside the transition
+        fields, with the slots' ``indices`` and ``generations`` (for :meth:`update_priorities`)."""
         if self.size == 0:
             raise ValueError("cannot sample from an empty replay")
         idx = np.stack([self.sum_tree.sample_stratified(batch_size, self.rng) for _ in range(num_batches)])
         self.sampled_batches += num_batches
         batches = {key: self.data[key][idx] for key in FIELDS}
-        batches["indices"] = idx
-        batches["generations"] = self.generation[idx]
         batches["weights"] = self.importance_weights(idx, beta)
-        return batches
+        return SampledBatches(batches, self.added, idx, self.generation[idx])
 
     def importance_weights(self, idx: np.ndarray, beta: float) -> np.ndarray:
         """w_i = (N·P(i))^-β normalized by the largest weight in the buffer, (N·P_min)^-β."""

@@ -18,6 +18,7 @@ import numpy as np
 
 from dsac.callbacks import Callbacks, Episode, overrides
 from dsac.envs import make_env
+from dsac.messages import FinishedEpisode
 from dsac.replay import FIELDS
 
 ActFn = Callable[[np.ndarray], np.ndarray]
@@ -50,7 +51,7 @@ class EnvCollector:
         # Per env: the last (obs, action, reward) steps whose n-step return is not complete.
         self.pending: list[collections.deque] = [collections.deque() for _ in range(num_envs)]
         # (return, length, custom metrics) of finished episodes, drained by the caller.
-        self.finished_episodes: list[tuple[float, int, dict]] = []
+        self.finished_episodes: list[FinishedEpisode] = []
         self.total_steps = 0
         self.callbacks = callbacks
         self.worker_index = worker_index
@@ -132,7 +133,7 @@ class EnvCollector:
                         self.callbacks.on_episode_end(
                             episode=episode, terminated=bool(terminated), truncated=bool(truncated)
                         )
-                    self.finished_episodes.append((episode.total_reward, episode.length, episode.custom_metrics))
+                    self.finished_episodes.append(FinishedEpisode(episode.total_reward, episode.length, episode.custom_metrics))
                     next_obs, _ = env.reset()
                     self.obs[i] = next_obs
                     self.episodes[i] = self._start_episode(i)
@@ -145,7 +146,7 @@ class EnvCollector:
         self.total_steps += taken
         return {key: chunk[key][:n] for key in FIELDS}
 
-    def drain_episodes(self) -> list[tuple[float, int, dict]]:
+    def drain_episodes(self) -> list[FinishedEpisode]:
         """Episodes finished since the last call, as (return, length, custom metrics)."""
         done, self.finished_episodes = self.finished_episodes, []
         return done

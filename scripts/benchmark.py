@@ -105,7 +105,7 @@ def collection_rate(algo: str, env_id: str, workers: int, seconds: float, naive:
     specs = field_specs(obs_space.shape, obs_space.dtype, act_space.shape, act_space.dtype)
     replay = _unthrottled_buffer(specs, workers)
     ps = ParameterServer.options(num_cpus=0).remote()
-    ray.get(ps.push.remote(weights, {}))
+    ray.get(ps.push.remote(weights))
     cpus = min(1.0, (ray.cluster_resources()["CPU"] - 0.01) / workers)
     if naive:
         refs = [naive_worker.options(num_cpus=cpus).remote(i, config, replay, ps, i) for i in range(workers)]
@@ -113,10 +113,10 @@ def collection_rate(algo: str, env_id: str, workers: int, seconds: float, naive:
         refs = [rollout_worker.options(num_cpus=cpus).remote(i, config, replay, ps, 1000 + i) for i in range(workers)]
     # Start counting once every worker is up (TF import for the naive ones, env creation for ours).
     deadline = time.monotonic() + 120
-    while ray.get(replay.stats.remote())["add_calls"] < 3 * workers and time.monotonic() < deadline:
+    while ray.get(replay.stats.remote()).add_calls < 3 * workers and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(0.5)
-    first = ray.get(replay.stats.remote())["added"]
+    first = ray.get(replay.stats.remote()).added
     started = time.monotonic()
     if push_every_s is None:
         time.sleep(seconds)
@@ -124,9 +124,9 @@ def collection_rate(algo: str, env_id: str, workers: int, seconds: float, naive:
         weights_ref = ray.put(weights)
         ray.get(ps.sync_latencies.remote())  # from here on
         while time.monotonic() - started < seconds:
-            ps.push.remote(weights_ref, {})
+            ps.push.remote(weights_ref)
             time.sleep(push_every_s)
-    added = ray.get(replay.stats.remote())["added"] - first
+    added = ray.get(replay.stats.remote()).added - first
     elapsed = time.monotonic() - started
     sync = ray.get(ps.sync_latencies.remote()) if push_every_s is not None else None
     ray.get([ps.stop.remote("benchmark"), replay.stop.remote()])
@@ -143,11 +143,12 @@ def _naive_worker(index, config, replay, ps, seed):
     import ray
     import tensorflow as tf
 
+    from dsac.messages import Chunk
     from dsac.registry import policy_class_for
 
     env = gym.make(config.env)
     policy = policy_class_for(config)(env.observation_space, env.action_space, config, build_learner=True, seed=seed)
-    policy.set_weights(ray.get(ps.pull.remote(0))["weights"])
+    policy.set_weights(ray.get(ps.pull.remote(0)).weights)
     learner = policy.learner
     obs, _ = env.reset(seed=seed)
     in_flight = []
@@ -167,13 +168,13 @@ def _naive_worker(index, config, replay, ps, seed):
                 "reward": np.asarray([reward], np.float32), "next_obs": next_obs[None].astype(np.float32),
                 "terminated": np.asarray([terminated], np.float32), "discount": np.asarray([0.99], np.float32),
             }
-            in_flight.append(replay.add.remote(index, chunk))
+            in_flight.append(replay.add.remote(index, Chunk(chunk)))
             if len(in_flight) >= 64:
                 _, in_flight = ray.wait(in_flight, num_returns=len(in_flight) - 32)
             obs = next_obs
             if terminated or truncated:
                 obs, _ = env.reset()
-        if ray.get(ps.should_stop.remote()):
+        if ray.get(ps.learner_poll.remote()).stop:
             break
     ray.get(in_flight)
     env.close()
@@ -226,13 +227,11 @@ def in_system(seconds: float, workers: int = 4) -> dict:
     try:
         deadline = time.monotonic() + 120
         while system.counters["updates"] < 200 and time.monotonic() < deadline:
-            system.check_tasks(0.5)
-            system.poll()
+            system.step()
         start_updates, start_wait = system.counters["updates"], system.counters.get("learner_wait_s", 0.0)
         started = time.monotonic()
         while time.monotonic() - started < seconds:
-            system.check_tasks(0.5)
-            system.poll()
+            system.step()
         elapsed = time.monotonic() - started
         result = {
             "updates_per_s": (system.counters["updates"] - start_updates) / elapsed,

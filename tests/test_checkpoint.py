@@ -61,7 +61,7 @@ def test_replay_state_round_trip(storage_cls):
     dst.load_state_dict(src.state_dict())
     assert (dst.size, dst.added, dst.next_index, dst.sampled_batches) == (8, 10, 2, 2)
     np.testing.assert_array_equal(dst.data["reward"], src.data["reward"])
-    np.testing.assert_array_equal(dst.sample(4, 3)["reward"], src.sample(4, 3)["reward"])  # same RNG state
+    np.testing.assert_array_equal(dst.sample(4, 3).batches["reward"], src.sample(4, 3).batches["reward"])  # same RNG state
 
 
 def test_resume_carries_counters_and_learning_on(ray_local, tmp_path):

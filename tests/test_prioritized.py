@@ -51,8 +51,8 @@ def test_batched_update_with_repeats_and_min_tree():
 def test_prioritized_replay_wraps_around_and_drops_stale_updates():
     storage = PrioritizedReplayStorage(SPECS, capacity=4, seed=0, alpha=1.0, epsilon=0.0)
     storage.add(chunk(0, 3), priorities=np.array([1.0, 2.0, 3.0]))
-    batch = storage.sample(batch_size=2, num_batches=1)
-    idx, gen = batch["indices"], batch["generations"]
+    sampled = storage.sample(batch_size=2, num_batches=1)
+    idx, gen = sampled.indices, sampled.generations
     storage.add(chunk(3, 3))  # wraps: slots 3, 0, 1 rewritten at the max priority (3)
     np.testing.assert_array_equal(storage.data["reward"], [4, 5, 2, 3])
     np.testing.assert_array_equal(storage.sum_tree.get(np.arange(4)), [3, 3, 3, 3])
@@ -74,7 +74,8 @@ def test_importance_weights_against_hand_computation():
     # w_i = (N P(i))^-beta / max_k (N P(k))^-beta, the max being at the smallest priority.
     expected = (4 * probs) ** -beta / ((4 * probs.min()) ** -beta)
     np.testing.assert_allclose(storage.importance_weights(np.arange(4), beta), expected, rtol=1e-6)
-    batch = storage.sample(batch_size=16, num_batches=2, beta=beta)
+    sampled = storage.sample(batch_size=16, num_batches=2, beta=beta)
+    batch = sampled.batches
     assert batch["weights"].shape == (2, 16) and batch["weights"].max() <= 1.0
-    np.testing.assert_allclose(batch["weights"], expected[batch["indices"]], rtol=1e-6)
+    np.testing.assert_allclose(batch["weights"], expected[sampled.indices], rtol=1e-6)
     assert batch["reward"].shape == (2, 16)

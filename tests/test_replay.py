@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from dsac.errors import DsacError
+from dsac.messages import Chunk, LearnerOrders, LearnerReport
 from dsac.replay import RateLimiter, ReplayStorage, check_fits_in_memory, field_specs, storage_bytes
 
 SPECS = field_specs((3,), np.float32, (1,), np.float32)
@@ -39,14 +40,14 @@ def test_ring_wraps_around_and_keeps_the_newest():
 def test_sample_shapes_and_consistency():
     storage = ReplayStorage(SPECS, capacity=100, seed=1)
     storage.add(chunk(0, 40))
-    batches = storage.sample(batch_size=8, num_batches=3)
+    batches = storage.sample(batch_size=8, num_batches=3).batches
     assert batches["obs"].shape == (3, 8, 3) and batches["action"].shape == (3, 8, 1)
     assert batches["reward"].shape == (3, 8)
     # Fields of one transition stay together, and only stored transitions come out.
     np.testing.assert_array_equal(batches["obs"][..., 0], batches["reward"])
     np.testing.assert_array_equal(batches["next_obs"][..., 0], batches["reward"] + 0.5)
     assert batches["reward"].max() < 40 and storage.sampled_batches == 3
-    draws = storage.sample(batch_size=1000, num_batches=8)["reward"]
+    draws = storage.sample(batch_size=1000, num_batches=8).batches["reward"]
     counts = np.bincount(draws.astype(int).ravel(), minlength=40)
     assert counts.min() > 100  # uniform: ~200 draws of each of the 40
 
@@ -79,13 +80,13 @@ def test_replay_actor_grants_budgets_and_throttles(ray_local):
         max_chunk=64,
     )
     status = ray.get(replay.add.remote(0, None))
-    assert status["grant"] > 0 and status["added"] == 0
+    assert status.grant > 0 and status.added == 0
     assert ray.get(replay.sample.remote(4, 2)) is None  # fewer than learning_starts
-    ray.get(replay.add.remote(0, chunk(0, 15)))
-    status = ray.get(replay.add.remote(1, chunk(15, 15)))
-    assert status["added"] == 30
-    batches, added = ray.get(replay.sample.remote(4, 2))
-    assert batches["obs"].shape == (2, 4, 3) and added == 30
+    ray.get(replay.add.remote(0, Chunk(chunk(0, 15))))
+    status = ray.get(replay.add.remote(1, Chunk(chunk(15, 15))))
+    assert status.added == 30
+    sampled = ray.get(replay.sample.remote(4, 2))
+    assert sampled.batches["obs"].shape == (2, 4, 3) and sampled.env_steps == 30 and sampled.indices is None
     # 30 inserted, 20 to start, 1 update per step: 10 batches, plus one call of slack.
     ray.get(replay.sample.remote(4, 8))
     assert ray.get(replay.sample.remote(4, 2)) is not None  # 12 sampled: the one call of slack
@@ -94,16 +95,16 @@ def test_replay_actor_grants_budgets_and_throttles(ray_local):
     assert time.monotonic() - started >= 0.5
     # 40 inserted against a limit of 20 + 12 + 10: 2 steps of budget left. Writer 1 has been
     # waiting in line since its last call, so writer 0, which just delivered, does not get them.
-    assert ray.get(replay.add.remote(0, chunk(30, 10)))["grant"] == 0
-    assert ray.get(replay.add.remote(1, None))["grant"] == 2
+    assert ray.get(replay.add.remote(0, Chunk(chunk(30, 10)))).grant == 0
+    assert ray.get(replay.add.remote(1, None)).grant == 2
     # Collection is now ahead by max_steps_ahead: nobody gets budget.
-    assert ray.get(replay.add.remote(0, None))["grant"] == 0
+    assert ray.get(replay.add.remote(0, None)).grant == 0
     stats = ray.get(replay.stats.remote())
-    assert (stats["added"], stats["sampled_batches"], stats["size"]) == (40, 12, 40)
+    assert (stats.added, stats.sampled_batches, stats.size) == (40, 12, 40)
     # stop() releases a waiting caller at once.
     waiting = replay.add.remote(1, None)
     ray.get(replay.stop.remote())
-    assert ray.get(waiting)["stop"] is True
+    assert ray.get(waiting).stop is True
 
 
 def test_parameter_server_versions_and_pull_newer_than(ray_local):
@@ -111,22 +112,22 @@ def test_parameter_server_versions_and_pull_newer_than(ray_local):
     from dsac.distributed.actors import ParameterServer
 
     ps = ParameterServer.remote()
-    assert "weights" not in ray.get(ps.pull.remote(0))
+    assert ray.get(ps.pull.remote(0)).weights is None
     w1 = {"a": np.zeros(3, np.float32)}
     w2 = {"a": np.ones(3, np.float32)}
-    assert ray.get(ps.push.remote(w1, {"updates": 10}))["version"] == 1
-    assert ray.get(ps.push.remote(w2, {"updates": 20}))["version"] == 2
+    assert ray.get(ps.push.remote(w1, LearnerReport(updates=10))).version == 1
+    assert ray.get(ps.push.remote(w2, LearnerReport(updates=20))).version == 2
     reply = ray.get(ps.pull.remote(0))
-    assert reply["version"] == 2 and reply["meta"] == {"updates": 20}
-    np.testing.assert_array_equal(reply["weights"]["a"], w2["a"])
-    assert "weights" not in ray.get(ps.pull.remote(2))  # nothing newer: cheap reply
-    assert "weights" in ray.get(ps.pull.remote(1))
-    assert ray.get(ps.learner_poll.remote()) == {"stop": False, "state_wanted": False}
+    assert reply.version == 2 and reply.report.updates == 20
+    np.testing.assert_array_equal(reply.weights["a"], w2["a"])
+    assert ray.get(ps.pull.remote(2)).weights is None  # nothing newer: cheap reply
+    assert ray.get(ps.pull.remote(1)).weights is not None
+    assert ray.get(ps.learner_poll.remote()) == LearnerOrders(version=2, stop=False, state_wanted=False)
     ray.get(ps.request_state.remote())
-    assert ray.get(ps.learner_poll.remote())["state_wanted"] is True  # an idle learner hands its state over
+    assert ray.get(ps.learner_poll.remote()).state_wanted is True  # an idle learner hands its state over
     ray.get(ps.stop.remote("test"))
-    assert ray.get(ps.pull.remote(2))["stop"] is True and ray.get(ps.learner_poll.remote())["stop"] is True
-    assert ray.get(ps.push.remote(w1))["version"] == 3  # versions keep increasing
+    assert ray.get(ps.pull.remote(2)).stop is True and ray.get(ps.learner_poll.remote()).stop is True
+    assert ray.get(ps.push.remote(w1)).version == 3  # versions keep increasing
 
 
 def test_waiting_calls_wake_as_soon_as_the_other_side_moves(ray_local):
@@ -137,21 +138,21 @@ def test_waiting_calls_wake_as_soon_as_the_other_side_moves(ray_local):
         SPECS, 1000, updates_per_step=1.0, learning_starts=10, max_steps_ahead=4, num_writers=1,
         max_chunk=64,
     )
-    ray.get(replay.add.remote(0, chunk(0, 9)))
+    ray.get(replay.add.remote(0, Chunk(chunk(0, 9))))
     waiting_sample = replay.sample.remote(2, 1)  # 9 < 10 inserted: must wait
     time.sleep(0.2)
     started = time.monotonic()
-    ray.get(replay.add.remote(0, chunk(9, 3)))
+    ray.get(replay.add.remote(0, Chunk(chunk(9, 3))))
     assert ray.get(waiting_sample) is not None
     assert time.monotonic() - started < 0.5  # woken by the add, not by the 1 s timeout
     # Writers: 15 inserted, 1 sampled -> at the limit 10 + 1 + 4 = 15: no budget (after 1 s).
-    status = ray.get(replay.add.remote(0, chunk(12, 3)))
-    assert (status["added"], status["grant"]) == (15, 0)
-    blocked = replay.add.remote(0, chunk(15, 5))  # now past the limit: waits for samples
+    status = ray.get(replay.add.remote(0, Chunk(chunk(12, 3))))
+    assert (status.added, status.grant) == (15, 0)
+    blocked = replay.add.remote(0, Chunk(chunk(15, 5)))  # now past the limit: waits for samples
     time.sleep(0.2)
     started = time.monotonic()
     ray.get(replay.sample.remote(2, 8))
-    assert ray.get(blocked)["grant"] > 0
+    assert ray.get(blocked).grant > 0
     assert time.monotonic() - started < 0.5
 
 
@@ -163,7 +164,7 @@ def test_parameter_server_times_a_push_until_every_worker_acts_with_it(ray_local
     weights = {"a": np.zeros(3, np.float32)}
     ray.get([ps.pull.remote(0, 0), ps.pull.remote(0, 1)])  # two workers, holding nothing yet
     ray.get(ps.push.remote(weights))
-    assert ray.get(ps.pull.remote(0, 0))["version"] == 1  # worker 0 gets v1 ...
+    assert ray.get(ps.pull.remote(0, 0)).version == 1  # worker 0 gets v1 ...
     ray.get(ps.pull.remote(1, 0))  # ... and says it acts with it
     assert ray.get(ps.sync_latencies.remote()) == []  # worker 1 has not caught up
     time.sleep(0.05)

@@ -19,6 +19,20 @@ import psutil
 import ray
 
 from dsac.distributed.topology import describe_process
+from dsac.messages import (
+    Chunk,
+    Evaluation,
+    Grant,
+    Latest,
+    LearnerOrders,
+    LearnerReport,
+    LearnerState,
+    Placement,
+    PullReply,
+    Reports,
+    SampledBatches,
+    ShardStats,
+)
 from dsac.replay import (
     PrioritizedReplayStorage,
     RateLimiter,
@@ -126,28 +140,22 @@ class ReplayBuffer:
         for writer in [w for w, seen in self.queue.items() if seen < cutoff]:
             del self.queue[writer]
 
-    def _status(self, grant: int = 0) -> dict:
-        return {
-            "grant": grant,
-            "stop": self.stopped,
-            "added": self.storage.added,
-            "sampled_batches": self.storage.sampled_batches,
-        }
+    def _status(self, grant: int = 0) -> Grant:
+        return Grant(grant, self.stopped, self.storage.added, self.storage.sampled_batches)
 
     @hot_path
-    async def add(self, writer: int, chunk: dict | None = None) -> dict:
+    async def add(self, writer: int, chunk: Chunk | None = None) -> Grant:
         """Store a chunk (many transitions) and return the writer's next insert budget.
 
         Waits (up to ``MAX_WAIT_S``) while collection is ahead of the update ratio: this is
         the backpressure that keeps 8 workers on 2 cores from flooding the learner.
         """
         async with self.changed:
-            if chunk is not None and len(chunk["reward"]):
-                priorities = chunk.pop("priority", None)
+            if chunk is not None and chunk.size:
                 if self.prioritized:
-                    self.storage.add(chunk, priorities)
+                    self.storage.add(chunk.transitions, chunk.priorities)
                 else:
-                    self.storage.add(chunk)
+                    self.storage.add(chunk.transitions)
                 self.add_calls += 1
                 self.changed.notify_all()
             self.outstanding[writer] = 0
@@ -173,20 +181,20 @@ class ReplayBuffer:
             return self._status(0)
 
     @hot_path
-    async def sample(self, batch_size: int, num_batches: int) -> tuple[dict, int] | None:
-        """``(batches, env_steps_added)`` with ``num_batches`` stacked batches, or ``None`` if the
-        ratio does not allow them within ``MAX_WAIT_S`` (or the run is stopping)."""
+    async def sample(self, batch_size: int, num_batches: int) -> SampledBatches | None:
+        """``num_batches`` stacked batches, or ``None`` if the ratio does not allow them within
+        ``MAX_WAIT_S`` (or the run is stopping)."""
         started = time.monotonic()
         async with self.changed:
             while not self.stopped:
                 if self.limiter.can_sample(self.storage.added, self.storage.sampled_batches, num_batches):
                     if self.prioritized:
-                        batches = self.storage.sample(batch_size, num_batches, self.beta())
+                        sampled = self.storage.sample(batch_size, num_batches, self.beta())
                     else:
-                        batches = self.storage.sample(batch_size, num_batches)
+                        sampled = self.storage.sample(batch_size, num_batches)
                     self.sample_wait_s += time.monotonic() - started
                     self.changed.notify_all()  # writers may have new budget
-                    return batches, self.storage.added
+                    return sampled
                 if not await self._wait_for_change(started + MAX_WAIT_S):
                     break
             self.sample_wait_s += time.monotonic() - started
@@ -233,17 +241,11 @@ class ReplayBuffer:
             self.changed.notify_all()
 
     @hot_path
-    async def stats(self) -> dict:
+    async def stats(self) -> ShardStats:
         """Counters for progress reports."""
-        return {
-            "added": self.storage.added,
-            "size": self.storage.size,
-            "capacity": self.storage.capacity,
-            "sampled_batches": self.storage.sampled_batches,
-            "add_calls": self.add_calls,
-            "sample_wait_s": self.sample_wait_s,
-            "process": self.process,
-        }
+        storage = self.storage
+        return ShardStats(storage.added, storage.size, storage.capacity, storage.sampled_batches, self.add_calls,
+                          self.sample_wait_s, self.process)
 
     async def stop(self) -> None:
         """Wake every waiting caller; from now on add/sample return at once."""
@@ -264,21 +266,19 @@ class ParameterServer:
 
     def __init__(self, start_version: int = 0):
         self.version = int(start_version)  # a resumed run carries on counting
-        self.state: dict | None = None  # the learner's full state, when asked for (checkpoints)
-        self.state_meta: dict = {}
+        self.state: LearnerState | None = None  # the learner's full state, when asked for (checkpoints)
         self.state_wanted = False
         self.weights: dict | None = None
-        self.meta: dict = {}
+        self.report = LearnerReport()  # what the learner sent with the latest weights
         self.stopped = False
         self.stop_reason = ""
-        self.evaluations: list[dict] = []
-        self.episodes: list[tuple[float, int]] = []
-        self.learner_stats: dict = {}
+        self.evaluations: list[Evaluation] = []
+        self.episodes: list = []
         self.worker_versions: dict[int, int] = {}
         self.held_versions: dict[int, int] = {}  # what each worker said it acts with
         self.pushes = 0
         self.pulls_with_weights = 0
-        self.placements: list[dict] = []
+        self.placements: list[Placement] = []
         self.learner_updates: dict[int, int] = {}
         # Weight sync times: a version's push time until every worker holds it (or newer).
         self.push_times: collections.OrderedDict[int, float] = collections.OrderedDict()
@@ -287,39 +287,36 @@ class ParameterServer:
         # again (workers ignore versions below their own).
         self.process = process_id()
 
-    async def restore(self, version: int, weights: dict | None, meta: dict, stopped: bool) -> None:
+    async def restore(self, version: int, weights: dict | None, stopped: bool) -> None:
         """After a restart: versions carry on above ``version`` (the last the run saw); the
         snapshot's ``weights`` unless the learner pushed newer ones since the restart."""
         self.version = int(version) + self.pushes
         self.push_times.clear()
         if self.weights is None and weights is not None:
-            self.weights, self.meta = weights, dict(meta)
+            self.weights = weights
         self.stopped = self.stopped or stopped
 
     @hot_path
-    async def push(self, weights: dict, meta: dict | None = None) -> dict:
-        """Store new weights; returns ``{"version", "stop"}`` (versions only increase)."""
+    async def push(self, weights: dict, report: LearnerReport | None = None) -> LearnerOrders:
+        """Store new weights (versions only increase) with the learner's report."""
         self.version += 1
         self.weights = weights
-        self.meta = dict(meta or {})
+        self.report = report or LearnerReport()
         self.pushes += 1
         self.push_times[self.version] = time.monotonic()
         while len(self.push_times) > 1_000:  # workers long gone: stop waiting for them
             self.push_times.popitem(last=False)
-        if meta and "stats" in meta:
-            self.learner_stats = meta["stats"]
-        return {"version": self.version, "stop": self.stopped, "state_wanted": self.state_wanted}
+        return self._orders()
 
     @hot_path
-    async def pull(self, newer_than: int = 0, worker: int | None = None) -> dict:
-        """``{"stop", "version", "weights"?, "meta"?}``; weights only when newer than ``newer_than``."""
-        reply = {"stop": self.stopped, "version": self.version}
+    async def pull(self, newer_than: int = 0, worker: int | None = None) -> PullReply:
+        """The stop flag and version; the weights only when newer than ``newer_than``."""
+        reply = PullReply(self.stopped, self.version)
         if self.weights is not None and self.version > newer_than:
-            reply["weights"] = self.weights
-            reply["meta"] = self.meta
+            reply = PullReply(self.stopped, self.version, self.weights, self.report)
             self.pulls_with_weights += 1
         if worker is not None:  # the version the worker acts with once this reply lands
-            self.worker_versions[worker] = self.version if "weights" in reply else newer_than
+            self.worker_versions[worker] = self.version if reply.weights is not None else newer_than
             self.held_versions[worker] = newer_than
             self._note_synced()
         return reply
@@ -342,26 +339,23 @@ class ParameterServer:
         """Ask the learner for its full state (it sends it with ``put_state`` after a push)."""
         self.state_wanted = True
 
-    async def put_state(self, state: dict, meta: dict) -> None:
+    async def put_state(self, state: dict, report: LearnerReport) -> None:
         """The learner's full state (networks, targets, optimizer, counters)."""
-        self.state, self.state_meta, self.state_wanted = state, dict(meta), False
+        self.state, self.state_wanted = LearnerState(state, report), False
 
-    async def take_state(self) -> dict | None:
-        """The state put since the last call, with its metadata, or None."""
-        if self.state is None:
-            return None
-        out = {"state": self.state, "meta": self.state_meta}
-        self.state = None
-        return out
+    async def take_state(self) -> LearnerState | None:
+        """The state put since the last call, or None."""
+        taken, self.state = self.state, None
+        return taken
 
     async def report_learner(self, learner: int, updates: int) -> None:
         """A data-parallel learner's update count."""
         self.learner_updates[learner] = max(updates, self.learner_updates.get(learner, 0))
 
-    async def report_placement(self, role: str, where: dict) -> None:
-        self.placements.append({"role": role, **where})
+    async def report_placement(self, placement: Placement) -> None:
+        self.placements.append(placement)
 
-    async def report_eval(self, result: dict) -> None:
+    async def report_eval(self, result: Evaluation) -> None:
         self.evaluations.append(result)
 
     @hot_path
@@ -369,29 +363,18 @@ class ParameterServer:
         self.episodes.extend(episodes)
 
     @hot_path
-    async def drain_reports(self) -> dict:
-        """Evaluations and episodes reported since the last call, plus counters."""
+    async def drain_reports(self) -> Reports:
+        """Placements, evaluations and episodes reported since the last call, plus counters."""
         evaluations, self.evaluations = self.evaluations, []
         episodes, self.episodes = self.episodes, []
         placements, self.placements = self.placements, []
-        return {
-            "placements": placements,
-            "evaluations": evaluations,
-            "episodes": episodes,
-            "version": self.version,
-            "meta": self.meta,
-            "learner_stats": self.learner_stats,
-            "worker_versions": dict(self.worker_versions),
-            "learner_updates": dict(self.learner_updates),
-            "stop": self.stopped,
-            "stop_reason": self.stop_reason,
-            "process": self.process,
-        }
+        return Reports(placements, evaluations, episodes, self.version, self.report, dict(self.worker_versions),
+                       dict(self.learner_updates), self.stopped, self.stop_reason, self.process)
 
     @hot_path
-    async def latest(self) -> dict:
-        """The latest weights, their version and metadata."""
-        return {"version": self.version, "weights": self.weights, "meta": self.meta}
+    async def latest(self) -> Latest:
+        """The latest weights, their version and the learner's report."""
+        return Latest(self.version, self.weights, self.report)
 
     async def stop(self, reason: str = "") -> None:
         """Raise the stop flag every task watches."""
@@ -400,10 +383,13 @@ class ParameterServer:
             self.stop_reason = reason
 
     @hot_path
-    async def learner_poll(self) -> dict:
+    async def learner_poll(self) -> LearnerOrders:
         """What an idle learner (held back by the update ratio) must know: whether to stop,
         and whether its full state is wanted (a checkpoint, ``Trainer.save``)."""
-        return {"stop": self.stopped, "state_wanted": self.state_wanted}
+        return self._orders()
+
+    def _orders(self) -> LearnerOrders:
+        return LearnerOrders(self.version, self.stopped, self.state_wanted)
 
     async def where(self) -> dict:
         return {**describe_process(), "process": self.process}

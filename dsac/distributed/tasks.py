@@ -18,6 +18,7 @@ import ray
 from dsac.distributed.topology import describe_process
 from dsac.evaluation import evaluate
 from dsac.learning import LearnerLoop, NonFiniteUpdates
+from dsac.messages import Chunk, Evaluation, LearnerOrders, LearnerReport, Placement, PullReply
 from dsac.registry import callbacks_for, policy_class_for
 from dsac.rollout import EnvCollector
 
@@ -45,20 +46,20 @@ class WeightsClient:
         self.pull_every = pull_every
         self.worker = worker
         self.version = 0
-        self.meta: dict = {}
+        self.report = LearnerReport()  # what the learner sent with the weights held
         self.stop = False
         self.steps_since_pull = pull_every  # pull at the first chance
         self.next_check_at = 0.0
         self.pulled_at = -MIN_PULL_INTERVAL_S
         self.in_flight = None
 
-    def take(self, reply: dict) -> None:
+    def take(self, reply: PullReply) -> None:
         """Apply a ``pull`` reply: new weights if it carries them, and the stop flag."""
-        self.stop = self.stop or reply["stop"]
-        if "weights" in reply and reply["version"] > self.version:  # a late reply never goes back
-            self.policy.set_weights(reply["weights"])
-            self.version = reply["version"]
-            self.meta = reply["meta"]
+        self.stop = self.stop or reply.stop
+        if reply.weights is not None and reply.version > self.version:  # a late reply never goes back
+            self.policy.set_weights(reply.weights)
+            self.version = reply.version
+            self.report = reply.report or LearnerReport()
 
     def poll(self, steps: int) -> None:
         """Count ``steps`` env steps; take the reply of the pull in flight once it has landed;
@@ -105,7 +106,7 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     Uniform random actions while fewer than ``config.start_steps`` transitions have reached
     the replay buffer (counted over all workers; with shards, estimated from this one).
     """
-    ps.report_placement.remote(f"rollout_worker_{index}", describe_process())
+    ps.report_placement.remote(Placement(f"rollout_worker_{index}", **describe_process()))
     callbacks = callbacks_for(config)
     collector = EnvCollector(
         config.env, config.envs_per_worker, seed, config.gamma, config.n_step, callbacks=callbacks,
@@ -118,10 +119,10 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     weights = WeightsClient(ps, policy, config.pull_every, worker=index)
     status = ray.get(replay.add.remote(index, None))
     chunks_sent = 0
-    while not (status["stop"] or weights.stop):
+    while not (status.stop or weights.stop):
         chunk = None
-        if status["grant"] > 0:
-            if status["added"] * num_shards < config.start_steps:
+        if status.grant > 0:
+            if status.added * num_shards < config.start_steps:
                 act = lambda obs: policy.random_actions(len(obs))  # noqa: E731
             else:
                 weights.wait_for_weights()
@@ -131,9 +132,10 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
             deadline = time.monotonic() + config.chunk_seconds
             # New weights are taken (and the next pull started) every pull_every steps, also
             # inside a chunk: a chunk of 256 steps must not delay them.
-            chunk = policy.postprocess_trajectory(collector.collect(act, status["grant"], deadline, weights.poll))
+            batch = policy.postprocess_trajectory(collector.collect(act, status.grant, deadline, weights.poll))
             if callbacks is not None:
-                chunk = callbacks.on_sample_end(worker_index=index, batch=chunk)
+                batch = callbacks.on_sample_end(worker_index=index, batch=batch)
+            chunk = Chunk.from_batch(batch)
             episodes = collector.drain_episodes()
             if episodes:
                 ps.report_episodes.remote(episodes)
@@ -141,7 +143,7 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
         weights.poll(0)
         asked = time.monotonic()
         status = ray.get(replay.add.remote(index, chunk))
-        if status["grant"] > 0 and policy.has_weights and time.monotonic() - asked > REFRESH_AFTER_WAIT_S:
+        if status.grant > 0 and policy.has_weights and time.monotonic() - asked > REFRESH_AFTER_WAIT_S:
             weights.refresh()
     collector.close()
     return {"worker": index, "env_steps": collector.total_steps, "chunks": chunks_sent}
@@ -161,7 +163,7 @@ class ShardedSampler:
         self.wait_s = 0.0
 
     def next(self):
-        """``(shard index, result)`` of the oldest call; a new call replaces it at once."""
+        """``(shard index, SampledBatches or None)`` of the oldest call; a new call replaces it at once."""
         shard, ref = self.in_flight.popleft()
         started = time.monotonic()
         result = ray.get(ref)
@@ -178,6 +180,28 @@ class GradientSync:
         self.averager = averager
         self.index = index
         self.env_steps = 0  # run-wide, summed over the learners' shards at the last step
+
+    def start(self, loop: LearnerLoop) -> bool:
+        """Every replica starts from learner 0's state, whatever its own initialization was;
+        False when the run stopped first."""
+        state = ray.get(self.averager.broadcast.remote(self.index, loop.state() if self.index == 0 else None))
+        if state is None:
+            return False
+        loop.set_state(state)
+        return True
+
+    def learner(self, policy, first_step: int, own_env_steps: int):
+        """A ``learn`` function for :meth:`LearnerLoop.step`: every update is the mean of all
+        learners' gradients (the results so far when the run stopped meanwhile)."""
+        def learn(batches: list[dict]) -> list[dict]:
+            results = []
+            for i, batch in enumerate(batches):
+                result = self.learn(policy, batch, first_step + i, own_env_steps)
+                if result is None:  # the run stopped while the others were waited for
+                    break
+                results.append(result)
+            return results
+        return learn
 
     def learn(self, policy, batch: dict, step: int, own_env_steps: int) -> dict | None:
         """One synchronous update; its stats, or None when the run stopped meanwhile."""
@@ -203,98 +227,115 @@ def weights_digest(weights: dict[str, np.ndarray]) -> str:
     return digest.hexdigest()[:16]
 
 
+class LearnerLink:
+    """The learner's Ray side, around a Ray-free :class:`dsac.learning.LearnerLoop`: feeds it
+    the replay shards' batches and forwards what it decides — weights pushed after a block
+    that passed a multiple of ``push_every`` updates (not waited for: the next push collects
+    the reply and its orders), the full state when asked for, new priorities back to the
+    shard they came from in one fire-and-forget call.
+
+    With several learners (``sync`` given) only learner 0 pushes weights and state (the
+    replicas are identical); each reports its update count.
+    """
+
+    def __init__(self, loop: LearnerLoop, ps, shards: list, sampler: ShardedSampler, index: int,
+                 sync: GradientSync | None):
+        self.loop, self.ps, self.shards, self.sampler, self.index, self.sync = loop, ps, shards, sampler, index, sync
+        self.primary = index == 0
+        self.env_steps_by_shard = [0] * len(shards)
+        self.orders = LearnerOrders(0, False, False)
+        self.last_push = None
+
+    def report(self, final: bool = False) -> LearnerReport:
+        env_steps = self.sync.env_steps if self.sync is not None else sum(self.env_steps_by_shard)
+        return self.loop.report(env_steps, self.sampler.wait_s, final)
+
+    def step(self) -> None:
+        """One sample call's batches through the loop, and its outputs forwarded."""
+        shard, sampled = self.sampler.next()
+        if sampled is None:  # the ratio holds the learner back, or the run is stopping
+            self.orders = ray.get(self.ps.learner_poll.remote())
+            if self.orders.state_wanted and self.primary:  # idle, e.g. between Trainer.train() calls
+                ray.get(self.ps.put_state.remote(self.loop.state(), self.report()))
+            return
+        self.env_steps_by_shard[shard] = sampled.env_steps
+        learn = None
+        if self.sync is not None:
+            learn = self.sync.learner(self.loop.policy, self.loop.updates, sum(self.env_steps_by_shard))
+        step = self.loop.step(sampled.batches, learn)
+        if step.stopped:
+            self.orders = self.orders._replace(stop=True)
+        elif step.push:
+            self.push()
+        if step.priorities is not None and sampled.indices is not None:
+            self.shards[shard].update_priorities.remote(sampled.indices, sampled.generations, step.priorities)
+
+    def push(self) -> None:
+        """Push the weights (learner 0), and the state too when the last reply asked for it."""
+        if self.sync is not None:
+            self.ps.report_learner.remote(self.index, self.loop.updates)
+        if not self.primary:
+            return
+        if self.last_push is not None:
+            self.orders = ray.get(self.last_push)  # long done: carries the stop flag
+            if self.orders.state_wanted:
+                self.ps.put_state.remote(self.loop.state(), self.report())
+        self.last_push = self.ps.push.remote(self.loop.policy.get_weights(), self.report())
+
+    def first_push(self) -> None:
+        if self.primary:
+            self.orders = ray.get(self.ps.push.remote(self.loop.policy.get_weights(), self.report()))
+
+    def hand_over(self, state: bool) -> None:
+        """The final report, weights and (``state``) full state, waited for: the state goes
+        before the push the evaluator waits for."""
+        final = self.report(final=True)
+        if self.sync is not None:
+            ray.get(self.ps.report_learner.remote(self.index, self.loop.updates))
+        if self.primary:
+            if state:
+                ray.get(self.ps.put_state.remote(self.loop.state(), final))
+            ray.get(self.ps.push.remote(self.loop.policy.get_weights(), final))
+
+
 # A GPU learner by default; the driver overrides num_gpus to 0 on a cluster without GPUs.
 # max_calls=1: the process exits after the task, so its GPU memory is given back.
 @ray.remote(num_gpus=1, max_calls=1)
 def learner(config, observation_space, action_space, shards: list, ps, seed: int, num_gpus: float,
             num_cpus: float, initial_weights: dict | None = None, initial_state: dict | None = None,
             index: int = 0, averager=None) -> dict:
-    """Trains the policy on batches from its replay shards (each sample call's batches in one
-    ``learn_on_batches``), pushes weights after the call that passes a multiple of
-    ``config.push_every`` updates, and (prioritized replay) sends each sample call's new
-    priorities back to its shard in one fire-and-forget call. ``initial_weights`` (e.g. from a
-    restored Trainer) replace the fresh policy's weights before the first push; ``initial_state``
-    (a resumed run's checkpoint) replaces its whole training state. When the parameter server
-    asks for it (checkpoints) and at the end, the learner sends its full state.
-
-    With several learners (``averager`` given), learner ``index`` trains on its own shards,
-    every update is the mean of all learners' gradients, and learner 0 alone pushes weights
-    and state (the replicas are identical); each reports its update count."""
+    """Trains the policy on batches from its replay shards through a :class:`LearnerLoop`
+    (each sample call's batches in one ``learn_on_batches``) and forwards its outputs
+    (:class:`LearnerLink`). ``initial_weights`` (e.g. ``--init_weights``) replace the fresh
+    policy's weights before the first push; ``initial_state`` (a resumed run's checkpoint)
+    replaces its whole training state. With several learners (``averager`` given), learner
+    ``index`` trains on its own shards and every update is the mean of all learners' gradients."""
     from dsac.tf_setup import configure_tensorflow
 
     device = configure_tensorflow(num_gpus, num_cpus, config.learner_threads, config.verbose)
-    primary = index == 0
     role = "learner" if averager is None else f"learner_{index}"
-    ps.report_placement.remote(role, {**describe_process(), "device": device})
+    ps.report_placement.remote(Placement(role, **describe_process(), device=device))
     policy = policy_class_for(config)(observation_space, action_space, config, build_learner=True, seed=seed)
     if initial_weights is not None:
         policy.set_weights(initial_weights)
     loop = LearnerLoop(policy, config, callbacks_for(config))
     if initial_state is not None:
         loop.set_state(initial_state)
-    sync, learn = None, None
-    if averager is not None:
-        sync = GradientSync(averager, index)
-        # Every replica starts from learner 0's state, whatever its own initialization was.
-        state = ray.get(averager.broadcast.remote(index, loop.state() if primary else None))
-        if state is None:
-            return {"learner": index, "updates": loop.updates}
-        loop.set_state(state)
-
-        def learn(batches):  # every update is the mean of all learners' gradients
-            results = []
-            for i, batch in enumerate(batches):
-                result = sync.learn(policy, batch, loop.updates + i, sum(env_steps_by_shard))
-                if result is None:  # the run stopped while the others were waited for
-                    break
-                results.append(result)
-            return results
-
-    env_steps_by_shard = [0] * len(shards)
+    sync = GradientSync(averager, index) if averager is not None else None
+    if sync is not None and not sync.start(loop):
+        return {"learner": index, "updates": loop.updates}
     sampler = ShardedSampler(shards, config.batch_size, config.batches_per_sample, config.prefetch)
-
-    def meta(**extra):
-        env_steps = sync.env_steps if sync is not None else sum(env_steps_by_shard)
-        return loop.meta(env_steps, learner_wait_s=sampler.wait_s, **extra)
-
-    reply = ray.get(ps.push.remote(policy.get_weights(), meta())) if primary else {"stop": False}
-    last_push = None
+    link = LearnerLink(loop, ps, shards, sampler, index, sync)
+    link.first_push()
     try:
-        while not reply["stop"]:
-            shard, result = sampler.next()
-            if result is None:  # the ratio holds the learner back, or the run is stopping
-                reply = ray.get(ps.learner_poll.remote())
-                if reply["state_wanted"] and primary:  # idle, e.g. between Trainer.train() calls
-                    ray.get(ps.put_state.remote(loop.state(), meta()))
-                continue
-            batches, env_steps_by_shard[shard] = result
-            step = loop.step(batches, learn)
-            if step.stopped:
-                reply = {"stop": True}
-            # Push once a multiple of push_every was passed, with the weights after the whole block.
-            if step.push and not step.stopped:
-                if sync is not None:
-                    ps.report_learner.remote(index, loop.updates)
-                if primary:
-                    if last_push is not None:
-                        reply = ray.get(last_push)  # long done: carries the stop flag
-                        if reply.get("state_wanted"):
-                            ps.put_state.remote(loop.state(), meta())
-                    last_push = ps.push.remote(policy.get_weights(), meta())
-            if step.priorities is not None and "indices" in batches:
-                shards[shard].update_priorities.remote(batches["indices"], batches["generations"], step.priorities)
+        while not link.orders.stop:
+            link.step()
     except NonFiniteUpdates:
         # The weights are still the last good ones (no skipped step changed them): hand them
         # and the counters over, then fail with the reason.
-        if primary:
-            ray.get(ps.push.remote(policy.get_weights(), meta(final=True)))
+        link.hand_over(state=False)
         raise
-    final = meta(final=True)
-    if sync is not None:
-        ray.get(ps.report_learner.remote(index, loop.updates))
-    if primary:
-        ray.get(ps.put_state.remote(loop.state(), final))  # before the push the evaluator waits for
-        ray.get(ps.push.remote(policy.get_weights(), final))
+    link.hand_over(state=True)
     return {"learner": index, "updates": loop.updates, "weights_digest": weights_digest(policy.get_weights())}
 
 
@@ -303,7 +344,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
     """Every ``config.eval_every`` env steps, runs ``config.eval_episodes`` deterministic
     episodes with the latest weights and reports the returns; a last evaluation of the final
     weights when the run stops. Returns the number of evaluations."""
-    ps.report_placement.remote("evaluator", describe_process())
+    ps.report_placement.remote(Placement("evaluator", **describe_process()))
     policy = policy_class_for(config)(observation_space, action_space, config, seed=seed)
     weights = WeightsClient(ps, policy, pull_every=1)
     next_eval, evaluated_version, count = config.eval_every, 0, 0
@@ -315,22 +356,22 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
             config.env_kwargs, config.flatten_obs,
         )
         # Waited for: the final report must reach the parameter server before this task ends.
-        ray.get(ps.report_eval.remote({
-            "env_steps": int(weights.meta.get("env_steps", 0)),
-            "updates": int(weights.meta.get("updates", 0)),
-            "weights_version": weights.version,
-            "eval_return_mean": float(returns.mean()),
-            "eval_return_std": float(returns.std()),
-            "eval_returns": [float(r) for r in returns],
-            "eval_seconds": time.monotonic() - started,
-            "weights": policy.get_weights(),  # the driver keeps the best as best_weights.pkl
-        }))
+        ray.get(ps.report_eval.remote(Evaluation(
+            env_steps=int(weights.report.env_steps),
+            updates=int(weights.report.updates),
+            weights_version=weights.version,
+            eval_return_mean=float(returns.mean()),
+            eval_return_std=float(returns.std()),
+            eval_returns=[float(r) for r in returns],
+            eval_seconds=time.monotonic() - started,
+            weights=policy.get_weights(),  # the driver keeps the best as best_weights.pkl
+        )))
 
     while True:
         weights.take(ray.get(ps.pull.remote(weights.version)))
         if weights.stop:
             break
-        env_steps = weights.meta.get("env_steps", 0)
+        env_steps = weights.report.env_steps
         if policy.has_weights and env_steps >= next_eval:
             run_evaluation()
             evaluated_version, count = weights.version, count + 1
@@ -340,7 +381,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
     # The final weights: the learner's last push may land just after the stop flag.
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
-        if ray.get(ps.latest.remote())["meta"].get("final"):
+        if ray.get(ps.latest.remote()).report.final:
             break
         time.sleep(IDLE_SLEEP_S)
     weights.take(ray.get(ps.pull.remote(weights.version)))
