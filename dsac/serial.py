@@ -17,32 +17,38 @@ from collections import deque
 import numpy as np
 
 from dsac.config import Config
-from dsac.errors import RunFailed
 from dsac.evaluation import evaluate
 from dsac.learning import LearnerLoop, NonFiniteUpdates
-from dsac.monitoring import ProgressDisplay, Signals
+from dsac.messages import Chunk, Evaluation, FinishedEpisode, Latest, LearnerState
 from dsac.preparation import Prepared, check_resume_state, prepare, resume_checkpoint
 from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for, policy_class_for
 from dsac.replay import PrioritizedReplayStorage, RateLimiter, ReplayStorage, field_specs
 from dsac.rollout import EnvCollector
+from dsac.watch import Step, watch
 
 log = logging.getLogger("dsac")
 
 
 class SerialRun:
     """One process that collects, stores, learns and evaluates in turn, keeping the update
-    ratio with the same rate limiter the replay actor uses.
+    ratio with the same rate limiter the replay actor uses. Steps as the distributed run
+    does (``step()``, ``status()``, ``stop()``), so the command line's :func:`dsac.watch.watch`
+    and ``Trainer(config, local=True)`` drive it alike.
 
     Args:
         prepared: what :func:`dsac.preparation.prepare` checked.
         started_at: ``time.time()`` the run counts its wall seconds from.
+        insert_limit: no collection past this many transitions (None: ``total_env_steps``).
         checkpoint: a resumed run's checkpoint (:func:`dsac.artifacts.read_checkpoint`).
     """
 
-    def __init__(self, prepared: Prepared, started_at: float, checkpoint: dict | None = None):
+    def __init__(self, prepared: Prepared, started_at: float, insert_limit: int | None = None,
+                 checkpoint: dict | None = None):
         config = self.config = prepared.config
-        obs_space, act_space = prepared.observation_space, prepared.action_space
+        self.output_dir = prepared.output_dir
+        obs_space, act_space = self.observation_space, self.action_space = (
+            prepared.observation_space, prepared.action_space)
         meta = (checkpoint or {}).get("meta", {})
         # The seeds rollout worker 0 and the evaluator get in the distributed run.
         worker_seed = int(np.random.SeedSequence(config.seed).spawn(1)[0].generate_state(1)[0])
@@ -61,30 +67,39 @@ class SerialRun:
         self.loop = LearnerLoop(learner_policy, config, self.callbacks)
         if checkpoint is not None:
             self.loop.set_state(checkpoint["state"])
-        specs = field_specs(obs_space.shape, obs_space.dtype, act_space.shape, act_space.dtype)
-        if config.prioritized:
-            self.storage = PrioritizedReplayStorage(specs, config.buffer_size, config.seed, alpha=config.priority_alpha)
-        else:
-            self.storage = ReplayStorage(specs, config.buffer_size, config.seed)
-        warmup = config.learning_starts
-        replay = (checkpoint or {}).get("replay") or []
-        if len(replay) == 1:
-            self.storage.load_state_dict(replay[0])
-        elif meta:  # resumed without the replay's contents: count on, warm up again
-            self.storage.added = int(meta["env_steps"])
-            warmup += self.storage.added
+        self.storage, warmup = self._storage(obs_space, act_space, checkpoint)
         self.limiter = RateLimiter(config.updates_per_step, warmup, config.max_steps_ahead)
+        self.insert_limit = config.total_env_steps if insert_limit is None else insert_limit
         self.version = int(meta.get("version", 0))
         self.recorder = Recorder(config, prepared.output_dir, obs_space, act_space, started_at, self.eval_seed, meta)
         self.weights_path = self.recorder.weights_path
         self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
         self.evaluated_version = -1
-        self.last_snapshot = time.monotonic()
+        self.last_checkpoint = time.monotonic()
         self.add_calls = 0
+        self.failure: str | None = None
+        self.state_wanted = False
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.episode_metrics: list[dict] = []
         self.publish()
         log.info("serial run (--local): rollout, replay, learner and evaluator in this process; no Ray")
+
+    def _storage(self, obs_space, act_space, checkpoint: dict | None):
+        """The replay storage (a resumed run's contents, or its count), and its warm-up."""
+        config, meta = self.config, (checkpoint or {}).get("meta", {})
+        specs = field_specs(obs_space.shape, obs_space.dtype, act_space.shape, act_space.dtype)
+        if config.prioritized:
+            storage = PrioritizedReplayStorage(specs, config.buffer_size, config.seed, alpha=config.priority_alpha)
+        else:
+            storage = ReplayStorage(specs, config.buffer_size, config.seed)
+        warmup = config.learning_starts
+        replay = (checkpoint or {}).get("replay") or []
+        if len(replay) == 1:
+            storage.load_state_dict(replay[0])
+        elif meta:  # resumed without the replay's contents: count on, warm up again
+            storage.added = int(meta["env_steps"])
+            warmup += storage.added
+        return storage, warmup
 
     # --- the roles, in turn ----------------------------------------------------------------
     def publish(self) -> None:
@@ -93,26 +108,26 @@ class SerialRun:
         self.actor.set_weights(self.weights)
         self.version += 1
 
-    def collect(self) -> list[tuple[float, int, dict]]:
+    def collect(self) -> list[FinishedEpisode]:
         """One chunk of env steps, as far as the rate limiter lets collection run ahead."""
         config, storage = self.config, self.storage
         headroom = self.limiter.insert_headroom(storage.added, storage.sampled_batches, 0)
-        room = min(headroom, config.max_chunk, config.total_env_steps - storage.added)
+        room = min(headroom, config.max_chunk, self.insert_limit - storage.added)
         if room <= 0:
             return []
         if storage.added < config.start_steps:
             act = lambda obs: self.actor.random_actions(len(obs))  # noqa: E731
         else:
             act = lambda obs: self.actor.compute_actions(obs, explore=True)  # noqa: E731
-        chunk = self.actor.postprocess_trajectory(self.collector.collect(act, room))
+        batch = self.actor.postprocess_trajectory(self.collector.collect(act, room))
         if self.callbacks is not None:
-            chunk = self.callbacks.on_sample_end(worker_index=0, batch=chunk)
-        if len(chunk["reward"]):
-            priorities = chunk.pop("priority", None)
+            batch = self.callbacks.on_sample_end(worker_index=0, batch=batch)
+        chunk = Chunk.from_batch(batch)
+        if chunk.size:
             if self.config.prioritized:
-                storage.add(chunk, priorities)
+                storage.add(chunk.transitions, chunk.priorities)
             else:
-                storage.add(chunk)
+                storage.add(chunk.transitions)
             self.add_calls += 1
         return self.collector.drain_episodes()
 
@@ -123,12 +138,12 @@ class SerialRun:
             if config.prioritized:
                 fraction = min(1.0, storage.added / max(1, config.total_env_steps))
                 beta = config.priority_beta + fraction * (1.0 - config.priority_beta)
-                batches = storage.sample(config.batch_size, config.batches_per_sample, beta)
+                sampled = storage.sample(config.batch_size, config.batches_per_sample, beta)
             else:
-                batches = storage.sample(config.batch_size, config.batches_per_sample)
-            step = self.loop.step(batches)
-            if step.priorities is not None and "indices" in batches:
-                storage.update_priorities(batches["indices"], batches["generations"], step.priorities)
+                sampled = storage.sample(config.batch_size, config.batches_per_sample)
+            step = self.loop.step(sampled.batches)
+            if step.priorities is not None and sampled.indices is not None:
+                storage.update_priorities(sampled.indices, sampled.generations, step.priorities)
             if step.push:
                 self.publish()
 
@@ -139,98 +154,95 @@ class SerialRun:
         if not (self.storage.added >= self.next_eval or (final and self.evaluated_version != self.version)):
             return []
         self.evaluator.set_weights(self.weights)
+        started = time.monotonic()
         returns = evaluate(lambda obs: self.evaluator.compute_actions(obs, explore=False), config.env,
                            config.eval_episodes, self.eval_seed, config.env_kwargs, config.flatten_obs)
         self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
         self.evaluated_version = self.version
-        line = self.recorder.evaluation({
-            "env_steps": self.storage.added, "updates": self.loop.updates, "weights_version": self.version,
-            "eval_return_mean": float(returns.mean()), "eval_return_std": float(returns.std()),
-            "eval_returns": [float(r) for r in returns], "weights": self.weights,
-        }, {"env_steps_collected": self.storage.added,
+        line = self.recorder.evaluation(Evaluation(
+            self.storage.added, self.loop.updates, self.version, float(returns.mean()), float(returns.std()),
+            [float(r) for r in returns], time.monotonic() - started, self.weights,
+        ), {"env_steps_collected": self.storage.added,
             **({"skipped_updates": self.loop.skipped} if self.loop.skipped else {}),
             **custom_metric_means(self.episode_metrics)})
         self.episode_metrics = []
-        self.recorder.save_weights(self.weights, self.version, self.counters())
-        if self.callbacks is not None:
-            self.callbacks.on_train_result(trainer=None, result=dict(line))
+        self.recorder.save_weights(self.weights, self.version, self.counters)
         return [line]
 
     def checkpoint(self) -> None:
         """The full training state, as the distributed run's checkpoint holds it."""
         replay = [self.storage.state_dict()] if self.config.checkpoint_replay else None
-        self.recorder.checkpoint(self.loop.state(), self.weights, self.version, self.counters(), replay)
-        self.last_snapshot = time.monotonic()
+        self.recorder.checkpoint(self.loop.state(), self.weights, self.version, self.counters, replay)
+        self.last_checkpoint = time.monotonic()
 
-    # --- watching ----------------------------------------------------------------------------
+    # --- what the driver of a run reads ------------------------------------------------------
+    @property
     def counters(self) -> dict:
         return {"env_steps": self.storage.added, "updates": self.loop.updates, "version": self.version}
+
+    @property
+    def learner_stats(self) -> dict:
+        return self.loop.stats
+
+    def latest(self) -> Latest:
+        return Latest(self.version, self.weights, self.loop.report(self.storage.added))
+
+    def full_state(self) -> LearnerState:
+        return LearnerState(self.loop.state(), self.loop.report(self.storage.added))
+
+    def set_insert_limit(self, total_env_steps: int | None) -> None:
+        self.insert_limit = self.config.total_env_steps if total_env_steps is None else total_env_steps
 
     def status(self) -> dict:
         """Counters for the progress display and TensorBoard."""
         last = self.recorder.last_eval.get("eval_return_mean")
         return {
-            **self.counters(), "total_env_steps": self.config.total_env_steps, "version_lag": 0,
+            **self.counters, "total_env_steps": self.config.total_env_steps, "version_lag": 0,
             "replay_size": self.storage.size, "replay_fill": self.storage.size / self.storage.capacity,
             "learner_wait_s": 0.0, "wall_s": self.recorder.wall_s(), "last_eval_return": last,
             "recent_episode_return": statistics.fmean(self.recent_returns) if self.recent_returns else None,
         }
 
-    def step(self) -> tuple[list[dict], bool]:
-        """One round: collect a chunk, learn what the ratio allows, evaluate if due. Returns
-        the progress lines written and whether collection has reached ``total_env_steps``."""
+    def step(self) -> Step:
+        """One round: collect a chunk, learn what the ratio allows, evaluate if due, and write
+        a checkpoint every ``checkpoint_every`` seconds."""
         episodes = self.collect()
-        self.recent_returns.extend(r for r, _, _ in episodes)
-        self.episode_metrics.extend(m for _, _, m in episodes if m)
-        self.learn()
+        self.recent_returns.extend(e.episode_return for e in episodes)
+        self.episode_metrics.extend(e.custom_metrics for e in episodes if e.custom_metrics)
+        try:
+            self.learn()
+        except NonFiniteUpdates as exc:
+            self.failure = f"learner failed: NonFiniteUpdates: {exc}"
+            return Step([], episodes)
         lines = self.evaluate_if_due()
         self.recorder.system(self.status(), episodes, self.loop.stats)
-        every = self.config.snapshot_every
-        if every is not None and time.monotonic() - self.last_snapshot >= every:
+        every = self.config.checkpoint_every
+        if every is not None and time.monotonic() - self.last_checkpoint >= every:
             self.checkpoint()
-        return lines, self.storage.added >= self.config.total_env_steps
+        return Step(lines, episodes)
 
-    def train(self) -> dict:
-        """Run until a stop condition; returns the summary (as the distributed run's)."""
-        config = self.config
-        progress = ProgressDisplay(config.total_env_steps, config.log_every, log.info,
-                                   use_bar=None if config.progress_bar else False)
-        reason, failure = None, None
-        with Signals() as signals:
-            try:
-                while reason is None:
-                    lines, done = self.step()
-                    if signals.received is not None:
-                        reason = "sigterm"
-                    elif config.stop_return is not None and any(
-                            line["eval_return_mean"] >= config.stop_return for line in lines):
-                        reason = "stop_return"
-                    elif done:
-                        reason = "total_env_steps"
-                    elif config.max_seconds is not None and self.recorder.wall_s() >= config.max_seconds:
-                        reason = "max_seconds"
-                    progress.update(self.status())
-            except KeyboardInterrupt:
-                reason = "interrupted"
-            except NonFiniteUpdates as exc:
-                reason, failure = "failed", f"learner failed: NonFiniteUpdates: {exc}"
-            signals.shield()
-            progress.close()
-            log.info("stopping (%s)", failure or reason)
-            if reason != "stop_return":
-                self.evaluate_if_due(final=True)
-            self.recorder.save_weights(self.weights, self.version, self.counters())
-            self.checkpoint()
-            self.collector.close()
-            summary = self.recorder.summary(reason, failure, self.counters(), {
-                "mode": "serial", "skipped_updates": self.loop.skipped, "replay_add_calls": self.add_calls,
-                "transitions_per_add": round(self.storage.added / max(1, self.add_calls), 1),
-            })
-        if failure:
-            raise RunFailed(failure)
-        if reason == "interrupted":
-            raise KeyboardInterrupt
-        return summary
+    def stop(self, reason: str) -> dict:
+        """A last evaluation (unless the run just reached its return), the final weights and
+        checkpoint, and ``summary.json``; returns the summary."""
+        log.info("stopping (%s)", self.failure or reason)
+        if reason != "stop_return":
+            self.evaluate_if_due(final=True)
+        self.recorder.save_weights(self.weights, self.version, self.counters)
+        self.checkpoint()
+        self.collector.close()
+        return self.recorder.summary(reason, self.failure, self.counters, {
+            "mode": "serial", "skipped_updates": self.loop.skipped, "replay_add_calls": self.add_calls,
+            "transitions_per_add": round(self.storage.added / max(1, self.add_calls), 1),
+        })
+
+
+def start_serial(config: Config, started_at: float, insert_limit: int | None = None,
+                 checkpoint: dict | None = None) -> SerialRun:
+    """Check the input and build the serial run (:func:`dsac.distributed.driver.start`'s twin)."""
+    prepared = prepare(config, local=True)
+    if checkpoint is not None:
+        check_resume_state(prepared, checkpoint["state"], config.resume or "the checkpoint")
+    return SerialRun(prepared, started_at, insert_limit, checkpoint)
 
 
 def run_serial(config: Config, started_at: float | None = None) -> dict:
@@ -244,7 +256,4 @@ def run_serial(config: Config, started_at: float | None = None) -> dict:
     started_at = time.time() if started_at is None else started_at
     config = config.validate()
     checkpoint, started_at = resume_checkpoint(config, started_at)
-    prepared = prepare(config, local=True)
-    if checkpoint is not None:
-        check_resume_state(prepared, checkpoint["state"], config.resume)
-    return SerialRun(prepared, started_at, checkpoint).train()
+    return watch(start_serial(config, started_at, checkpoint=checkpoint))

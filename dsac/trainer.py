@@ -19,6 +19,7 @@ and the learner waits for it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -40,16 +41,29 @@ class Trainer:
         config: a dict of flag names (plus RLlib's ``model`` dict, ``callbacks``,
             ``policy_class``) or a :class:`dsac.config.Config`. Unknown keys are refused with
             close matches; the algorithm's defaults fill what is not given.
+        local: run rollout, replay, learner and evaluator in this process without Ray (the
+            serial runner of ``launch.py --local``; also ``num_workers=0`` or ``local=True`` in
+            the config) — same results API, for a debugger and for tiny runs.
     """
 
-    def __init__(self, config: dict | Config | None = None, *, _checkpoint: dict | None = None):
-        from dsac.distributed.driver import start
-
+    def __init__(self, config: dict | Config | None = None, *, local: bool | None = None,
+                 _checkpoint: dict | None = None):
         config = config if isinstance(config, Config) else Config.from_dict(config or {})
+        if local is not None:
+            config = dataclasses.replace(config, local=local)
         self.config = config.validate()
         self.started_at = time.time() - ((_checkpoint or {}).get("meta", {}).get("wall_s", 0.0))
         self.iteration = 0
-        self._system, self._started_ray = start(self.config, self.started_at, insert_limit=0, checkpoint=_checkpoint)
+        self._started_ray = False
+        if self.config.local:
+            from dsac.serial import start_serial
+
+            self._system = start_serial(self.config, self.started_at, insert_limit=0, checkpoint=_checkpoint)
+        else:
+            from dsac.distributed.driver import start
+
+            self._system, self._started_ray = start(self.config, self.started_at, insert_limit=0,
+                                                    checkpoint=_checkpoint)
         self._start_counts = (self._system.counters["env_steps"], self._system.counters["updates"])
         self._local_policy = None
         self._stopped = False
@@ -60,7 +74,10 @@ class Trainer:
 
     @property
     def actor_handles(self) -> dict:
-        """The Ray handles of the running actors (the same across ``train()`` calls)."""
+        """The Ray handles of the running actors (the same across ``train()`` calls; empty
+        when local)."""
+        if self.config.local:
+            return {}
         return {"parameter_server": self._system.ps, "replay_shards": list(self._system.shards)}
 
     def train(self) -> dict:
@@ -85,9 +102,9 @@ class Trainer:
         evaluations, episodes = [], []
         last_progress, last_seen = time.monotonic(), (start_steps, start_updates)
         while True:
-            system.check_tasks(POLL_S)
-            evaluations += system.poll()
-            episodes += system.take_episodes()
+            step = system.step()
+            evaluations += step.lines
+            episodes += step.episodes
             if system.failure:
                 summary = self.stop()
                 raise DsacError(f"run failed: {summary['failure']} (weights so far are in {system.weights_path})")
@@ -115,9 +132,9 @@ class Trainer:
             "updates_per_s": (c["updates"] - start_updates) / elapsed,
             "time_this_iter_s": elapsed,
             "episodes_this_iter": len(episodes),
-            "episode_return_mean": float(np.mean([r for r, _, _ in episodes])) if episodes else None,
+            "episode_return_mean": float(np.mean([e.episode_return for e in episodes])) if episodes else None,
             **{k: v for k, v in system.learner_stats.items() if isinstance(v, int | float)},
-            **custom_metric_means([m for _, _, m in episodes if m]),
+            **custom_metric_means([e.custom_metrics for e in episodes if e.custom_metrics]),
         }
         if evaluations:
             result["eval_return_mean"] = evaluations[-1]["eval_return_mean"]
@@ -130,7 +147,7 @@ class Trainer:
         """A local (driver-side, numpy) policy with the latest weights."""
         deadline = time.monotonic() + STALL_TIMEOUT_S
         latest = self._system.latest()
-        while latest["weights"] is None:  # the learner's first push comes once TensorFlow is up
+        while latest.weights is None:  # the learner's first push comes once TensorFlow is up
             if self._system.failure:
                 raise DsacError(f"no weights: {self._system.failure}")
             if time.monotonic() > deadline:
@@ -138,7 +155,7 @@ class Trainer:
             self._system.check_tasks(POLL_S)
             latest = self._system.latest()
         policy = self._policy_for_names()
-        policy.set_weights(latest["weights"])
+        policy.set_weights(latest.weights)
         return policy
 
     def compute_single_action(self, obs, explore: bool = False):
@@ -158,16 +175,16 @@ class Trainer:
         system = self._system
         checkpoint_dir = checkpoint_dir or os.path.join(self.output_dir, f"checkpoint-{self.iteration:06d}")
         check_writable_dir(checkpoint_dir, "Trainer.save")
-        if system.latest()["weights"] is None:
+        if system.latest().weights is None:
             raise DsacError("no weights to save yet: call train() first")
         taken = system.full_state()
-        state, latest = taken["state"], system.latest()
+        state, latest = taken.state, system.latest()
         # The acting weights as of that state (the state holds them by the same names).
         names = list(self._policy_for_names().weight_shapes() or ())
-        weights = {n: state[n] for n in names} if names and all(n in state for n in names) else latest["weights"]
-        counters = {**system.counters, "updates": int(taken["meta"].get("updates", 0))}
-        system.recorder.checkpoint(state, weights, latest["version"], counters, run_dir=checkpoint_dir)
-        system.recorder.save_weights(weights, latest["version"], counters, os.path.join(checkpoint_dir, "weights.pkl"))
+        weights = {n: state[n] for n in names} if names and all(n in state for n in names) else latest.weights
+        counters = {**system.counters, "updates": int(taken.report.updates)}
+        system.recorder.checkpoint(state, weights, latest.version, counters, run_dir=checkpoint_dir)
+        system.recorder.save_weights(weights, latest.version, counters, os.path.join(checkpoint_dir, "weights.pkl"))
         write_json(os.path.join(checkpoint_dir, "config.json"), self.config.to_dict())
         return checkpoint_dir
 
@@ -206,11 +223,11 @@ class Trainer:
         """Stop the actors and tasks, save the final weights; returns the run's summary."""
         if self._stopped:
             return self._summary
-        import ray
-
         self._stopped = True
         self._summary = self._system.stop("trainer.stop")
         if self._started_ray:
+            import ray
+
             ray.shutdown()
         return self._summary
 

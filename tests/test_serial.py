@@ -47,3 +47,27 @@ def test_num_workers_0_is_the_serial_runner_and_ray_only_flags_are_refused():
                          ({"learner_gpus": 1.0}, "--learner_gpus"), ({"num_replay_shards": 2}, "--num_replay_shards")):
         with pytest.raises(DsacError, match=f"{flag} .* needs Ray"):
             Config(local=True, num_workers=4, **values).validate()
+
+
+def test_local_trainer_trains_saves_and_restores_without_ray(tmp_path):
+    from dsac import Trainer
+    from dsac.artifacts import read_checkpoint
+
+    config = {"env": "Pendulum-v1", "eval_every": 500, "eval_episodes": 1, "seed": 3, "learning_starts": 300,
+              "start_steps": 300, "steps_per_iteration": 500, "model": {"fcnet_hiddens": [32, 32]},
+              "output_dir": str(tmp_path / "run"), "tensorboard": False}
+    with Trainer(config, local=True) as trainer:
+        first, second = trainer.train(), trainer.train()
+        assert trainer.actor_handles == {}  # no actors: everything runs in this process
+        assert second["env_steps"] >= first["env_steps"] + 500 and second["updates"] >= 650
+        assert "eval_return_mean" in first or "eval_return_mean" in second
+        saved = trainer.save(str(tmp_path / "saved"))
+    state = read_checkpoint(saved)["state"]
+    assert int(state["updates"]) == second["updates"]  # one process: the state is exactly the counters
+    assert int(state["actor_optimizer/000_iteration"]) == second["updates"]
+    with Trainer.restore(saved, {"output_dir": str(tmp_path / "restored")}) as restored:
+        result = restored.train()
+        assert result["env_steps"] >= second["env_steps"] + 500 and result["updates"] > second["updates"]
+        again = restored.save(str(tmp_path / "again"))
+        assert restored.stop()["mode"] == "serial"
+    assert int(read_checkpoint(again)["state"]["actor_optimizer/000_iteration"]) == result["updates"]

@@ -3,15 +3,19 @@
 A role whose *process* died — SIGKILL, the out-of-memory killer, a lost node — is replaced:
 tasks (rollout workers, learner, evaluator) by the driver, which resubmits them; actors
 (replay shards, parameter server) by Ray (``max_restarts``), after which the driver gives
-them back what the run had (versions, counts, the last snapshot). A role that raised an
+them back what the run had (versions, counts, the last checkpoint). A role that raised an
 error is not restarted: the same input would fail the same way.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from typing import NamedTuple
 
 import ray
+
+from dsac.distributed.topology import per_shard
 
 log = logging.getLogger("dsac")
 
@@ -47,3 +51,103 @@ class Restarts:
             "%s died (%s); restarting it (restart %d of at most %d)%s",
             role, cause, self.counts[role], self.limit, f": {how}" if how else "",
         )
+
+
+class Recovery:
+    """All repairs of a running :class:`dsac.distributed.system.System`, each said in the log
+    and counted: a task whose process died is resubmitted (a learner from the latest checkpoint
+    of its full state), an actor Ray restarted gets back what the run had. The driver calls
+    it with what it read; reading never repairs anything by itself.
+
+    Args:
+        system: the running system.
+        actor_processes: ``{actor name: node:pid}`` as first met (a different one later: restarted).
+        start_added: transitions the run had at the start (a resumed run's).
+        checkpoint: the learner's state to restart it from (a resumed run's checkpoint), or None.
+        last_weights: the weights a restarted parameter server gets, or None.
+    """
+
+    def __init__(self, system, actor_processes: dict[str, str], start_added: int = 0,
+                 checkpoint: LearnerCheckpoint | None = None, last_weights: dict | None = None):
+        self.system = system
+        self.restarts = Restarts(system.config.max_restarts)
+        self.actor_processes = dict(actor_processes)
+        self.shard_added = [start_added // system.num_shards] * system.num_shards  # as of the last read
+        self.checkpoint = checkpoint
+        self.last_weights = last_weights
+
+    def restart_task(self, role: str, exc: BaseException) -> bool:
+        """Resubmit a task whose process died; False when it did not die that way, cannot be
+        restarted (data-parallel learners wait for each other) or its restarts are used up."""
+        if not process_died(exc) or not self.restarts.allowed(role) or role.startswith("learner_"):
+            return False
+        system = self.system
+        if role == "learner":
+            if self.checkpoint is not None:
+                system.submit_learner(0, None, self.checkpoint.state)
+                how = (f"resumes from the checkpoint at {self.checkpoint.updates:,} updates "
+                       f"({time.monotonic() - self.checkpoint.taken_at:.1f} s old)")
+            else:
+                latest = system.latest()
+                system.submit_learner(0, latest.weights, None)
+                how = f"no checkpoint yet: acts from weights v{latest.version}, critics and optimizer start afresh"
+        elif role == "evaluator":
+            system.submit_evaluator()
+            how = "a new process"
+        else:
+            i = int(role.rsplit("_", 1)[1])
+            # A fresh seed: the replacement should not replay the episodes already collected.
+            seed = system.worker_seeds[i] + 1_000_003 * (self.restarts.counts.get(role, 0) + 1)
+            system.submit_worker(i, seed)
+            how = "a new process with a fresh env seed"
+        self.restarts.record(role, one_line(exc), how)
+        return True
+
+    def restore_actors(self, reports, shard_stats: list, version: int, insert_limit: int | None, stopping: bool,
+                       replay_snapshot=None) -> int:
+        """Give actors that Ray restarted what the run had: the parameter server its version
+        and weights, a replay shard its counts (and its contents from ``replay_snapshot(k)``,
+        when replay checkpoints exist). ``version``: the latest the driver saw. Updates
+        ``shard_stats`` in place; returns the parameter server's version."""
+        system = self.system
+        known_version, version = version, reports.version
+        if reports.process != self.actor_processes["parameter_server"]:
+            version = max(known_version, reports.version)
+            self.restarts.record("parameter_server", "its process exited; Ray restarted the actor",
+                                 f"versions carry on above v{version}, with the weights last saved")
+            ray.get(system.ps.restore.remote(version, self.last_weights, stopping))
+            self.actor_processes["parameter_server"] = reports.process
+        for k, stats in enumerate(shard_stats):
+            if stats.process == self.actor_processes[f"replay_shard_{k}"]:
+                self.shard_added[k] = stats.added
+                continue
+            snapshot = replay_snapshot(k) if replay_snapshot is not None else None  # read only when needed
+            self.restarts.record(
+                f"replay_shard_{k}", "its process exited; Ray restarted the actor",
+                "refilled from the last replay snapshot" if snapshot is not None else
+                f"its {min(self.shard_added[k], stats.capacity):,} transitions are lost; it refills and the learner "
+                "waits for warm-up again",
+            )
+            shard = system.shards[k]
+            ray.get(shard.resume.remote(self.shard_added[k], per_shard(insert_limit, system.num_shards), snapshot))
+            if stopping:  # restarted after stop(): its stop flag went with the old process
+                ray.get(shard.stop.remote())
+            shard_stats[k] = ray.get(shard.stats.remote())
+            self.shard_added[k] = shard_stats[k].added
+            self.actor_processes[f"replay_shard_{k}"] = stats.process
+        return version
+
+
+class LearnerCheckpoint(NamedTuple):
+    """The learner's latest full state, what a restarted learner resumes from."""
+
+    state: dict
+    updates: int
+    taken_at: float  # time.monotonic()
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception (or the error under a Ray task error) as ``Type: last line``."""
+    cause = getattr(exc, "cause", None) or exc
+    lines = [line for line in str(cause).strip().splitlines() if line.strip()]
+    return f"{type(cause).__name__}: {lines[-1] if lines else ''}"

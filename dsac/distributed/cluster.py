@@ -1,0 +1,89 @@
+"""Joining or starting Ray, and making the user's own code reach every Ray worker."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+
+import ray
+
+import dsac
+from dsac.config import Config
+from dsac.distributed.recovery import one_line
+from dsac.errors import DsacError
+from dsac.preparation import in_ray_job
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(dsac.__file__)))
+
+
+def connect_ray(config: Config) -> bool:
+    """Join the cluster named by ``--address`` or ``RAY_ADDRESS``, else start a local Ray.
+    Returns whether this call started Ray (and so should shut it down)."""
+    if ray.is_initialized():
+        return False
+    address = config.address or os.environ.get("RAY_ADDRESS")
+    try:
+        if address:
+            check_reachable(address)
+            # Joining: the cluster's resources are what they are — no num_cpus/num_gpus here.
+            # A `ray job submit` driver already ships its working dir; any other driver ships
+            # the dsac package so tasks on other nodes can import it.
+            in_job = in_ray_job()
+            ray.init(address=address, runtime_env=None if in_job else {"py_modules": [dsac, *user_env_modules(config)]})
+        else:
+            roots = [REPO_ROOT, *(package_root(m) for m in user_env_modules(config)), os.environ.get("PYTHONPATH")]
+            pythonpath = os.pathsep.join(p for p in roots if p)
+            ray.init(include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+    except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
+        raise DsacError(f"cannot join a Ray cluster at {address}: {one_line(exc)}") from None
+    return True
+
+
+def user_env_modules(config: Config) -> list:
+    """The top-level package of a ``module:Name`` env that is the user's own code (not an
+    installed package): every Ray worker must be able to import it."""
+    if ":" not in config.env:
+        return []
+    top = sys.modules.get(config.env.split(":", 1)[0].split(".")[0])
+    path = getattr(top, "__file__", None) or ""
+    if top is None or top is dsac or not path or "-packages" + os.sep in path:
+        return []
+    return [top]
+
+
+def package_root(module) -> str:
+    """The directory to put on PYTHONPATH so that ``import <module>`` works."""
+    path = os.path.dirname(os.path.abspath(module.__file__))
+    return os.path.dirname(path) if os.path.basename(module.__file__) == "__init__.py" else path
+
+
+def check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Fail fast when nothing answers at a ``host:port`` address (``ray.init`` would hang)."""
+    if address in ("auto", "local"):
+        return
+    host, _, port = address.split("://")[-1].rpartition(":")
+    if not host or not port.isdigit():
+        raise DsacError(f"--address {address} is not of the form host:port")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise DsacError(f"nothing answers at Ray address {address} ({exc.strerror or exc})") from None
+
+
+def ship_user_code(config: Config) -> None:
+    """Make the user's callbacks, policy class and custom model builders reach every Ray
+    worker: their modules (unless part of dsac or installed packages) travel by value."""
+    import ray.cloudpickle
+
+    objects = [config.callbacks, config.policy_class, *config.custom_models.values()]
+    for obj in objects:
+        if obj is None or isinstance(obj, str):
+            continue
+        module = sys.modules.get(getattr(obj, "__module__", ""))
+        name = getattr(module, "__name__", "")
+        if module is None or name == "__main__" or name.split(".")[0] == "dsac":
+            continue
+        if "site-packages" in (getattr(module, "__file__", "") or ""):
+            continue
+        ray.cloudpickle.register_pickle_by_value(module)

@@ -1,0 +1,195 @@
+"""The running system's parts and their wiring: the parameter server, the replay shards, the
+gradient averager, and the tasks — which actor each task talks to, with which seed, on which
+node. :class:`System` builds them, holds their handles and reads them; it does not decide
+anything (the driver does) and repairs nothing (``recovery.py`` does). It names no algorithm.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import ray
+
+from dsac.config import Config
+from dsac.distributed.actors import GradientAverager, ParameterServer, ReplayBuffer
+from dsac.distributed.tasks import evaluator, learner, rollout_worker
+from dsac.distributed.topology import ResourcePlan, per_shard
+from dsac.messages import Latest, LearnerState, Reports, ShardStats
+from dsac.replay import field_specs
+
+log = logging.getLogger("dsac")
+
+SHUTDOWN_TIMEOUT_S = 30.0
+
+
+def learner_role(j: int, num_learners: int) -> str:
+    return "learner" if num_learners == 1 else f"learner_{j}"
+
+
+class System:
+    """The actors and tasks of one run, started in the constructor.
+
+    Args:
+        config: the run's validated config.
+        plan: where everything goes (:func:`dsac.distributed.topology.plan_resources`).
+        observation_space, action_space: the env's spaces.
+        insert_limit: no collection past this many transitions (None: unbounded).
+        start: counters to carry on from (``env_steps``, ``version``: a resumed run's).
+        replay_snapshots: one replay checkpoint per shard, or None (the buffer starts empty).
+    """
+
+    def __init__(self, config: Config, plan: ResourcePlan, observation_space, action_space, insert_limit: int | None,
+                 start: dict, replay_snapshots: list | None):
+        self.config, self.plan = config, plan
+        self.observation_space, self.action_space = observation_space, action_space
+        self.num_shards = num_shards = config.num_replay_shards
+        specs = field_specs(observation_space.shape, observation_space.dtype, action_space.shape, action_space.dtype)
+        # Actors Ray restarts when their process dies; calls to them wait for the new one.
+        restartable = {"num_cpus": 0, "max_restarts": config.max_restarts, "max_task_retries": -1}
+        self.ps = ParameterServer.options(**restartable).remote(start.get("version", 0))
+        # Shard k takes the transitions of workers k, k + K, ...; each keeps the update ratio
+        # for its own share of the data, so together they keep it for all of it.
+        self.shards = [
+            ReplayBuffer.options(**restartable).remote(
+                specs,
+                per_shard(config.buffer_size, num_shards),
+                updates_per_step=config.updates_per_step,
+                learning_starts=per_shard(config.learning_starts, num_shards),
+                max_steps_ahead=max(1, config.max_steps_ahead // num_shards),
+                num_writers=len(range(k, config.num_workers, num_shards)),
+                max_chunk=config.max_chunk,
+                seed=config.seed + k,
+                prioritized=config.prioritized,
+                priority_alpha=config.priority_alpha,
+                priority_beta=config.priority_beta,
+                beta_anneal_steps=per_shard(config.total_env_steps, num_shards),
+                insert_limit=per_shard(insert_limit, num_shards),
+                restore=replay_snapshots[k] if replay_snapshots else None,
+                start_added=start.get("env_steps", 0) // num_shards,
+            )
+            for k in range(num_shards)
+        ]
+        # Independent, non-overlapping seeds for every role, whatever --seed and --num_workers are.
+        self.worker_seeds = [
+            int(s.generate_state(1)[0]) for s in np.random.SeedSequence(config.seed).spawn(config.num_workers)
+        ]
+        self.eval_seed = config.seed + 100_000  # evaluation episodes reset with eval_seed + j
+        # Several learners: synchronous data-parallel SGD through a GradientAverager; learner j
+        # samples shards j, j + N, ... (each shard is read by one learner: no shared hot spot).
+        learners = config.num_learners
+        self.averager = GradientAverager.options(num_cpus=0).remote(learners) if learners > 1 else None
+        self.roles: dict = {}  # task ref -> role
+        self.pending: list = []  # refs of the tasks still running
+
+    def actor_names(self) -> list[str]:
+        return ["parameter_server", *(f"replay_shard_{k}" for k in range(self.num_shards))]
+
+    def where_actors(self) -> dict[str, dict]:
+        """``{actor name: where it runs}`` (host, node, pid, ``process`` = node:pid)."""
+        wheres = ray.get([self.ps.where.remote(), *(shard.where.remote() for shard in self.shards)])
+        return dict(zip(self.actor_names(), wheres, strict=True))
+
+    # --- tasks ---------------------------------------------------------------------------
+    # max_retries=0: Ray would rerun a task whose process died silently; the driver restarts
+    # it instead (recovery.py), so that it can say so, count it and give a learner its state.
+    def start_tasks(self, initial_weights: dict | None, initial_state: dict | None) -> None:
+        """Submit the learners, the evaluator and the rollout workers."""
+        for j in range(self.config.num_learners):
+            self.submit_learner(j, initial_weights, initial_state)
+        self.submit_evaluator()
+        for i in range(self.config.num_workers):
+            self.submit_worker(i)
+
+    def _track(self, ref, role: str):
+        self.roles[ref] = role
+        self.pending.append(ref)
+        return ref
+
+    def submit_learner(self, j: int, initial_weights: dict | None, initial_state: dict | None):
+        config, plan = self.config, self.plan
+        ref = learner.options(
+            num_cpus=plan.learner_cpus, num_gpus=plan.learner_gpus, max_retries=0,
+            scheduling_strategy=plan.scheduling(plan.learner_nodes[j] if plan.learner_nodes else None),
+        ).remote(
+            config, self.observation_space, self.action_space, self.shards[j::config.num_learners], self.ps,
+            config.seed, plan.learner_gpus, plan.learner_cpus, initial_weights, initial_state, j, self.averager,
+        )
+        return self._track(ref, learner_role(j, config.num_learners))
+
+    def submit_evaluator(self):
+        plan = self.plan
+        ref = evaluator.options(
+            num_cpus=plan.evaluator_cpus, max_retries=0, scheduling_strategy=plan.scheduling(plan.evaluator_node)
+        ).remote(self.config, self.observation_space, self.action_space, self.ps, self.eval_seed)
+        return self._track(ref, "evaluator")
+
+    def submit_worker(self, i: int, seed: int | None = None):
+        config, plan = self.config, self.plan
+        node = plan.worker_nodes[i] if plan.worker_nodes else None
+        strategy = plan.scheduling(node) if node else "SPREAD"
+        ref = rollout_worker.options(num_cpus=plan.worker_cpus, max_retries=0, scheduling_strategy=strategy).remote(
+            i, config, self.shards[i % self.num_shards], self.ps, self.worker_seeds[i] if seed is None else seed,
+            self.num_shards,
+        )
+        return self._track(ref, f"rollout_worker_{i}")
+
+    def ended_tasks(self, timeout: float) -> list[tuple[str, object, BaseException | None]]:
+        """Wait up to ``timeout`` for tasks to end; ``(role, result, error)`` of each that did."""
+        if not self.pending:
+            time.sleep(timeout)
+            return []
+        done, self.pending = ray.wait(self.pending, num_returns=len(self.pending), timeout=timeout)
+        ended = []
+        for ref in done:
+            try:
+                ended.append((self.roles[ref], ray.get(ref), None))
+            except Exception as exc:  # the caller decides: restart, or stop and report
+                ended.append((self.roles[ref], None, exc))
+        return ended
+
+    # --- reading -------------------------------------------------------------------------
+    def read(self) -> tuple[Reports, list[ShardStats]]:
+        """The parameter server's reports since the last read and every shard's counters."""
+        reports = ray.get(self.ps.drain_reports.remote())
+        return reports, ray.get([shard.stats.remote() for shard in self.shards])
+
+    def latest(self) -> Latest:
+        """The parameter server's latest weights, version and learner report."""
+        return ray.get(self.ps.latest.remote())
+
+    def request_state(self) -> None:
+        """Ask the learner for its full state (it arrives with a later ``take_state``)."""
+        self.ps.request_state.remote()
+
+    def take_state(self) -> LearnerState | None:
+        return ray.get(self.ps.take_state.remote())
+
+    def replay_snapshots(self) -> list[dict]:
+        return ray.get([shard.snapshot.remote() for shard in self.shards])
+
+    def set_insert_limit(self, total_env_steps: int | None) -> None:
+        """Let collection go up to ``total_env_steps`` transitions (all shards together)."""
+        limit = per_shard(total_env_steps, self.num_shards)
+        ray.get([shard.set_insert_limit.remote(limit) for shard in self.shards])
+
+    def averager_contributions(self) -> list[int] | None:
+        """Gradients the averager received from each learner."""
+        try:
+            return ray.get(self.averager.stats.remote(), timeout=10)["contributions"]
+        except (ray.exceptions.RayError, TimeoutError):
+            return None
+
+    # --- stopping ------------------------------------------------------------------------
+    def stop(self, reason: str) -> list[tuple[str, object, BaseException | None]]:
+        """Raise every stop flag and wait (up to ``SHUTDOWN_TIMEOUT_S``) for the tasks; those
+        still running then are cancelled. Returns how the waited-for tasks ended."""
+        stopping = [self.ps.stop.remote(reason)] + [shard.stop.remote() for shard in self.shards]
+        ray.get(stopping + ([self.averager.stop.remote()] if self.averager is not None else []))
+        ended = self.ended_tasks(SHUTDOWN_TIMEOUT_S) if self.pending else []
+        for ref in self.pending:
+            log.warning("%s did not stop within %.0f s; cancelling it", self.roles[ref], SHUTDOWN_TIMEOUT_S)
+            ray.cancel(ref, force=True)
+        self.pending = []
+        return ended

@@ -1,0 +1,76 @@
+"""The command line's loop, the same for the distributed and the serial run: step the run,
+hand new results to the callbacks, show progress, and stop on the first stop condition —
+gracefully, with everything saved, on Ctrl-C and SIGTERM too. Free of Ray and TensorFlow.
+
+A run here is anything with ``config``, ``output_dir``, ``callbacks``, ``failure``, ``step() -> Step``,
+``status() -> dict`` and ``stop(reason) -> summary``: :class:`dsac.distributed.driver.DistributedRun`
+and :class:`dsac.serial.SerialRun`. ``Trainer.train`` steps the same runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+from dsac.errors import RunFailed
+from dsac.messages import FinishedEpisode
+from dsac.monitoring import ProgressDisplay, Signals
+
+log = logging.getLogger("dsac")
+
+
+class Step(NamedTuple):
+    """What one ``step()`` of a run brought."""
+
+    lines: list[dict]  # progress.jsonl lines written (one per evaluation)
+    episodes: list[FinishedEpisode]  # training episodes finished
+
+
+def stop_reason(run, lines: list[dict], signals: Signals) -> str | None:
+    """The first stop condition that holds, or None."""
+    config, status = run.config, run.status()
+    if run.failure:
+        return "failed"
+    if signals.received is not None:
+        return "sigterm"
+    if config.stop_return is not None and any(line["eval_return_mean"] >= config.stop_return for line in lines):
+        return "stop_return"
+    if status["env_steps"] >= config.total_env_steps:
+        return "total_env_steps"
+    if config.max_seconds is not None and status["wall_s"] >= config.max_seconds:
+        return "max_seconds"
+    return None
+
+
+def watch(run) -> dict:
+    """Step ``run`` until a stop condition, stop it and return its summary.
+
+    Raises:
+        RunFailed: a role failed (what was learned is saved).
+        KeyboardInterrupt: after a graceful stop on Ctrl-C (everything saved).
+    """
+    config = run.config
+    reason = None
+    progress = ProgressDisplay(config.total_env_steps, config.log_every, log.info,
+                               use_bar=None if config.progress_bar else False)
+    with Signals() as signals:
+        try:
+            while reason is None:
+                lines = run.step().lines
+                if run.callbacks is not None:
+                    for line in lines:
+                        run.callbacks.on_train_result(trainer=None, result=dict(line))
+                reason = stop_reason(run, lines, signals)
+                progress.update(run.status())
+        except KeyboardInterrupt:
+            reason = "interrupted"
+        except OSError as exc:  # e.g. the output disk filled up
+            run.failure, reason = f"cannot write to {run.output_dir}: {exc}", "failed"
+        signals.shield()
+        progress.close()
+        summary = run.stop(reason)
+    if summary["failure"]:
+        raise RunFailed(summary["failure"])
+    if reason == "interrupted":
+        raise KeyboardInterrupt
+    return summary
