@@ -62,7 +62,8 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
         if "choices" in f.metadata and "action" not in kwargs:
             kwargs["choices"] = f.metadata["choices"]
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        parser.add_argument(f"--{f.name}", default=argparse.SUPPRESS if suppress_defaults else default, **kwargs)
+        names = [f"--{f.name}", *(f"--{old}" for old in f.metadata.get("old_names", ()))]
+        parser.add_argument(*names, default=argparse.SUPPRESS if suppress_defaults else default, **kwargs)
     parser.add_argument(
         "--config", default=argparse.SUPPRESS if suppress_defaults else None,
         help="a .yaml or .json file of flag names and values (a run's config.json repeats that run); "

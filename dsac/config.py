@@ -44,7 +44,7 @@ ALIASES = {
     "num_envs_per_worker": "envs_per_worker", "replay_buffer_capacity": "buffer_size",
     "num_steps_sampled_before_learning_starts": "learning_starts", "total_timesteps": "total_env_steps",
     "timesteps_total": "total_env_steps", "initial_alpha": "init_alpha", "n_step_return": "n_step",
-    "evaluation_duration": "eval_episodes", "env_config": "env_kwargs", "checkpoint_every": "snapshot_every",
+    "evaluation_duration": "eval_episodes", "env_config": "env_kwargs",
     "max_failures": "max_restarts",
 }
 # Foreign keys that mean something close but different: what to write instead.
@@ -57,8 +57,10 @@ FOREIGN_MEANINGS = {
     "ent_coef": "--init_alpha: dsac always tunes the entropy coefficient; SB3's ent_coef 'auto_0.1' is "
                 "--init_alpha 0.1",
     "evaluation_interval": "--eval_every: RLlib counts training iterations, --eval_every env steps",
-    "checkpoint_freq": "--snapshot_every: Tune counts training iterations, --snapshot_every seconds",
+    "checkpoint_freq": "--checkpoint_every: Tune counts training iterations, --checkpoint_every seconds",
 }
+# dsac's own flags renamed since: the old name still loads (flags, dicts, config.json of older runs).
+RENAMED = {"snapshot_every": "checkpoint_every"}
 
 
 def suggest_key(key: str, names) -> str:
@@ -228,12 +230,12 @@ class Config:
     progress_bar: bool = _f(True, "a live progress bar when stdout is a terminal (else a line every --log_every s)")
     tensorboard: bool = _f(True, "write TensorBoard event files to <output_dir>/tb")
     steps_per_iteration: int = _f(1_000, "env steps one Trainer.train() call collects")
-    snapshot_every: float | None = _f(
-        30.0, "seconds between snapshots of the full training state (networks, optimizer, targets, entropy "
-        "coefficient, version) into <output_dir>/checkpoint; a restarted learner or parameter server resumes from "
-        "the latest (one is always written at the end)"
+    checkpoint_every: float | None = _f(
+        30.0, "seconds between checkpoints of the full training state (networks, optimizer, targets, entropy "
+        "coefficient, counters) into <output_dir>/checkpoint; a restarted learner or parameter server resumes from "
+        "the latest (one is always written at the end; old name: --snapshot_every)", old_names=("snapshot_every",)
     )
-    checkpoint_replay: bool = _f(False, "include the replay buffer's contents in snapshots (compressed .npz)")
+    checkpoint_replay: bool = _f(False, "include the replay buffer's contents in checkpoints (compressed .npz)")
     max_restarts: int = _f(
         10, "times each role (rollout worker, learner, evaluator, replay shard, parameter server) is restarted "
         "after its process died (killed, out of memory, node lost) before the run stops"
@@ -356,8 +358,10 @@ class Config:
             if key not in MODEL_KEYS:
                 raise DsacError(f"unknown model config key '{key}'{did_you_mean(key, MODEL_KEYS)}")
         values.update(model)
-        if "checkpoint_every" in values and "snapshot_every" not in values:  # config.json of older runs
-            values["snapshot_every"] = values.pop("checkpoint_every")
+        for old, new in RENAMED.items():  # flags and config.json keys of older versions
+            if old in values:
+                value = values.pop(old)
+                values.setdefault(new, value)
         names = [f.name for f in dataclasses.fields(cls)]
         for key in values:
             if not isinstance(key, str):
@@ -404,118 +408,135 @@ class Config:
             f.name: coerce_field(f.name, f.type, getattr(self, f.name)) for f in dataclasses.fields(self)
         })
 
-    def _check_local(self) -> None:
-        """The serial runner takes no flag that only means something with Ray."""
-        for name, value, fine in (
-            ("num_learners", self.num_learners, 1), ("num_replay_shards", self.num_replay_shards, 1),
-            ("address", self.address, None), ("worker_cpus", self.worker_cpus, None),
-            ("learner_gpus", self.learner_gpus, None),
-        ):
-            if value != fine:
-                raise DsacError(f"--{name} {value} needs Ray: the serial runner (--local / --num_workers 0) runs one "
-                                "learner and one replay buffer in this process")
-
     def _check(self) -> Config:
-        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
-            raise DsacError(f"--num_workers must be an integer >= 0, got {self.num_workers!r}")
-        if self.local:
-            self._check_local()
-        positive_ints = (
-            "envs_per_worker", "num_learners", "total_env_steps", "eval_every",
-            "eval_episodes", "batch_size", "buffer_size", "batches_per_sample", "prefetch",
-            "push_every", "pull_every", "max_chunk", "max_steps_ahead", "n_step", "num_replay_shards",
-            "target_update_every", "num_atoms", "steps_per_iteration", "max_nonfinite_updates",
-        )
-        for name in positive_ints:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise DsacError(f"--{name} must be a positive integer, got {value!r}")
-        for name in ("start_steps", "learning_starts"):
-            if getattr(self, name) < 0:
-                raise DsacError(f"--{name} must be >= 0, got {getattr(self, name)!r}")
-        positive_floats = ("lr", "updates_per_step", "init_alpha", "log_every", "chunk_seconds", "grad_clip")
-        for name in positive_floats:
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise DsacError(f"--{name} must be a positive number, got {value!r}")
-        for name in ("gamma", "tau", "epsilon", "exploration_fraction"):
-            value = getattr(self, name)
-            if not (0.0 < value <= 1.0):
-                raise DsacError(f"--{name} must be in (0, 1], got {value!r}")
-        for name in ("max_seconds", "worker_cpus", "snapshot_every"):
-            value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise DsacError(f"--{name} must be a positive number, got {value!r}")
-        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int) or self.max_restarts < 0:
-            raise DsacError(f"--max_restarts must be an integer >= 0, got {self.max_restarts!r}")
-        if self.learner_threads is not None and (
-            isinstance(self.learner_threads, bool) or not isinstance(self.learner_threads, int) or self.learner_threads <= 0
-        ):
-            raise DsacError(f"--learner_threads must be a positive integer, got {self.learner_threads!r}")
-        if self.learner_gpus is not None and not (math.isfinite(self.learner_gpus) and self.learner_gpus >= 0):
-            raise DsacError(f"--learner_gpus must be >= 0, got {self.learner_gpus!r}")
-        for name in ("priority_alpha", "priority_beta", "final_epsilon"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
-                raise DsacError(f"--{name} must be in [0, 1], got {value!r}")
-        if not (math.isfinite(self.epsilon_alpha) and self.epsilon_alpha >= 0):
-            raise DsacError(f"--epsilon_alpha must be >= 0, got {self.epsilon_alpha!r}")
-        if not self.local and self.num_learners > self.num_workers:
-            raise DsacError(
-                f"--num_learners {self.num_learners} exceeds --num_workers {self.num_workers}: every learner "
-                "samples replay shards of its own, and every shard needs a worker writing to it"
-            )
-        if not self.local and self.num_replay_shards > self.num_workers:
-            raise DsacError(
-                f"--num_replay_shards {self.num_replay_shards} exceeds --num_workers {self.num_workers}: "
-                "every shard needs a worker writing to it"
-            )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**31:
-            raise DsacError(f"--seed must be an integer in [0, 2^31), got {self.seed!r}")
-        if self.target_entropy is not None and not math.isfinite(self.target_entropy):
-            raise DsacError(f"--target_entropy must be a finite number, got {self.target_entropy!r}")
-        if not (math.isfinite(self.v_min) and math.isfinite(self.v_max) and self.v_min < self.v_max):
-            raise DsacError(f"--v_min {self.v_min!r} must be below --v_max {self.v_max!r}")
-        if self.stop_return is not None and not math.isfinite(self.stop_return):
-            raise DsacError(f"--stop_return must be a finite number, got {self.stop_return!r}")
-        if self.callbacks is not None:
-            from dsac.callbacks import Callbacks
-
-            load_subclass(self.callbacks, Callbacks, "callbacks")
-        if self.policy_class is not None:
-            from dsac.policy import Policy
-
-            load_subclass(self.policy_class, Policy, "policy_class")
-        if not isinstance(self.env_kwargs, dict):
-            raise DsacError(f"env_kwargs must be a dict, got {self.env_kwargs!r}")
-        if not isinstance(self.custom_model_config, dict):
-            raise DsacError("custom_model_config must be a dict")
-        if self.fcnet_activation not in ACTIVATIONS:
-            raise DsacError(f"fcnet_activation must be one of {', '.join(ACTIVATIONS)}, got {self.fcnet_activation!r}")
-        if not self.fcnet_hiddens or any(h <= 0 for h in self.fcnet_hiddens):
-            raise DsacError(f"--fcnet_hiddens must be positive layer sizes, got {self.fcnet_hiddens!r}")
-        if self.num_replay_shards < self.num_learners:
-            raise DsacError(
-                f"--num_replay_shards {self.num_replay_shards} is fewer than --num_learners {self.num_learners}: "
-                "every learner samples shards of its own"
-            )
-        if self.num_learners > 1:
-            from dsac.policy import Policy
-            from dsac.registry import policy_class_for
-
-            policy = policy_class_for(self)
-            if policy.compute_gradients is Policy.compute_gradients:
-                raise DsacError(
-                    f"--num_learners {self.num_learners}: policy_class {policy.__name__} does not implement "
-                    "compute_gradients/apply_gradients"
-                )
-        if self.batch_size > self.buffer_size:
-            raise DsacError(
-                f"--batch_size {self.batch_size} is larger than the replay capacity "
-                f"--buffer_size {self.buffer_size}"
-            )
-        if self.learning_starts > self.buffer_size:
-            raise DsacError(
-                f"--learning_starts {self.learning_starts} exceeds --buffer_size {self.buffer_size}"
-            )
+        check_ranges(self)
+        check_relations(self)
+        check_named_code(self)
         return self
+
+
+
+def check_local(config: Config) -> None:
+    """The serial runner takes no flag that only means something with Ray."""
+    for name, value, fine in (
+        ("num_learners", config.num_learners, 1), ("num_replay_shards", config.num_replay_shards, 1),
+        ("address", config.address, None), ("worker_cpus", config.worker_cpus, None),
+        ("learner_gpus", config.learner_gpus, None),
+    ):
+        if value != fine:
+            raise DsacError(f"--{name} {value} needs Ray: the serial runner (--local / --num_workers 0) runs one "
+                            "learner and one replay buffer in this process")
+
+
+def check_ranges(config: Config) -> None:
+    """Every number in its range, every field of its kind (one line naming the flag)."""
+    if isinstance(config.num_workers, bool) or not isinstance(config.num_workers, int) or config.num_workers < 0:
+        raise DsacError(f"--num_workers must be an integer >= 0, got {config.num_workers!r}")
+    if config.local:
+        check_local(config)
+    positive_ints = (
+        "envs_per_worker", "num_learners", "total_env_steps", "eval_every",
+        "eval_episodes", "batch_size", "buffer_size", "batches_per_sample", "prefetch",
+        "push_every", "pull_every", "max_chunk", "max_steps_ahead", "n_step", "num_replay_shards",
+        "target_update_every", "num_atoms", "steps_per_iteration", "max_nonfinite_updates",
+    )
+    for name in positive_ints:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise DsacError(f"--{name} must be a positive integer, got {value!r}")
+    for name in ("start_steps", "learning_starts"):
+        if getattr(config, name) < 0:
+            raise DsacError(f"--{name} must be >= 0, got {getattr(config, name)!r}")
+    positive_floats = ("lr", "updates_per_step", "init_alpha", "log_every", "chunk_seconds", "grad_clip")
+    for name in positive_floats:
+        value = getattr(config, name)
+        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+            raise DsacError(f"--{name} must be a positive number, got {value!r}")
+    for name in ("gamma", "tau", "epsilon", "exploration_fraction"):
+        value = getattr(config, name)
+        if not (0.0 < value <= 1.0):
+            raise DsacError(f"--{name} must be in (0, 1], got {value!r}")
+    for name in ("max_seconds", "worker_cpus", "checkpoint_every"):
+        value = getattr(config, name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise DsacError(f"--{name} must be a positive number, got {value!r}")
+    if isinstance(config.max_restarts, bool) or not isinstance(config.max_restarts, int) or config.max_restarts < 0:
+        raise DsacError(f"--max_restarts must be an integer >= 0, got {config.max_restarts!r}")
+    if config.learner_threads is not None and (
+        isinstance(config.learner_threads, bool) or not isinstance(config.learner_threads, int) or config.learner_threads <= 0
+    ):
+        raise DsacError(f"--learner_threads must be a positive integer, got {config.learner_threads!r}")
+    if config.learner_gpus is not None and not (math.isfinite(config.learner_gpus) and config.learner_gpus >= 0):
+        raise DsacError(f"--learner_gpus must be >= 0, got {config.learner_gpus!r}")
+    for name in ("priority_alpha", "priority_beta", "final_epsilon"):
+        value = getattr(config, name)
+        if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
+            raise DsacError(f"--{name} must be in [0, 1], got {value!r}")
+    if not (math.isfinite(config.epsilon_alpha) and config.epsilon_alpha >= 0):
+        raise DsacError(f"--epsilon_alpha must be >= 0, got {config.epsilon_alpha!r}")
+
+
+def check_relations(config: Config) -> None:
+    """Flags that must agree with each other."""
+    if not config.local and config.num_learners > config.num_workers:
+        raise DsacError(
+            f"--num_learners {config.num_learners} exceeds --num_workers {config.num_workers}: every learner "
+            "samples replay shards of its own, and every shard needs a worker writing to it"
+        )
+    if not config.local and config.num_replay_shards > config.num_workers:
+        raise DsacError(
+            f"--num_replay_shards {config.num_replay_shards} exceeds --num_workers {config.num_workers}: "
+            "every shard needs a worker writing to it"
+        )
+    if isinstance(config.seed, bool) or not isinstance(config.seed, int) or not 0 <= config.seed < 2**31:
+        raise DsacError(f"--seed must be an integer in [0, 2^31), got {config.seed!r}")
+    if config.target_entropy is not None and not math.isfinite(config.target_entropy):
+        raise DsacError(f"--target_entropy must be a finite number, got {config.target_entropy!r}")
+    if not (math.isfinite(config.v_min) and math.isfinite(config.v_max) and config.v_min < config.v_max):
+        raise DsacError(f"--v_min {config.v_min!r} must be below --v_max {config.v_max!r}")
+    if config.stop_return is not None and not math.isfinite(config.stop_return):
+        raise DsacError(f"--stop_return must be a finite number, got {config.stop_return!r}")
+    if not isinstance(config.env_kwargs, dict):
+        raise DsacError(f"env_kwargs must be a dict, got {config.env_kwargs!r}")
+    if not isinstance(config.custom_model_config, dict):
+        raise DsacError("custom_model_config must be a dict")
+    if config.fcnet_activation not in ACTIVATIONS:
+        raise DsacError(f"fcnet_activation must be one of {', '.join(ACTIVATIONS)}, got {config.fcnet_activation!r}")
+    if not config.fcnet_hiddens or any(h <= 0 for h in config.fcnet_hiddens):
+        raise DsacError(f"--fcnet_hiddens must be positive layer sizes, got {config.fcnet_hiddens!r}")
+    if config.num_replay_shards < config.num_learners:
+        raise DsacError(
+            f"--num_replay_shards {config.num_replay_shards} is fewer than --num_learners {config.num_learners}: "
+            "every learner samples shards of its own"
+        )
+    if config.num_learners > 1:
+        from dsac.policy import Policy
+        from dsac.registry import policy_class_for
+
+        policy = policy_class_for(config)
+        if policy.compute_gradients is Policy.compute_gradients:
+            raise DsacError(
+                f"--num_learners {config.num_learners}: policy_class {policy.__name__} does not implement "
+                "compute_gradients/apply_gradients"
+            )
+    if config.batch_size > config.buffer_size:
+        raise DsacError(
+            f"--batch_size {config.batch_size} is larger than the replay capacity "
+            f"--buffer_size {config.buffer_size}"
+        )
+    if config.learning_starts > config.buffer_size:
+        raise DsacError(
+            f"--learning_starts {config.learning_starts} exceeds --buffer_size {config.buffer_size}"
+        )
+
+
+def check_named_code(config: Config) -> None:
+    """Callbacks and policy classes named by the config are what they must be."""
+    if config.callbacks is not None:
+        from dsac.callbacks import Callbacks
+
+        load_subclass(config.callbacks, Callbacks, "callbacks")
+    if config.policy_class is not None:
+        from dsac.policy import Policy
+
+        load_subclass(config.policy_class, Policy, "policy_class")

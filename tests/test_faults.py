@@ -26,7 +26,7 @@ from dsac.inference import load_weights
 THRESHOLD = -400.0
 RUN = [
     "--num_workers", "2", "--fcnet_hiddens", "64", "64", "--eval_every", "1000", "--eval_episodes", "5",
-    "--stop_return", str(THRESHOLD), "--total_env_steps", "20000", "--snapshot_every", "2", "--log_every", "2",
+    "--stop_return", str(THRESHOLD), "--total_env_steps", "20000", "--checkpoint_every", "2", "--log_every", "2",
     "--seed", "0", "--no-tensorboard",
 ]
 EVAL = re.compile(r"eval at (\d+) env steps .*: return (-?[\d.]+|nan)")

@@ -27,7 +27,8 @@ def imports_of(path: pathlib.Path) -> set[str]:
 
 
 RAY_FREE = [*sorted((ROOT / "dsac" / "algorithms").rglob("*.py"))] + [
-    ROOT / "dsac" / name for name in ("replay.py", "rollout.py", "evaluation.py", "policy.py", "envs.py", "weights.py")
+    ROOT / "dsac" / name for name in ("replay.py", "rollout.py", "evaluation.py", "policy.py", "envs.py", "weights.py",
+                                      "messages.py", "learning.py", "recorder.py", "watch.py", "serial.py")
 ]
 
 
@@ -139,3 +140,19 @@ def test_wiring_env_inference_and_export_name_no_algorithm(path):
     text = path.read_text()
     found = sorted(w for w in _algorithm_words() if re.search(rf"(?<![\w.-]){re.escape(w)}(?![\w-])", text))
     assert not found, f"{path.name} names {found}: ask the algorithm (dsac.registry.algorithm) instead"
+
+
+MAX_FUNCTION_LINES, MAX_CLASS_LINES = 80, 300
+
+
+def test_no_long_function_or_class_in_dsac():
+    """A function fits on a screen and a class does one job: past these sizes, split by role."""
+    too_long = []
+    for path in sorted((ROOT / "dsac").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                limit = MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_LINES
+                length = node.end_lineno - node.lineno + 1
+                if length > limit:
+                    too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length} lines > {limit})")
+    assert not too_long, "\n".join(too_long)
