@@ -155,6 +155,14 @@ class Recorder:
                  self.checkpoint_path)
         return self.checkpoint_path
 
+    def saved_state(self, directory: str, state: dict, weights: dict, version: int, counters: dict) -> str:
+        """``Trainer.save``'s directory: the full state as a run's ``checkpoint/``, the acting
+        weights as ``weights.pkl`` (for :func:`dsac.load_policy`) and ``config.json``."""
+        self.checkpoint(state, weights, version, counters, run_dir=directory)
+        self.save_weights(weights, version, counters, os.path.join(directory, "weights.pkl"))
+        write_json(os.path.join(directory, "config.json"), self.config.to_dict())
+        return directory
+
     def system(self, status: dict, episodes: list, learner_stats: dict, force: bool = False) -> None:
         """Throughput, replay, learner and episode scalars for TensorBoard."""
         if self.tensorboard is not None:

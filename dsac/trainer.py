@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from dsac.artifacts import check_writable_dir, read_checkpoint, write_json
+from dsac.artifacts import check_writable_dir, read_checkpoint
 from dsac.config import Config
 from dsac.errors import DsacError
 from dsac.registry import policy_class_for
@@ -183,10 +183,7 @@ class Trainer:
         names = list(self._policy_for_names().weight_shapes() or ())
         weights = {n: state[n] for n in names} if names and all(n in state for n in names) else latest.weights
         counters = {**system.counters, "updates": int(taken.report.updates)}
-        system.recorder.checkpoint(state, weights, latest.version, counters, run_dir=checkpoint_dir)
-        system.recorder.save_weights(weights, latest.version, counters, os.path.join(checkpoint_dir, "weights.pkl"))
-        write_json(os.path.join(checkpoint_dir, "config.json"), self.config.to_dict())
-        return checkpoint_dir
+        return system.recorder.saved_state(checkpoint_dir, state, weights, latest.version, counters)
 
     def _policy_for_names(self):
         """A local acting policy (numpy; no weights needed) that knows its weight names."""

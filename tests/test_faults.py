@@ -125,7 +125,7 @@ def test_killed_role_is_replaced_and_the_run_reaches_its_threshold(role, tmp_pat
         assert versions == sorted(versions), versions
 
 
-def test_killed_learner_resumes_from_its_snapshot(tmp_path):
+def test_killed_learner_resumes_from_its_checkpoint(tmp_path):
     run = Run(tmp_path / "run", *RUN)
     try:
         pid = run.pid_of("learner")
@@ -139,16 +139,16 @@ def test_killed_learner_resumes_from_its_snapshot(tmp_path):
         run.proc.kill()
     output = "\n".join(run.lines)
     assert code == 0, output[-4000:] + run.stderr[-2000:]
-    restart = re.search(r"learner died .*restart 1 .*resumes from the snapshot at ([\d,]+) updates", output)
+    restart = re.search(r"learner died .*restart 1 .*resumes from the checkpoint at ([\d,]+) updates", output)
     assert restart, output[-4000:]
-    snapshot_updates = int(restart.group(1).replace(",", ""))
-    assert snapshot_updates >= 1000  # a recent snapshot, not the start
-    # The new learner went on from the snapshot, not from scratch: its update count continues
+    checkpoint_updates = int(restart.group(1).replace(",", ""))
+    assert checkpoint_updates >= 1000  # a recent checkpoint, not the start
+    # The new learner went on from the checkpoint, not from scratch: its update count continues
     # from there, and its first evaluation is within noise of the last one before the kill.
     lines = [json.loads(x) for x in (run.out / "progress.jsonl").read_text().splitlines()]
     before = [x for x in lines if x["env_steps"] <= killed_at_steps][-1]
     after = next(x for x in lines if x["env_steps"] > killed_at_steps)
-    assert after["updates"] >= snapshot_updates, (before, after)
+    assert after["updates"] >= checkpoint_updates, (before, after)
     assert after["eval_return_mean"] > before["eval_return_mean"] - 400, (before, after)
     summary = run.summary()
     assert summary["restarts"] == {"learner": 1} and summary["stop_reason"] == "stop_return", summary

@@ -42,7 +42,8 @@ POLL_S = 0.5  # how long a step waits for a task to end (the driver reads the ac
 class DistributedRun:
     """A running distributed system, its counters and the files in the output dir.
 
-    ``step()`` repairs what died, reads the actors' reports and records them;
+    ``step()`` reads the tasks and actors, has :class:`Recovery` repair what died, and records
+    the reports;
     ``set_insert_limit()`` bounds how far collection may go (a Trainer's iteration);
     ``stop()`` shuts everything down gracefully and saves the final weights.
 
@@ -136,25 +137,29 @@ class DistributedRun:
         try:
             self.check_tasks(timeout)
             self.request_checkpoint_if_due()
-            return self.poll()
+            reports, shard_stats = self.system.read()
+            version = self.repair_actors(reports, shard_stats)
+            return self.record(reports, shard_stats, version)
         except ray.exceptions.RayError as exc:  # an actor died under the driver
             self.failure = self.failure or f"lost an actor: {one_line(exc)}"
             return Step([], [])
 
     def check_tasks(self, timeout: float) -> None:
+        """Tasks that ended: one whose process died is restarted, any other end is a failure."""
         for role, _, exc in self.system.ended_tasks(timeout):
             if exc is None:
                 self.failure = self.failure or f"{role} ended before the run was stopped"
             elif not self.recovery.restart_task(role, exc):
                 self.failure = self.failure or f"{role} failed: {one_line(exc)}"
 
-    def poll(self) -> Step:
-        """Read the actors' reports (repairing restarted actors first); record one progress
-        line per evaluation, the best weights, TensorBoard scalars and a checkpoint when the
-        learner sent its state."""
-        reports, shard_stats = self.system.read()
-        version = self.recovery.restore_actors(reports, shard_stats, self.counters["version"], self.insert_limit,
-                                               self.stopping, self._replay_snapshot)
+    def repair_actors(self, reports: Reports, shard_stats: list[ShardStats]) -> int:
+        """Give actors Ray restarted what the run had (see :class:`Recovery`); the version."""
+        return self.recovery.restore_actors(reports, shard_stats, self.counters["version"], self.insert_limit,
+                                            self.stopping, self._replay_snapshot)
+
+    def record(self, reports: Reports, shard_stats: list[ShardStats], version: int) -> Step:
+        """Count what was read; record one progress line per evaluation, the best weights,
+        TensorBoard scalars, and a checkpoint when the learner sent its state."""
         self._note_placements(reports)
         self.recent_returns.extend(e.episode_return for e in reports.episodes)
         self._metrics_since_eval.extend(e.custom_metrics for e in reports.episodes if e.custom_metrics)
@@ -299,7 +304,8 @@ class DistributedRun:
                     self.failure = self.failure or f"{role} failed: {one_line(exc)}"
                 elif role.startswith("learner"):
                     self.learner_results[role] = result
-            self.poll()
+            reports, shard_stats = self.system.read()
+            self.record(reports, shard_stats, self.repair_actors(reports, shard_stats))
             self.recorder.system(self.status(), [], self.learner_stats, force=True)
             self.save_latest()
         except (ray.exceptions.RayError, OSError) as exc:

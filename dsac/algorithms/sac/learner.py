@@ -165,8 +165,9 @@ class SACLearner(CompiledUpdate):
                 t.assign((1.0 - self.tau) * t + self.tau * s)
 
     def to_tensors(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Float32 arrays with actions mapped from the env's bounds into [-1, 1]; one-step
-        discount and unit importance weights where the batch has none."""
+        """Float32 arrays with actions mapped from the env's bounds into [-1, 1]; unit
+        importance weights where the batch has none (uniform replay). Every transition carries
+        its ``discount`` (:data:`dsac.replay.FIELDS`), as DQN's ``to_tensors`` expects too."""
         n = len(batch["reward"])
         return {
             "obs": np.asarray(batch["obs"], np.float32),
@@ -174,7 +175,6 @@ class SACLearner(CompiledUpdate):
             "reward": np.asarray(batch["reward"], np.float32),
             "next_obs": np.asarray(batch["next_obs"], np.float32),
             "terminated": np.asarray(batch["terminated"], np.float32),
-            "discount": np.asarray(batch["discount"], np.float32)
-            if "discount" in batch else np.full(n, self.gamma, np.float32),
+            "discount": np.asarray(batch["discount"], np.float32),
             "weights": np.asarray(batch["weights"], np.float32) if "weights" in batch else np.ones(n, np.float32),
         }
