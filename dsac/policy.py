@@ -113,8 +113,8 @@ class LearnerPolicy(Policy):
     the built-in networks, a :class:`dsac.models.keras_forward.KerasForward` for custom models —
     and learning through a TensorFlow learner that exists only with ``build_learner=True``.
 
-    A subclass's ``__init__`` sets ``self.learner`` (an object with ``update(batch)``,
-    ``updates``, and ``acting_weights`` / ``state`` as :class:`dsac.weights.TensorFlowVariables`)
+    A subclass's ``__init__`` sets ``self.learner`` (an object with ``update(batch)``
+    and ``acting_weights`` / ``state`` as :class:`dsac.weights.TensorFlowVariables`)
     or, for a custom model, ``self.keras_forward``; and it implements
     :meth:`numpy_weight_shapes` for the numpy path.
     """
@@ -189,17 +189,18 @@ class LearnerPolicy(Policy):
         self._weights = weights
 
     def get_state(self):
-        """Networks, targets, optimizer state and the update count (learner side)."""
+        """Networks, targets and optimizer state (learner side); the update count is the
+        :class:`dsac.learning.LearnerLoop`'s."""
         if self.learner is None:
             return self.get_weights()
-        return {**self.learner.state.get_weights(), "updates": np.array(self.learner.updates)}
+        return self.learner.state.get_weights()
 
     def set_state(self, state):
         if self.learner is None:
             self.set_weights(state)
             return
         state = dict(state)
-        self.learner.updates = int(state.pop("updates", 0))
+        state.pop("updates", None)  # the LearnerLoop's counter, in a checkpoint's state
         self.learner.state.set_weights(state)
         self._weights = None
 

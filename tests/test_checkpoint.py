@@ -12,6 +12,7 @@ from dsac.artifacts import read_checkpoint, write_checkpoint
 from dsac.config import Config
 from dsac.distributed.driver import run
 from dsac.envs import describe_space
+from dsac.learning import LearnerLoop
 from dsac.preparation import resume_config
 from dsac.replay import PrioritizedReplayStorage, ReplayStorage, field_specs
 
@@ -30,9 +31,10 @@ def test_full_state_round_trip_continues_training_identically(algo, env_id, cls,
     env = gym.make(env_id)
     config = Config(algo=algo, env=env_id, fcnet_hiddens=[16]).validate()
     a = cls(env.observation_space, env.action_space, config, build_learner=True, seed=0)
+    loop = LearnerLoop(a, config)
     for _ in range(3):
-        a.learn_on_batch(batch_for(env))
-    state = a.get_state()
+        loop.step({key: value[None] for key, value in batch_for(env).items()})
+    state = loop.state()
     assert int(state["updates"]) == 3 and any("optimizer" in k for k in state)
     payload = {"algo": algo, "env": env_id, "observation_space": describe_space(env.observation_space),
                "action_space": describe_space(env.action_space), "weights": a.get_weights()}
@@ -41,10 +43,11 @@ def test_full_state_round_trip_continues_training_identically(algo, env_id, cls,
     loaded = checkpoint["state"]
     assert set(checkpoint["weights"]) == set(a.get_weights())  # the acting weights, checked like any weights file
     b = cls(env.observation_space, env.action_space, config, build_learner=True, seed=9)
-    b.set_state(loaded)
+    resumed = LearnerLoop(b, config)
+    resumed.set_state(loaded)
     for name, value in a.get_state().items():
         np.testing.assert_array_equal(b.get_state()[name], value)  # targets and optimizer included
-    assert b.learner.updates == 3
+    assert resumed.updates == 3
 
 
 @pytest.mark.parametrize("storage_cls", [ReplayStorage, PrioritizedReplayStorage])

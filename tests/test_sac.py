@@ -103,7 +103,7 @@ def test_updates_in_one_compiled_call_report_each_update(learner):
     env_batch = {**BATCH, "action": BATCH["action"] * 2.0}
     single = learner.update(env_batch)
     fused = learner.update_many([env_batch, env_batch])
-    assert learner.updates == 3 and len(fused) == 2
+    assert int(learner.critic_optimizer.iterations) == 3 and len(fused) == 2  # three steps, in order
     for stats in fused:
         assert set(stats) == set(single) and stats["td_abs"].shape == (3,)
     # Each update sees the temperature the previous one left: the steps ran one after another.
@@ -141,7 +141,7 @@ def test_actions_scale_to_asymmetric_bounds_in_several_dimensions():
     np.testing.assert_allclose(env_actions, [0.0, -1.0] + (np.tanh(mean) + 1) * [2.0, 2.0], atol=1e-5)
     # The learner maps the stored env actions back to the actor's [-1, 1] space.
     unit = trainer.learner.to_tensors({
-        "obs": obs, "action": env_actions, "reward": np.zeros(16), "next_obs": obs, "terminated": np.zeros(16),
+        "obs": obs, "action": env_actions, "reward": np.zeros(16), "next_obs": obs, "terminated": np.zeros(16), "discount": np.full(16, 0.99),
     })["action"]
     np.testing.assert_allclose(unit, np.tanh(mean), atol=1e-5)
     assert trainer.learner.target_entropy == -2.0

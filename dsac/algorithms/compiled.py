@@ -19,8 +19,8 @@ import tensorflow as tf
 
 class CompiledUpdate:
     """Mixin: ``update``, ``update_many``, ``compute_gradients`` and ``apply_gradients`` from the
-    learner's gradient and apply steps. The learner counts its update steps (skipped ones too) in
-    ``self.updates``."""
+    learner's gradient and apply steps. Updates are counted once, by
+    :class:`dsac.learning.LearnerLoop` (the optimizers count their own steps)."""
 
     STATS: tuple[str, ...] = ()
 
@@ -61,7 +61,6 @@ class CompiledUpdate:
     def update(self, batch: dict[str, np.ndarray]) -> dict:
         """One gradient step; returns float stats and per-transition ``td_abs``."""
         stats = self._update(self.to_tensors(batch))
-        self.updates += 1
         return stats_to_numpy(stats)
 
     def update_many(self, batches: list[dict[str, np.ndarray]]) -> list[dict]:
@@ -69,7 +68,6 @@ class CompiledUpdate:
         stats as :meth:`update` does."""
         tensors = [self.to_tensors(batch) for batch in batches]
         stacked = self._update_many({key: np.stack([t[key] for t in tensors]) for key in tensors[0]})
-        self.updates += len(batches)
         arrays = {name: value.numpy() for name, value in stacked.items()}
         return [
             {**{name: float(arrays[name][i]) for name in (*self.STATS, "skipped")}, "td_abs": arrays["td_abs"][i]}
@@ -87,7 +85,6 @@ class CompiledUpdate:
     def apply_gradients(self, grads: list[np.ndarray]) -> None:
         """:meth:`update`'s step with the given gradients (none if any is not finite)."""
         self._apply([tf.convert_to_tensor(g) for g in grads])
-        self.updates += 1
 
 
 def stats_to_numpy(stats: dict) -> dict:

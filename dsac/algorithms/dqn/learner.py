@@ -112,7 +112,6 @@ class DQNLearner(CompiledUpdate):
             **named_variables(self.q_target, "q_target"),
             **named_variables(self.optimizer.variables, "optimizer"),
         })
-        self.updates = 0
 
     STATS = ("loss", "q_mean", "grad_norm")
 

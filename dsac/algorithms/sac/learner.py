@@ -126,7 +126,6 @@ class SACLearner(CompiledUpdate):
             **named_variables(self.critic_optimizer.variables, "critic_optimizer"),
             **named_variables(self.alpha_optimizer.variables, "alpha_optimizer"),
         })
-        self.updates = 0
 
     STATS = ("qf1_loss", "qf2_loss", "qf_loss", "actor_loss", "alpha_loss", "alpha", "entropy", "q_mean")
 
