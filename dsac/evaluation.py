@@ -7,6 +7,17 @@ import numpy as np
 from dsac.envs import make_env
 from dsac.rollout import ActFn
 
+# Evaluation episodes never share start states with training: episode j of every evaluation of
+# a run with --seed s resets with s + EVAL_SEED_OFFSET + j.
+EVAL_SEED_OFFSET = 100_000
+
+
+def evaluation_seed(run_seed: int) -> int:
+    """The seed evaluation episode 0 of a run with ``--seed run_seed`` resets with (episode j:
+    this + j). Anything compared with dsac (``scripts/benchmark.py``'s SB3 side) evaluates on
+    the same start states by calling :func:`evaluate` with this seed."""
+    return int(run_seed) + EVAL_SEED_OFFSET
+
 
 def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
              flatten_obs: bool = False) -> np.ndarray:

@@ -17,7 +17,7 @@ from collections import deque
 import numpy as np
 
 from dsac.config import Config
-from dsac.evaluation import evaluate
+from dsac.evaluation import evaluate, evaluation_seed
 from dsac.learning import LearnerLoop, NonFiniteUpdates
 from dsac.messages import Chunk, Evaluation, FinishedEpisode, Latest, LearnerState
 from dsac.preparation import Prepared, check_resume_state, prepare, resume_checkpoint
@@ -52,7 +52,7 @@ class SerialRun:
         meta = (checkpoint or {}).get("meta", {})
         # The seeds rollout worker 0 and the evaluator get in the distributed run.
         worker_seed = int(np.random.SeedSequence(config.seed).spawn(1)[0].generate_state(1)[0])
-        self.eval_seed = config.seed + 100_000
+        self.eval_seed = evaluation_seed(config.seed)
         self.callbacks = callbacks_for(config)
         self.collector = EnvCollector(
             config.env, config.envs_per_worker, worker_seed, config.gamma, config.n_step, callbacks=self.callbacks,

@@ -262,54 +262,16 @@ def time_to_solve(algo: str, seed: int) -> dict:
 
 
 def sb3_time_to_solve(algo: str, seed: int) -> dict | None:
-    """Stable-Baselines3 with rl-zoo settings to the same threshold, evaluated like dsac (10
-    deterministic episodes every 1,000 steps); None when SB3 is not installed."""
-    code = SB3_SCRIPT.format(algo=algo, seed=seed)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    """Stable-Baselines3 with rl-zoo settings to the same threshold, evaluated on dsac's
+    evaluation start states (``scripts/sb3_baseline.py``); None when SB3 is not installed."""
+    script = os.path.join(REPO_ROOT, "scripts", "sb3_baseline.py")
+    result = subprocess.run([sys.executable, script, "--algo", algo, "--seed", str(seed)], capture_output=True,
+                            text=True)
     if result.returncode == 3:
         return None
     if result.returncode != 0:
         return {"seed": seed, "solved": False, "error": result.stderr.strip().splitlines()[-1:]}
     return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-SB3_SCRIPT = r'''
-import time
-started = time.time()
-import json, sys
-try:
-    import stable_baselines3 as sb3
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.evaluation import evaluate_policy
-    import gymnasium as gym
-except ImportError:
-    sys.exit(3)
-algo, seed = "{algo}", {seed}
-env_id, threshold = ("Pendulum-v1", -200.0) if algo == "sac" else ("CartPole-v1", 475.0)
-env = gym.make(env_id)
-eval_env = gym.make(env_id)
-if algo == "sac":  # rl-zoo hyperparams/sac.yml, Pendulum-v1
-    model = sb3.SAC("MlpPolicy", env, learning_rate=1e-3, seed=seed, verbose=0)
-    total = 20000
-else:  # rl-zoo hyperparams/dqn.yml, CartPole-v1
-    model = sb3.DQN("MlpPolicy", env, learning_rate=2.3e-3, batch_size=64, buffer_size=100000,
-                    learning_starts=1000, gamma=0.99, target_update_interval=10, train_freq=256,
-                    gradient_steps=128, exploration_fraction=0.16, exploration_final_eps=0.04,
-                    policy_kwargs=dict(net_arch=[256, 256]), seed=seed, verbose=0)
-    total = 100000
-class Stop(BaseCallback):
-    hit = None
-    def _on_step(self):
-        if self.num_timesteps % 1000 == 0:
-            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=10, deterministic=True)
-            if mean >= threshold:
-                Stop.hit = {{"seed": seed, "solved": True, "wall_s": round(time.time() - started, 1),
-                            "env_steps": self.num_timesteps}}
-                return False
-        return True
-model.learn(total, callback=Stop())
-print(json.dumps(Stop.hit or {{"seed": seed, "solved": False}}))
-'''
 
 
 # --- report ---------------------------------------------------------------------------------

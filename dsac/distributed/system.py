@@ -16,6 +16,7 @@ from dsac.config import Config
 from dsac.distributed.actors import GradientAverager, ParameterServer, ReplayBuffer
 from dsac.distributed.tasks import evaluator, learner, rollout_worker
 from dsac.distributed.topology import ResourcePlan, per_shard
+from dsac.evaluation import evaluation_seed
 from dsac.messages import Latest, LearnerState, Reports, ShardStats
 from dsac.replay import field_specs
 
@@ -75,7 +76,7 @@ class System:
         self.worker_seeds = [
             int(s.generate_state(1)[0]) for s in np.random.SeedSequence(config.seed).spawn(config.num_workers)
         ]
-        self.eval_seed = config.seed + 100_000  # evaluation episodes reset with eval_seed + j
+        self.eval_seed = evaluation_seed(config.seed)  # evaluation episodes reset with eval_seed + j
         # Several learners: synchronous data-parallel SGD through a GradientAverager; learner j
         # samples shards j, j + N, ... (each shard is read by one learner: no shared hot spot).
         learners = config.num_learners

@@ -1,0 +1,81 @@
+"""Stable-Baselines3 on the benchmark's tasks, evaluated exactly as dsac evaluates: the same
+``dsac.evaluation.evaluate`` on the same start states (``evaluation_seed(seed) + j``), the same
+number of deterministic episodes. Prints one JSON line; exits 3 when SB3 is not installed
+(``pip install -r requirements-bench.txt``).
+
+    python scripts/sb3_baseline.py --algo sac --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+STARTED = time.time()
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from dsac.evaluation import evaluate, evaluation_seed  # noqa: E402
+
+# algo -> env, threshold, env-step budget, evaluation period (env steps), rl-zoo's settings.
+TASKS = {
+    "sac": ("Pendulum-v1", -200.0, 20_000, 1_000, {"learning_rate": 1e-3}),  # rl-zoo hyperparams/sac.yml
+    "dqn": ("CartPole-v1", 475.0, 100_000, 2_000, {  # rl-zoo hyperparams/dqn.yml
+        "learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000, "gamma": 0.99,
+        "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128, "exploration_fraction": 0.16,
+        "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [256, 256]},
+    }),
+}
+EVAL_EPISODES = 10  # dsac's default --eval_episodes
+
+
+def evaluate_model(model, env_id: str, seed: int, episodes: int = EVAL_EPISODES):
+    """Returns of ``episodes`` deterministic episodes of an SB3 model (anything with SB3's
+    ``predict``), on the start states a dsac run with ``--seed seed`` evaluates on."""
+    return evaluate(lambda obs: model.predict(obs, deterministic=True)[0], env_id, episodes, evaluation_seed(seed))
+
+
+def time_to_solve(algo: str, seed: int) -> dict:
+    """Train until an evaluation reaches the task's threshold (wall seconds from process start)."""
+    import gymnasium as gym
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    env_id, threshold, total, every, settings = TASKS[algo]
+    model = (sb3.SAC if algo == "sac" else sb3.DQN)("MlpPolicy", gym.make(env_id), seed=seed, verbose=0, **settings)
+    result = {"seed": seed, "solved": False}
+
+    class StopAtThreshold(BaseCallback):
+        def _on_step(self):
+            if self.num_timesteps % every:
+                return True
+            mean = float(evaluate_model(self.model, env_id, seed).mean())
+            if mean < threshold:
+                return True
+            result.update(solved=True, wall_s=round(time.time() - STARTED, 1), env_steps=self.num_timesteps)
+            return False
+
+    model.learn(total, callback=StopAtThreshold())
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algo", choices=sorted(TASKS), required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        import stable_baselines3  # noqa: F401
+        import torch
+
+        torch.set_num_threads(1)  # two threads were no faster on 2 cores
+    except ImportError:
+        return 3
+    print(json.dumps(time_to_solve(args.algo, args.seed)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
