@@ -15,9 +15,10 @@ Measures:
                 pushes every 70 ms (a learner's pace) and workers collecting
   time to solve SAC Pendulum-v1 to -200 and DQN CartPole-v1 to 475: wall seconds from process
                 start (Ray start included) and env steps, median over seeds (launch.py as users run it,
-                with the tuned settings in scripts/configs/, as rl-zoo's are SB3's)
+                with the product's defaults, or --settings tuned: scripts/configs/)
   SB3           optional, when stable-baselines3 is installed (requirements-bench.txt): the same
-                thresholds with rl-zoo settings, side by side -> dsac / SB3
+                thresholds with rl-zoo settings (scripts/sb3_baseline.py), alternating with dsac seed by
+                seed, evaluated on the same start states through dsac.evaluation -> dsac / SB3
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 SOLVE = {
     "sac": ("Pendulum-v1", -200.0, 20_000, os.path.join(CONFIGS, "sac_pendulum.yaml")),
     "dqn": ("CartPole-v1", 475.0, 100_000, os.path.join(CONFIGS, "dqn_cartpole.yaml")),
+}
+# What a user types with the product's defaults (--settings defaults): everything else default.
+DEFAULTS = {
+    "sac": ["--algo", "sac", "--env", "Pendulum-v1", "--num_workers", "2"],
+    "dqn": ["--algo", "dqn", "--env", "CartPole-v1", "--num_workers", "4"],
 }
 
 
@@ -243,15 +249,17 @@ def in_system(seconds: float, workers: int = 4) -> dict:
 
 
 # --- time to solve --------------------------------------------------------------------------
-def time_to_solve(algo: str, seed: int) -> dict:
-    """launch.py as a user runs it with the tuned config, to the threshold: wall seconds from
-    process start, env steps."""
+def time_to_solve(algo: str, seed: int, settings: str = "defaults") -> dict:
+    """launch.py as a user runs it — with the product's defaults, or the tuned config in
+    ``scripts/configs/`` — to the threshold: wall seconds from process start, env steps."""
     env_id, threshold, total, config_file = SOLVE[algo]
     out = os.path.join(tempfile.mkdtemp(prefix="dsac-bench-"), "run")
+    chosen = DEFAULTS[algo] if settings == "defaults" else ["--config", config_file]
     started = time.time()
     result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--config", config_file, "--stop_return", str(threshold), "--total_env_steps", str(total), "--seed", str(seed),
-         "--output_dir", out, "--no-tensorboard", "--log_every", "60"],
+        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), *chosen, "--stop_return", str(threshold),
+         "--total_env_steps", str(total), "--seed", str(seed), "--output_dir", out, "--no-tensorboard",
+         "--log_every", "60"],
         capture_output=True, text=True, cwd=REPO_ROOT,
     )
     wall = time.time() - started
@@ -274,6 +282,30 @@ def sb3_time_to_solve(algo: str, seed: int) -> dict | None:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def solve_rows(report: dict, args) -> None:
+    """dsac and SB3 to each threshold, alternating seed by seed on the same machine, both
+    evaluated on the same start states (dsac.evaluation.evaluation_seed)."""
+    report["solve"], report["solve_settings"] = {}, args.settings
+    report["sb3"] = None if "sb3" in args.skip else {}
+    for algo in ("sac", "dqn"):
+        runs, sb3_runs = [], []
+        for seed in range(args.seeds):
+            runs.append(time_to_solve(algo, seed, args.settings))
+            if report["sb3"] is not None:
+                sb3_runs.append(sb3_time_to_solve(algo, seed))
+                if sb3_runs[-1] is None:
+                    report["sb3"] = None
+                    print("SB3 not installed: pip install -r requirements-bench.txt for the side-by-side",
+                          file=sys.stderr)
+        report["solve"][algo] = {"runs": runs, "median_wall_s": median(r["wall_s"] for r in runs),
+                                 "median_env_steps": median(r["env_steps"] for r in runs)}
+        print(f"solve {algo}: {report['solve'][algo]}", file=sys.stderr)
+        if report["sb3"] is not None:
+            report["sb3"][algo] = {"runs": sb3_runs, "median_wall_s": median(r.get("wall_s") for r in sb3_runs),
+                                   "median_env_steps": median(r.get("env_steps") for r in sb3_runs)}
+            print(f"sb3 {algo}: {report['sb3'][algo]}", file=sys.stderr)
+
+
 # --- report ---------------------------------------------------------------------------------
 def median(values):
     values = [v for v in values if v is not None]
@@ -291,6 +323,9 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], help="rollout workers to measure")
     parser.add_argument("--skip", nargs="*", default=[], choices=["collection", "naive", "learner", "sync", "solve", "sb3"],
                         help="parts to leave out")
+    parser.add_argument("--settings", choices=["defaults", "tuned"], default="defaults",
+                        help="dsac's settings in the solve rows: the product's defaults (what users run) or "
+                             "scripts/configs/")
     parser.add_argument("--out", default="benchmark.json", help="where the JSON goes")
     args = parser.parse_args(argv)
     window = 3.0 if args.quick else 10.0
@@ -336,21 +371,7 @@ def main(argv=None) -> int:
         print(f"sync: {report['weight_sync_ms']}", file=sys.stderr)
     ray.shutdown()
     if "solve" not in args.skip:
-        report["solve"] = {}
-        for algo in ("sac", "dqn"):
-            runs = [time_to_solve(algo, seed) for seed in range(args.seeds)]
-            report["solve"][algo] = {"runs": runs, "median_wall_s": median(r["wall_s"] for r in runs),
-                                     "median_env_steps": median(r["env_steps"] for r in runs)}
-            print(f"solve {algo}: {report['solve'][algo]}", file=sys.stderr)
-    if "sb3" not in args.skip:
-        report["sb3"] = {}
-        for algo in ("sac", "dqn"):
-            runs = [sb3_time_to_solve(algo, seed) for seed in range(args.seeds)]
-            if any(r is None for r in runs):
-                report["sb3"] = None
-                print("SB3 not installed: pip install -r requirements-bench.txt for the side-by-side", file=sys.stderr)
-                break
-            report["sb3"][algo] = {"runs": runs, "median_wall_s": median(r.get("wall_s") for r in runs)}
+        solve_rows(report, args)
     report["benchmark_s"] = round(time.time() - t0, 1)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2, default=float)
@@ -389,9 +410,15 @@ def markdown(r: dict, cores: float) -> str:
         env_id, threshold = SOLVE[algo][:2]
         per_seed = ", ".join(f"{fmt(x['wall_s'], '.1f')} s / {fmt(x['env_steps'])}" for x in s["runs"])
         sb3 = (r.get("sb3") or {}).get(algo)
-        versus = f"; SB3 median {fmt(sb3['median_wall_s'], '.1f')} s" if sb3 else ""
-        rows.append(f"| time to solve {algo.upper()} {env_id} to {threshold:g}: median wall s (per seed: s / steps) "
-                    f"| {fmt(s['median_wall_s'], '.1f')} ({per_seed}){versus} | ≤ 0.5× SB3 |")
+        versus = ""
+        if sb3:
+            sb3_seeds = ", ".join(f"{fmt(x.get('wall_s'), '.1f')} s / {fmt(x.get('env_steps'))}" for x in sb3["runs"])
+            ratio = (s["median_wall_s"] / sb3["median_wall_s"]) if s["median_wall_s"] and sb3["median_wall_s"] else None
+            versus = f"; SB3 (rl-zoo) {fmt(sb3['median_wall_s'], '.1f')} ({sb3_seeds}) → {fmt(ratio, '.2f')}×"
+        settings = r.get("solve_settings", "tuned")
+        rows.append(f"| time to solve {algo.upper()} {env_id} to {threshold:g}, dsac {settings}: median wall s "
+                    f"(per seed: s / steps), same evaluation start states | {fmt(s['median_wall_s'], '.1f')} "
+                    f"({per_seed}){versus} | ≤ 0.5× SB3 |")
     rows.append(f"| benchmark wall time | {r['benchmark_s']} s | |")
     return "\n".join(rows)
 
