@@ -35,6 +35,13 @@ def field_specs(obs_shape, obs_dtype, action_shape, action_dtype) -> dict[str, t
     }
 
 
+def annealed_beta(priority_beta: float, added: int, anneal_steps: int) -> float:
+    """Prioritized replay's importance-weight exponent: linear from ``priority_beta`` to 1 over
+    ``anneal_steps`` inserted transitions."""
+    fraction = min(1.0, added / max(1, anneal_steps))
+    return priority_beta + fraction * (1.0 - priority_beta)
+
+
 def storage_bytes(capacity: int, specs: dict) -> int:
     """Bytes the ring needs once full."""
     per_item = sum(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for shape, dtype in specs.values())

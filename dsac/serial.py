@@ -23,7 +23,7 @@ from dsac.messages import Chunk, Evaluation, FinishedEpisode, Latest, LearnerSta
 from dsac.preparation import Prepared, check_resume_state, prepare, resume_checkpoint
 from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for, policy_class_for
-from dsac.replay import PrioritizedReplayStorage, RateLimiter, ReplayStorage, field_specs
+from dsac.replay import PrioritizedReplayStorage, RateLimiter, ReplayStorage, annealed_beta, field_specs
 from dsac.rollout import EnvCollector
 from dsac.watch import Step, watch
 
@@ -136,8 +136,7 @@ class SerialRun:
         config, storage = self.config, self.storage
         while self.limiter.can_sample(storage.added, storage.sampled_batches, config.batches_per_sample):
             if config.prioritized:
-                fraction = min(1.0, storage.added / max(1, config.total_env_steps))
-                beta = config.priority_beta + fraction * (1.0 - config.priority_beta)
+                beta = annealed_beta(config.priority_beta, storage.added, config.total_env_steps)
                 sampled = storage.sample(config.batch_size, config.batches_per_sample, beta)
             else:
                 sampled = storage.sample(config.batch_size, config.batches_per_sample)

@@ -37,6 +37,7 @@ from dsac.replay import (
     PrioritizedReplayStorage,
     RateLimiter,
     ReplayStorage,
+    annealed_beta,
     check_fits_in_memory,
     storage_bytes,
 )
@@ -202,8 +203,7 @@ class ReplayBuffer:
 
     def beta(self) -> float:
         """Importance-weight exponent: linear from ``priority_beta`` to 1 over the run."""
-        fraction = min(1.0, self.storage.added / self.beta_anneal_steps)
-        return self.priority_beta + fraction * (1.0 - self.priority_beta)
+        return annealed_beta(self.priority_beta, self.storage.added, self.beta_anneal_steps)
 
     @hot_path
     async def update_priorities(self, indices, generations, priorities) -> int:

@@ -137,9 +137,7 @@ class DistributedRun:
         try:
             self.check_tasks(timeout)
             self.request_checkpoint_if_due()
-            reports, shard_stats = self.system.read()
-            version = self.repair_actors(reports, shard_stats)
-            return self.record(reports, shard_stats, version)
+            return self.read_and_record()
         except ray.exceptions.RayError as exc:  # an actor died under the driver
             self.failure = self.failure or f"lost an actor: {one_line(exc)}"
             return Step([], [])
@@ -152,10 +150,13 @@ class DistributedRun:
             elif not self.recovery.restart_task(role, exc):
                 self.failure = self.failure or f"{role} failed: {one_line(exc)}"
 
-    def repair_actors(self, reports: Reports, shard_stats: list[ShardStats]) -> int:
-        """Give actors Ray restarted what the run had (see :class:`Recovery`); the version."""
-        return self.recovery.restore_actors(reports, shard_stats, self.counters["version"], self.insert_limit,
-                                            self.stopping, self._replay_snapshot)
+    def read_and_record(self) -> Step:
+        """Read the actors' reports, have :class:`Recovery` give actors Ray restarted what the
+        run had, then record what was read."""
+        reports, shard_stats = self.system.read()
+        version = self.recovery.restore_actors(reports, shard_stats, self.counters["version"], self.insert_limit,
+                                               self.stopping, self._replay_snapshot)
+        return self.record(reports, shard_stats, version)
 
     def record(self, reports: Reports, shard_stats: list[ShardStats], version: int) -> Step:
         """Count what was read; record one progress line per evaluation, the best weights,
@@ -304,8 +305,7 @@ class DistributedRun:
                     self.failure = self.failure or f"{role} failed: {one_line(exc)}"
                 elif role.startswith("learner"):
                     self.learner_results[role] = result
-            reports, shard_stats = self.system.read()
-            self.record(reports, shard_stats, self.repair_actors(reports, shard_stats))
+            self.read_and_record()
             self.recorder.system(self.status(), [], self.learner_stats, force=True)
             self.save_latest()
         except (ray.exceptions.RayError, OSError) as exc:

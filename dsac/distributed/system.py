@@ -14,7 +14,7 @@ import ray
 
 from dsac.config import Config
 from dsac.distributed.actors import GradientAverager, ParameterServer, ReplayBuffer
-from dsac.distributed.tasks import evaluator, learner, rollout_worker
+from dsac.distributed.tasks import evaluator, learner, learner_role, rollout_worker
 from dsac.distributed.topology import ResourcePlan, per_shard
 from dsac.evaluation import evaluation_seed
 from dsac.messages import Latest, LearnerState, Reports, ShardStats
@@ -23,10 +23,6 @@ from dsac.replay import field_specs
 log = logging.getLogger("dsac")
 
 SHUTDOWN_TIMEOUT_S = 30.0
-
-
-def learner_role(j: int, num_learners: int) -> str:
-    return "learner" if num_learners == 1 else f"learner_{j}"
 
 
 class System:

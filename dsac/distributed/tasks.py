@@ -298,6 +298,11 @@ class LearnerLink:
             ray.get(self.ps.push.remote(self.loop.policy.get_weights(), final))
 
 
+def learner_role(index: int, num_learners: int) -> str:
+    """A learner's role name: ``learner``, or ``learner_<index>`` among data-parallel learners."""
+    return "learner" if num_learners == 1 else f"learner_{index}"
+
+
 # A GPU learner by default; the driver overrides num_gpus to 0 on a cluster without GPUs.
 # max_calls=1: the process exits after the task, so its GPU memory is given back.
 @ray.remote(num_gpus=1, max_calls=1)
@@ -313,8 +318,8 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     from dsac.tf_setup import configure_tensorflow
 
     device = configure_tensorflow(num_gpus, num_cpus, config.learner_threads, config.verbose)
-    role = "learner" if averager is None else f"learner_{index}"
-    ps.report_placement.remote(Placement(role, **describe_process(), device=device))
+    ps.report_placement.remote(Placement(learner_role(index, config.num_learners), **describe_process(),
+                                         device=device))
     policy = policy_class_for(config)(observation_space, action_space, config, build_learner=True, seed=seed)
     if initial_weights is not None:
         policy.set_weights(initial_weights)
