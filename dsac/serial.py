@@ -202,9 +202,10 @@ class SerialRun:
             "recent_episode_return": statistics.fmean(self.recent_returns) if self.recent_returns else None,
         }
 
-    def step(self) -> Step:
+    def step(self, timeout: float | None = None) -> Step:
         """One round: collect a chunk, learn what the ratio allows, evaluate if due, and write
-        a checkpoint every ``checkpoint_every`` seconds."""
+        a checkpoint every ``checkpoint_every`` seconds. (``timeout``: the distributed run's
+        wait for its tasks; one process has nothing to wait for.)"""
         episodes = self.collect()
         self.recent_returns.extend(e.episode_return for e in episodes)
         self.episode_metrics.extend(e.custom_metrics for e in episodes if e.custom_metrics)

@@ -102,7 +102,7 @@ class Trainer:
         evaluations, episodes = [], []
         last_progress, last_seen = time.monotonic(), (start_steps, start_updates)
         while True:
-            step = system.step()
+            step = system.step(POLL_S)
             evaluations += step.lines
             episodes += step.episodes
             if system.failure:

@@ -10,7 +10,7 @@ import ray
 
 import dsac
 from dsac.config import Config
-from dsac.distributed.recovery import one_line
+from dsac.distributed.recovery import ray_error_line
 from dsac.errors import DsacError
 from dsac.preparation import in_ray_job
 
@@ -36,7 +36,7 @@ def connect_ray(config: Config) -> bool:
             pythonpath = os.pathsep.join(p for p in roots if p)
             ray.init(include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
-        raise DsacError(f"cannot join a Ray cluster at {address}: {one_line(exc)}") from None
+        raise DsacError(f"cannot join a Ray cluster at {address}: {ray_error_line(exc)}") from None
     return True
 
 

@@ -23,7 +23,7 @@ import ray
 from dsac.artifacts import read_checkpoint
 from dsac.config import Config
 from dsac.distributed.cluster import connect_ray, ship_user_code
-from dsac.distributed.recovery import LearnerCheckpoint, Recovery, one_line
+from dsac.distributed.recovery import LearnerCheckpoint, Recovery, ray_error_line
 from dsac.distributed.system import System
 from dsac.distributed.topology import plan_resources
 from dsac.errors import DsacError
@@ -139,7 +139,7 @@ class DistributedRun:
             self.request_checkpoint_if_due()
             return self.read_and_record()
         except ray.exceptions.RayError as exc:  # an actor died under the driver
-            self.failure = self.failure or f"lost an actor: {one_line(exc)}"
+            self.failure = self.failure or f"lost an actor: {ray_error_line(exc)}"
             return Step([], [])
 
     def check_tasks(self, timeout: float) -> None:
@@ -148,7 +148,7 @@ class DistributedRun:
             if exc is None:
                 self.failure = self.failure or f"{role} ended before the run was stopped"
             elif not self.recovery.restart_task(role, exc):
-                self.failure = self.failure or f"{role} failed: {one_line(exc)}"
+                self.failure = self.failure or f"{role} failed: {ray_error_line(exc)}"
 
     def read_and_record(self) -> Step:
         """Read the actors' reports, have :class:`Recovery` give actors Ray restarted what the
@@ -302,7 +302,7 @@ class DistributedRun:
         try:
             for role, result, exc in self.system.stop(reason):
                 if exc is not None:
-                    self.failure = self.failure or f"{role} failed: {one_line(exc)}"
+                    self.failure = self.failure or f"{role} failed: {ray_error_line(exc)}"
                 elif role.startswith("learner"):
                     self.learner_results[role] = result
             self.read_and_record()
@@ -310,7 +310,7 @@ class DistributedRun:
             self.save_latest()
         except (ray.exceptions.RayError, OSError) as exc:
             # An actor died or the disk failed: the weights saved at the last evaluation are what is left.
-            self.failure = self.failure or f"shutdown failed: {one_line(exc)}"
+            self.failure = self.failure or f"shutdown failed: {ray_error_line(exc)}"
             log.warning("%s; %s keeps the weights of the last evaluation", self.failure, self.weights_path)
         counters = self.counters
         return self.recorder.summary(reason, self.failure, counters, {

@@ -100,17 +100,17 @@ class Recovery:
             seed = system.worker_seeds[i] + 1_000_003 * (self.restarts.counts.get(role, 0) + 1)
             system.submit_worker(i, seed)
             how = "a new process with a fresh env seed"
-        self.restarts.record(role, one_line(exc), how)
+        self.restarts.record(role, ray_error_line(exc), how)
         return True
 
-    def restore_actors(self, reports, shard_stats: list, version: int, insert_limit: int | None, stopping: bool,
-                       replay_snapshot=None) -> int:
+    def restore_actors(self, reports, shard_stats: list, known_version: int, insert_limit: int | None,
+                       stopping: bool, replay_snapshot=None) -> int:
         """Give actors that Ray restarted what the run had: the parameter server its version
         and weights, a replay shard its counts (and its contents from ``replay_snapshot(k)``,
-        when replay checkpoints exist). ``version``: the latest the driver saw. Updates
+        when replay checkpoints exist). ``known_version``: the latest the driver saw. Updates
         ``shard_stats`` in place; returns the parameter server's version."""
         system = self.system
-        known_version, version = version, reports.version
+        version = reports.version
         if reports.process != self.actor_processes["parameter_server"]:
             version = max(known_version, reports.version)
             self.restarts.record("parameter_server", "its process exited; Ray restarted the actor",
@@ -146,8 +146,10 @@ class LearnerCheckpoint(NamedTuple):
     taken_at: float  # time.monotonic()
 
 
-def one_line(exc: BaseException) -> str:
-    """An exception (or the error under a Ray task error) as ``Type: last line``."""
+def ray_error_line(exc: BaseException) -> str:
+    """An exception from Ray (or the error under a Ray task error) as ``Type: last line``: Ray
+    puts the traceback first. An exception from the user's env is
+    :func:`dsac.envs.one_line`'s ``Type: first line``."""
     cause = getattr(exc, "cause", None) or exc
     lines = [line for line in str(cause).strip().splitlines() if line.strip()]
     return f"{type(cause).__name__}: {lines[-1] if lines else ''}"
