@@ -34,10 +34,26 @@ def connect_ray(config: Config) -> bool:
         else:
             roots = [REPO_ROOT, *(package_root(m) for m in user_env_modules(config)), os.environ.get("PYTHONPATH")]
             pythonpath = os.pathsep.join(p for p in roots if p)
-            ray.init(include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+            start_local_ray(pythonpath)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
         raise DsacError(f"cannot join a Ray cluster at {address}: {ray_error_line(exc)}") from None
     return True
+
+
+def start_local_ray(pythonpath: str) -> None:
+    """A local Ray whose processes import dsac (and the user's env package) from ``pythonpath``.
+    The path travels in the environment the local Ray inherits, not in a job ``runtime_env``:
+    with one, Ray could not use the worker processes it starts ahead of time (one per CPU) and
+    would start new ones, a few seconds more before the learner's first update on 2 cores."""
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = pythonpath
+    try:
+        ray.init(include_dashboard=False)
+    finally:  # the raylet has it; this process's own environment is left as it was
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def user_env_modules(config: Config) -> list:

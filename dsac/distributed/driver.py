@@ -71,6 +71,9 @@ class DistributedRun:
         self.recorder = Recorder(config, self.output_dir, self.observation_space, self.action_space, started_at,
                                  self.system.eval_seed, meta)
         self.weights_path = self.recorder.weights_path
+        # The tasks go first: the learner's start-up (TensorFlow's import) is the longest, and
+        # it need not wait for the actors to answer.
+        self.system.start_tasks(initial_weights, (checkpoint or {}).get("state"))
         # The actors' own placement (the tasks report theirs through the parameter server).
         # A different process behind an actor later means Ray restarted it (Recovery.restore_actors).
         wheres = self.system.where_actors()
@@ -80,7 +83,6 @@ class DistributedRun:
             LearnerCheckpoint(checkpoint["state"], meta["updates"], time.monotonic()) if checkpoint else None)
         self.recovery = Recovery(self.system, {n: w["process"] for n, w in wheres.items()}, meta.get("env_steps", 0),
                                  learner_checkpoint, (checkpoint or {}).get("weights"))
-        self.system.start_tasks(initial_weights, (checkpoint or {}).get("state"))
         self.stopping = False
         self.counters: dict = {
             "env_steps": meta.get("env_steps", 0), "updates": meta.get("updates", 0),
