@@ -16,6 +16,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+# Adam's epsilon: PyTorch's (and so Stable-Baselines3's and CleanRL's) 1e-8 rather than Keras'
+# 1e-7, so that equal settings mean equal updates in the parity runs (scripts/parity.py).
+ADAM_EPSILON = 1e-8
+
 
 class CompiledUpdate:
     """Mixin: ``update``, ``update_many``, ``compute_gradients`` and ``apply_gradients`` from the

@@ -20,7 +20,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dsac.algorithms.compiled import CompiledUpdate
+from dsac.algorithms.compiled import ADAM_EPSILON, CompiledUpdate
 from dsac.algorithms.dqn.networks import build_q_network
 from dsac.algorithms.dqn.numpy_q import c51_support
 from dsac.weights import TensorFlowVariables, named_variables
@@ -104,7 +104,7 @@ class DQNLearner(CompiledUpdate):
         self.double_q = bool(config.double_q)
         self.grad_clip = float(config.grad_clip)
         self.target_update_every = int(config.target_update_every)
-        self.optimizer = keras.optimizers.Adam(config.lr)
+        self.optimizer = keras.optimizers.Adam(config.lr, epsilon=ADAM_EPSILON)
         self.optimizer.build(self.q_online.trainable_variables)
         self.acting_weights = TensorFlowVariables(self.q_online, prefix="q")
         self.state = TensorFlowVariables({

@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dsac.algorithms.compiled import CompiledUpdate
+from dsac.algorithms.compiled import ADAM_EPSILON, CompiledUpdate
 from dsac.algorithms.sac.networks import build_actor, build_critic
 from dsac.algorithms.sac.numpy_actor import LOG_STD_MAX, LOG_STD_MIN, to_unit_action
 from dsac.weights import TensorFlowVariables, named_variables
@@ -109,9 +109,9 @@ class SACLearner(CompiledUpdate):
         self.action_high = np.asarray(action_high, np.float32)
 
         self.critic_variables = self.q1.trainable_variables + self.q2.trainable_variables
-        self.actor_optimizer = keras.optimizers.Adam(config.lr)
-        self.critic_optimizer = keras.optimizers.Adam(config.lr)
-        self.alpha_optimizer = keras.optimizers.Adam(config.lr)
+        self.actor_optimizer = keras.optimizers.Adam(config.lr, epsilon=ADAM_EPSILON)
+        self.critic_optimizer = keras.optimizers.Adam(config.lr, epsilon=ADAM_EPSILON)
+        self.alpha_optimizer = keras.optimizers.Adam(config.lr, epsilon=ADAM_EPSILON)
         self.actor_optimizer.build(self.actor.trainable_variables)
         self.critic_optimizer.build(self.critic_variables)
         self.alpha_optimizer.build([self.log_alpha])
