@@ -4,6 +4,8 @@ number of deterministic episodes. Prints one JSON line; exits 3 when SB3 is not 
 (``pip install -r requirements-bench.txt``).
 
     python scripts/sb3_baseline.py --algo sac --seed 0
+    python scripts/sb3_baseline.py --curve '{"algo": "sac", "env": "Pendulum-v1", "kwargs": {}, "seed": 0,
+        "budget": 5000, "eval_every": 1000, "stop_return": null}'   # a learning curve (scripts/harness.py)
 """
 
 from __future__ import annotations
@@ -61,9 +63,36 @@ def time_to_solve(algo: str, seed: int) -> dict:
     return result
 
 
+def learning_curve(spec: dict) -> list[dict]:
+    """SB3 with constructor arguments ``spec["kwargs"]`` for ``spec["budget"]`` env steps (or
+    until an evaluation reaches ``spec["stop_return"]``), evaluating every ``spec["eval_every"]``
+    env steps on dsac's start states: [{env_steps, updates, wall_s, return}, ...]."""
+    import gymnasium as gym
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    env_id, seed, every, stop = spec["env"], spec["seed"], spec["eval_every"], spec.get("stop_return")
+    model = (sb3.SAC if spec["algo"] == "sac" else sb3.DQN)("MlpPolicy", gym.make(env_id), seed=seed, verbose=0,
+                                                             **spec["kwargs"])
+    points = []
+
+    class Evaluate(BaseCallback):
+        def _on_step(self):
+            if self.num_timesteps % every:
+                return True
+            mean = float(evaluate_model(self.model, env_id, seed).mean())
+            points.append({"env_steps": self.num_timesteps, "updates": int(self.model._n_updates),
+                           "wall_s": round(time.time() - STARTED, 2), "return": mean})
+            return stop is None or mean < stop
+
+    model.learn(spec["budget"], callback=Evaluate())
+    return points
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algo", choices=sorted(TASKS), required=True)
+    parser.add_argument("--algo", choices=sorted(TASKS))
+    parser.add_argument("--curve", metavar="JSON", help="learning curve of this spec (see learning_curve)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
@@ -73,7 +102,12 @@ def main(argv=None) -> int:
         torch.set_num_threads(1)  # two threads were no faster on 2 cores
     except ImportError:
         return 3
-    print(json.dumps(time_to_solve(args.algo, args.seed)))
+    if args.curve:
+        print(json.dumps(learning_curve(json.loads(args.curve))))
+    elif args.algo:
+        print(json.dumps(time_to_solve(args.algo, args.seed)))
+    else:
+        parser.error("give --algo or --curve")
     return 0
 
 

@@ -52,3 +52,51 @@ def test_dsac_runs_evaluate_on_evaluation_seed():
 
     assert system.evaluation_seed is evaluation_seed and serial.evaluation_seed is evaluation_seed
     assert evaluation_seed(7) == 100_007  # the seed every earlier run evaluated with: results stay comparable
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO_ROOT, "scripts", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_parity_settings_mean_the_same_on_both_sides():
+    """Every parity task's settings reach dsac's config and SB3's constructor as the same
+    numbers: sizes, lr, batch, buffer, warm-up, update ratio, target period (SB3 counts it in env
+    steps, dsac in updates), exploration."""
+    from dsac.cli import build_parser
+    from dsac.config import Config
+
+    harness, parity = _script("harness"), _script("parity")
+    for name, task in parity.TASKS.items():
+        algo, s = task["algo"], task["settings"]
+        values = vars(build_parser().parse_args([*harness.dsac_flags(algo, s), "--env", task["env"]]))
+        values.pop("config")
+        config = Config.from_dict(values).validate()
+        sb3 = harness.sb3_kwargs(algo, s)
+        assert config.fcnet_hiddens == s["hidden"] == sb3["policy_kwargs"]["net_arch"], name
+        assert config.lr == s["lr"] == sb3["learning_rate"]
+        assert config.batch_size == s["batch_size"] == sb3["batch_size"]
+        assert config.buffer_size == s["buffer_size"] == sb3["buffer_size"]
+        assert config.start_steps == config.learning_starts == s["warmup"] == sb3["learning_starts"]
+        assert config.updates_per_step == s["updates_per_step"] == sb3["gradient_steps"] / sb3["train_freq"]
+        assert config.gamma == sb3["gamma"]
+        if algo == "sac":
+            assert config.tau == s["tau"] == sb3["tau"]
+        else:
+            assert sb3["tau"] == 1.0  # hard copies on both sides
+            assert config.target_update_every == s["target_every"]
+            assert sb3["target_update_interval"] * config.updates_per_step == config.target_update_every
+            assert config.exploration_fraction == sb3["exploration_fraction"]
+            assert config.final_epsilon == sb3["exploration_final_eps"]
+            assert config.n_step == sb3["n_steps"] == 1
+            assert not (config.dueling or config.double_q or config.prioritized)  # SB3 has none of them
+
+
+def test_parity_refuses_settings_sb3_cannot_run():
+    harness = _script("harness")
+    import pytest
+
+    with pytest.raises(ValueError, match="SB3"):
+        harness.sb3_kwargs("dqn", {"dueling": True})

@@ -1,0 +1,195 @@
+"""Runs dsac (``launch.py`` in a subprocess) and Stable-Baselines3 (``sb3_baseline.py --curve``
+in a subprocess) on one task with one set of settings, and reads back their learning curves:
+the evaluations both sides make on the same start states (``dsac.evaluation.evaluation_seed``)
+with the same number of deterministic episodes. Used by ``parity.py`` and ``sweep.py``.
+
+Settings use one vocabulary for both programs (:data:`SETTING_KEYS`); :func:`dsac_flags` and
+:func:`sb3_kwargs` translate them. Where the two programs cannot express the same thing the
+translation says so in a comment.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# hidden: MLP layer sizes of every network; lr: Adam; batch_size; buffer_size; warmup: env steps of
+# uniform random actions before the first update (dsac --start_steps and --learning_starts, SB3
+# learning_starts); updates_per_step; gamma; tau (sac, polyak every update); target_every (dqn: hard
+# copy every this many updates); exploration_fraction, final_epsilon (dqn, one worker); n_step,
+# dueling, double_q, prioritized (dqn).
+SETTING_KEYS = ("hidden", "lr", "batch_size", "buffer_size", "warmup", "updates_per_step", "gamma", "tau",
+                "target_every", "exploration_fraction", "final_epsilon", "n_step", "dueling", "double_q",
+                "prioritized")
+
+
+def dsac_flags(algo: str, s: dict) -> list[str]:
+    """``launch.py`` flags for settings ``s`` (keys missing from ``s`` keep dsac's defaults)."""
+    flags = ["--algo", algo]
+    if "hidden" in s:
+        flags += ["--fcnet_hiddens", *map(str, s["hidden"])]
+    plain = {"lr": "lr", "batch_size": "batch_size", "buffer_size": "buffer_size", "gamma": "gamma",
+             "updates_per_step": "updates_per_step", "tau": "tau", "target_every": "target_update_every",
+             "exploration_fraction": "exploration_fraction", "final_epsilon": "final_epsilon", "n_step": "n_step"}
+    for key, flag in plain.items():
+        if key in s:
+            flags += [f"--{flag}", str(s[key])]
+    if "warmup" in s:
+        flags += ["--start_steps", str(s["warmup"]), "--learning_starts", str(s["warmup"])]
+    for key in ("dueling", "double_q", "prioritized"):
+        if key in s:
+            flags.append(f"--{'' if s[key] else 'no-'}{key}")
+    return flags
+
+
+def sb3_kwargs(algo: str, s: dict) -> dict:
+    """SB3 constructor arguments for settings ``s`` (SB3 has no dueling heads and no
+    prioritized replay: asking for them is an error, not a silent difference)."""
+    if s.get("dueling") or s.get("prioritized") or (algo == "dqn" and s.get("double_q")):
+        raise ValueError("SB3's DQN has no dueling, double-Q or prioritized replay: compare with them off")
+    kw: dict = {}
+    if "hidden" in s:
+        kw["policy_kwargs"] = {"net_arch": list(s["hidden"])}
+    for key, name in (("lr", "learning_rate"), ("batch_size", "batch_size"), ("buffer_size", "buffer_size"),
+                      ("gamma", "gamma"), ("warmup", "learning_starts"), ("n_step", "n_steps")):
+        if key in s:
+            kw[name] = s[key]
+    u = s.get("updates_per_step", 1.0)
+    # SB3 trains every train_freq env steps for gradient_steps updates: the same ratio, in bursts.
+    kw["train_freq"], kw["gradient_steps"] = (1, round(u)) if u >= 1 else (round(1 / u), 1)
+    if algo == "sac":
+        kw["tau"] = s.get("tau", 0.005)
+    else:
+        kw["tau"] = 1.0
+        if "target_every" in s:  # SB3 counts the target period in env steps
+            kw["target_update_interval"] = max(1, round(s["target_every"] / u))
+        for key, name in (("exploration_fraction", "exploration_fraction"),
+                          ("final_epsilon", "exploration_final_eps")):
+            if key in s:
+                kw[name] = s[key]
+    return kw
+
+
+def _read_progress(path: str) -> list[dict]:
+    if not os.path.exists(path):
+        return []
+    points = []
+    for line in open(path):
+        row = json.loads(line)
+        points.append({"env_steps": row["env_steps"], "updates": row["updates"], "wall_s": row["wall_s"],
+                       "return": row["eval_return_mean"]})
+    return points
+
+
+def run_dsac(flags: list[str], env: str, seed: int, budget: int, eval_every: int,
+             stop_return: float | None = None, timeout: float | None = None) -> dict:
+    """``launch.py`` with ``flags`` until ``budget`` env steps (or ``stop_return``): its
+    evaluations as points {env_steps, updates, wall_s, return}; wall_s from process start."""
+    out = os.path.join(tempfile.mkdtemp(prefix="dsac-harness-"), "run")
+    cmd = [sys.executable, os.path.join(REPO_ROOT, "launch.py"), *flags, "--env", env, "--seed", str(seed),
+           "--total_env_steps", str(budget), "--eval_every", str(eval_every), "--output_dir", out,
+           "--no-tensorboard", "--checkpoint_every", "3600", "--log_every", "600"]
+    if stop_return is not None:
+        cmd += ["--stop_return", str(stop_return)]
+    started = time.time()
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, timeout=timeout)
+        error = None if result.returncode == 0 else (result.stderr.strip().splitlines() or ["?"])[-1]
+    except subprocess.TimeoutExpired:
+        error = f"timed out after {timeout:.0f} s"
+    process_s = time.time() - started
+    points = _read_progress(os.path.join(out, "progress.jsonl"))
+    summary_path = os.path.join(out, "summary.json")
+    driver_s = json.load(open(summary_path))["wall_s"] if os.path.exists(summary_path) else None
+    # The driver's clock starts after the interpreter and imports: shift its points onto the
+    # process clock so both programs' times start when their process does.
+    shift = process_s - driver_s if driver_s is not None else 0.0
+    for p in points:
+        p["wall_s"] = round(p["wall_s"] + shift, 2)
+    return {"seed": seed, "points": points, "process_s": round(process_s, 1), "error": error}
+
+
+def run_sb3(algo: str, env: str, kwargs: dict, seed: int, budget: int, eval_every: int,
+            stop_return: float | None = None, timeout: float | None = None) -> dict | None:
+    """SB3 with constructor ``kwargs`` (``sb3_baseline.py --curve``); None when SB3 is not installed."""
+    spec = {"algo": algo, "env": env, "kwargs": kwargs, "seed": seed, "budget": budget, "eval_every": eval_every,
+            "stop_return": stop_return}
+    started = time.time()
+    try:
+        result = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "scripts", "sb3_baseline.py"), "--curve",
+                                 json.dumps(spec)], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"seed": seed, "points": [], "process_s": round(time.time() - started, 1),
+                "error": f"timed out after {timeout:.0f} s"}
+    if result.returncode == 3:
+        return None
+    process_s = round(time.time() - started, 1)
+    if result.returncode != 0:
+        return {"seed": seed, "points": [], "process_s": process_s,
+                "error": (result.stderr.strip().splitlines() or ["?"])[-1]}
+    return {"seed": seed, "points": json.loads(result.stdout.strip().splitlines()[-1]), "process_s": process_s,
+            "error": None}
+
+
+# --- reading curves -------------------------------------------------------------------------
+def first_reaching(points: list[dict], threshold: float) -> dict | None:
+    """The first evaluation at or above ``threshold``."""
+    return next((p for p in points if p["return"] >= threshold), None)
+
+
+def return_at(points: list[dict], budget: float, axis: str = "env_steps") -> float | None:
+    """The latest evaluation made at or before ``budget`` on ``axis`` (None before the first)."""
+    before = [p for p in points if p[axis] <= budget * 1.02]  # evaluations land a few steps late
+    return before[-1]["return"] if before else None
+
+
+def spread(values) -> tuple[float | None, float | None, float | None]:
+    """Median, minimum and maximum of the values that exist."""
+    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not values:
+        return None, None, None
+    return float(np.median(values)), float(min(values)), float(max(values))
+
+
+def fmt_spread(values, spec: str = ",.0f", missing: int = 0) -> str:
+    """``median (min–max)``, plus how many runs did not get there."""
+    med, lo, hi = spread(values)
+    if med is None:
+        return "—" + (f" ({missing} not reached)" if missing else "")
+    text = format(med, spec) + (f" ({format(lo, spec)}–{format(hi, spec)})" if lo != hi else "")
+    return text + (f", {missing} not reached" if missing else "")
+
+
+def band(runs: list[dict], axis: str, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean and a 95% confidence band (normal approximation over seeds) of the return on
+    ``grid`` along ``axis``, each run's curve held at its last evaluation (NaN before its first)."""
+    curves = []
+    for run in runs:
+        x = np.array([p[axis] for p in run["points"]], dtype=float)
+        y = np.array([p["return"] for p in run["points"]], dtype=float)
+        if len(x) == 0:
+            continue
+        idx = np.searchsorted(x, grid, side="right") - 1
+        curves.append(np.where((idx >= 0) & (grid <= x[-1] * 1.02), y[np.clip(idx, 0, None)], np.nan))
+    if not curves:
+        nan = np.full(len(grid), np.nan)
+        return nan, nan, nan
+    c = np.array(curves)
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = np.nanmean(c, axis=0)
+            n = np.sum(~np.isnan(c), axis=0)
+            half = 1.96 * np.nanstd(c, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1)) if len(c) > 1 else 0 * mean
+    return mean, mean - half, mean + half
