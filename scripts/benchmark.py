@@ -19,6 +19,8 @@ Measures:
   SB3           optional, when stable-baselines3 is installed (requirements-bench.txt): the same
                 thresholds with rl-zoo settings (scripts/sb3_baseline.py), alternating with dsac seed by
                 seed, evaluated on the same start states through dsac.evaluation -> dsac / SB3
+  equal         the same two thresholds with equal settings on both sides (parity.py's TASKS: network
+                sizes, lr, batch, buffer, warm-up, updates per env step, target updates, exploration)
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness.py, parity.py
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
@@ -306,6 +309,35 @@ def solve_rows(report: dict, args) -> None:
             print(f"sb3 {algo}: {report['sb3'][algo]}", file=sys.stderr)
 
 
+def equal_rows(report: dict, args) -> None:
+    """dsac (the solve rows' workers) and SB3 at equal settings — parity.py's for Pendulum and
+    CartPole: network sizes, lr, batch, buffer, warm-up, updates per env step, target updates,
+    exploration — to the same thresholds, alternating seed by seed, same evaluation start states."""
+    import harness
+    import parity
+
+    report["equal"] = {}
+    for algo, task_name in (("sac", "sac-pendulum"), ("dqn", "dqn-cartpole")):
+        task = parity.TASKS[task_name]
+        env_id, threshold, budget = task["env"], task["threshold"], SOLVE[algo][2]
+        row = report["equal"][algo] = {"settings": task["settings"], "dsac": [], "sb3": []}
+        for seed in range(args.seeds):
+            flags = harness.dsac_flags(algo, task["settings"]) + DEFAULTS[algo][4:]
+            row["dsac"].append(harness.run_dsac(flags, env_id, seed, budget, task["eval_every"], threshold))
+            if "sb3" not in args.skip:
+                sb3 = harness.run_sb3(algo, env_id, harness.sb3_kwargs(algo, task["settings"]), seed, budget,
+                                      task["eval_every"], threshold)
+                if sb3 is not None:
+                    row["sb3"].append(sb3)
+        for side in ("dsac", "sb3"):
+            hits = [harness.first_reaching(r["points"], threshold) for r in row[side]]
+            row[f"{side}_median_wall_s"] = median(h["wall_s"] for h in hits if h)
+            row[f"{side}_runs"] = [{"wall_s": h["wall_s"] if h else None, "env_steps": h["env_steps"] if h else None}
+                                   for h in hits]
+            del row[side]
+        print(f"equal {algo}: {row}", file=sys.stderr)
+
+
 # --- report ---------------------------------------------------------------------------------
 def median(values):
     values = [v for v in values if v is not None]
@@ -321,7 +353,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="short windows (about 10 minutes on 2 cores)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per time-to-solve")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], help="rollout workers to measure")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["collection", "naive", "learner", "sync", "solve", "sb3"],
+    parser.add_argument("--skip", nargs="*", default=[],
+                        choices=["collection", "naive", "learner", "sync", "solve", "sb3", "equal"],
                         help="parts to leave out")
     parser.add_argument("--settings", choices=["defaults", "tuned"], default="defaults",
                         help="dsac's settings in the solve rows: the product's defaults (what users run) or "
@@ -372,6 +405,8 @@ def main(argv=None) -> int:
     ray.shutdown()
     if "solve" not in args.skip:
         solve_rows(report, args)
+    if "equal" not in args.skip:
+        equal_rows(report, args)
     report["benchmark_s"] = round(time.time() - t0, 1)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2, default=float)
@@ -419,6 +454,16 @@ def markdown(r: dict, cores: float) -> str:
         rows.append(f"| time to solve {algo.upper()} {env_id} to {threshold:g}, dsac {settings}: median wall s "
                     f"(per seed: s / steps), same evaluation start states | {fmt(s['median_wall_s'], '.1f')} "
                     f"({per_seed}){versus} | ≤ 0.5× SB3 |")
+    for algo, e in r.get("equal", {}).items():
+        env_id, threshold = SOLVE[algo][:2]
+        sides = []
+        for side in ("dsac", "sb3"):
+            seeds = ", ".join(f"{fmt(x['wall_s'], '.1f')} s / {fmt(x['env_steps'])}" for x in e[f"{side}_runs"])
+            sides.append(f"{side} {fmt(e[f'{side}_median_wall_s'], '.1f')} ({seeds})")
+        ratio = (e["dsac_median_wall_s"] / e["sb3_median_wall_s"]) if e["dsac_median_wall_s"] and e.get(
+            "sb3_median_wall_s") else None
+        rows.append(f"| time to solve {algo.upper()} {env_id} to {threshold:g}, equal settings on both sides "
+                    f"({e['settings']}): median wall s | {'; '.join(sides)} → {fmt(ratio, '.2f')}× | |")
     rows.append(f"| benchmark wall time | {r['benchmark_s']} s | |")
     return "\n".join(rows)
 
