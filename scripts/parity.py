@@ -7,7 +7,8 @@ steps and against gradient updates, with 95% confidence bands.
     python scripts/parity.py --tasks sac-pendulum --variants serial sb3 --seeds 3
 
 Variants: ``serial`` (``launch.py --local``: one process, no Ray), ``w1``/``w2``/``w8`` (the
-distributed system with 1, 2 and 8 rollout workers) and ``sb3`` (needs ``pip install -r
+distributed system with 1, 2 and 8 rollout workers), ``w8-fresh`` (8 workers kept closer to the
+learner: what stale weights and collection running ahead cost; not in --quick) and ``sb3`` (needs ``pip install -r
 requirements-bench.txt``). Every variant gets the same settings (``TASKS``: network sizes, lr,
 batch, buffer, warm-up, updates per env step, target updates, DQN's exploration), translated by
 ``scripts/harness.py``. What stays different is printed under the table: with several workers
@@ -67,7 +68,11 @@ TASKS = {
     },
 }
 VARIANTS = {"serial": ["--local"], "w1": ["--num_workers", "1"], "w2": ["--num_workers", "2"],
-            "w8": ["--num_workers", "8"], "sb3": None}
+            "w8": ["--num_workers", "8"], "sb3": None,
+            # What stale weights and collection running ahead cost 8 workers: the same with
+            # collection at most 16 env steps ahead, weights pushed every 2 updates, pulled every 5 steps.
+            "w8-fresh": ["--num_workers", "8", "--max_steps_ahead", "16", "--push_every", "2", "--pull_every", "5"]}
+QUICK_VARIANTS = ["serial", "w1", "w2", "w8", "sb3"]
 DIFFERENCES = [
     "dqn with w2/w8: dsac's workers explore with Ape-X's fixed per-worker epsilon (--epsilon 0.4, --epsilon_alpha 7), "
     "not one decaying epsilon",
@@ -155,12 +160,14 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="tasks with a quick budget, 2 seeds, shorter budgets (under ~20 min)")
     parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS))
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS),
+                        help=f"default: all; with --quick {' '.join(QUICK_VARIANTS)}")
     parser.add_argument("--seeds", type=int)
     parser.add_argument("--out", default="parity", help="directory for parity.json and the plots")
     args = parser.parse_args(argv)
     tasks = args.tasks or [n for n, t in TASKS.items() if not args.quick or t["quick_budget"]]
     seeds = list(range(args.seeds or (2 if args.quick else 5)))
+    args.variants = args.variants or (QUICK_VARIANTS if args.quick else list(VARIANTS))
     os.makedirs(args.out, exist_ok=True)
     results = {}
     for name in tasks:
