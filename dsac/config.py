@@ -259,7 +259,7 @@ class Config:
     lr: float | None = _f(None, "Adam learning rate of every network (algorithm default)")
     batch_size: int | None = _f(None, "transitions per gradient update (algorithm default)")
     buffer_size: int | None = _f(None, "replay capacity in transitions (algorithm default)")
-    fcnet_hiddens: list[int] = _f([256, 256], "hidden layer sizes of every built-in MLP", nargs="+")
+    fcnet_hiddens: list[int] = _f([64, 64], "hidden layer sizes of every built-in MLP", nargs="+")
     fcnet_activation: str = _f("relu", "activation of the built-in MLPs", choices=ACTIVATIONS)
     custom_model: str | None = _f(
         None, "a model registered with dsac.register_custom_model, or module:builder (replaces the MLPs)"

@@ -84,7 +84,7 @@ def test_corrupt_truncated_foreign_and_old_files_give_one_line_errors(tmp_path):
     env = gym.make("Pendulum-v1")
     policy = SACPolicy(env.observation_space, env.action_space, Config().validate(), build_learner=True)
     good = tmp_path / "good.pkl"
-    save_weights(str(good), payload_for(policy, "sac", "Pendulum-v1", fcnet_hiddens=[256, 256]))
+    save_weights(str(good), payload_for(policy, "sac", "Pendulum-v1", fcnet_hiddens=Config().fcnet_hiddens))
     data = good.read_bytes()
     cases = {
         "truncated.pkl": (data[: len(data) // 2], "truncated or corrupt"),
