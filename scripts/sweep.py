@@ -47,6 +47,7 @@ CANDIDATES = {
         "2x256 u1": {"hidden": [256, 256], "updates_per_step": 1.0},
         "2x64 u0.5": {"hidden": [64, 64], "updates_per_step": 0.5},
         "2x64 u1": {"hidden": [64, 64], "updates_per_step": 1.0},
+        "2x64 u1 lr2.3e-3": {"hidden": [64, 64], "updates_per_step": 1.0, "lr": 2.3e-3},
     },
 }
 
@@ -84,6 +85,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algos", nargs="+", choices=sorted(TASKS), default=sorted(TASKS))
     parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--candidates", nargs="+", help="run only these candidates (names as in CANDIDATES)")
     parser.add_argument("--json", default="sweep.json")
     args = parser.parse_args(argv)
     results: dict = {}
@@ -94,6 +96,8 @@ def main(argv=None) -> int:
             runs = results.setdefault(algo, {}).setdefault(env, {"budget": budget, "runs": {}})["runs"]
             for seed in range(args.seeds):
                 for name, settings in CANDIDATES[algo].items():
+                    if args.candidates and name not in args.candidates:
+                        continue
                     flags = harness.dsac_flags(algo, settings) + ["--num_workers", str(WORKERS[algo]),
                                                                    "--max_seconds", str(budget)]
                     run = harness.run_dsac(flags, env, seed, cap, every, timeout=budget + 180)
@@ -112,7 +116,7 @@ def report(results: dict) -> str:
     lines = []
     for algo, tasks in results.items():
         scores = {env: score(t["runs"], t["budget"]) for env, t in tasks.items()}
-        names = list(CANDIDATES[algo])
+        names = [n for n in CANDIDATES[algo] if any(n in t["runs"] for t in tasks.values())]
         lines += [f"\n### {algo}: seconds to {FRACTION:.0%} of the best return in the sweep (from the first "
                   "evaluation's)", "", "| candidate | " + " | ".join(
                       f"{env} (→ {s[names[0]]['target']:.0f})" if s else env for env, s in scores.items())
