@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness.py, parity.py
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import harness  # noqa: E402
 import numpy as np  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,10 +51,8 @@ SOLVE = {
     "dqn": ("CartPole-v1", 475.0, 100_000, os.path.join(CONFIGS, "dqn_cartpole.yaml")),
 }
 # What a user types with the product's defaults (--settings defaults): everything else default.
-DEFAULTS = {
-    "sac": ["--algo", "sac", "--env", "Pendulum-v1", "--num_workers", "2"],
-    "dqn": ["--algo", "dqn", "--env", "CartPole-v1", "--num_workers", "4"],
-}
+DEFAULTS = {algo: ["--algo", algo, "--env", SOLVE[algo][0], "--num_workers", str(harness.WORKERS[algo])]
+            for algo in SOLVE}
 
 
 # --- raw env --------------------------------------------------------------------------------
@@ -313,7 +312,6 @@ def equal_rows(report: dict, args) -> None:
     """dsac (the solve rows' workers) and SB3 at equal settings — parity.py's for Pendulum and
     CartPole: network sizes, lr, batch, buffer, warm-up, updates per env step, target updates,
     exploration — to the same thresholds, alternating seed by seed, same evaluation start states."""
-    import harness
     import parity
 
     report["equal"] = {}
@@ -322,7 +320,7 @@ def equal_rows(report: dict, args) -> None:
         env_id, threshold, budget = task["env"], task["threshold"], SOLVE[algo][2]
         row = report["equal"][algo] = {"settings": task["settings"], "dsac": [], "sb3": []}
         for seed in range(args.seeds):
-            flags = harness.dsac_flags(algo, task["settings"]) + DEFAULTS[algo][4:]
+            flags = harness.dsac_flags(algo, task["settings"]) + ["--num_workers", str(harness.WORKERS[algo])]
             row["dsac"].append(harness.run_dsac(flags, env_id, seed, budget, task["eval_every"], threshold))
             if "sb3" not in args.skip:
                 sb3 = harness.run_sb3(algo, env_id, harness.sb3_kwargs(algo, task["settings"]), seed, budget,

@@ -17,10 +17,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Rollout workers of the commands the comparisons run, as issue 17's protocol types them:
+# `launch.py --algo sac --num_workers 2`, `launch.py --algo dqn --num_workers 4`.
+WORKERS = {"sac": 2, "dqn": 4}
 
 # hidden: MLP layer sizes of every network; lr: Adam; batch_size; buffer_size; warmup: env steps of
 # uniform random actions before the first update (dsac --start_steps and --learning_starts, SB3
@@ -160,9 +164,9 @@ def spread(values) -> tuple[float | None, float | None, float | None]:
     return float(np.median(values)), float(min(values)), float(max(values))
 
 
-def fmt_spread(values, spec: str = ",.0f", missing: int = 0) -> str:
-    """``median (min–max)``, plus how many runs did not get there."""
-    med, lo, hi = spread(values)
+def fmt_spread(med_lo_hi: tuple, spec: str = ",.0f", missing: int = 0) -> str:
+    """A :func:`spread` as ``median (min–max)``, plus how many runs did not get there."""
+    med, lo, hi = med_lo_hi
     if med is None:
         return "—" + (f" ({missing} not reached)" if missing else "")
     text = format(med, spec) + (f" ({format(lo, spec)}–{format(hi, spec)})" if lo != hi else "")
@@ -184,12 +188,9 @@ def band(runs: list[dict], axis: str, grid: np.ndarray) -> tuple[np.ndarray, np.
         nan = np.full(len(grid), np.nan)
         return nan, nan, nan
     c = np.array(curves)
-    with np.errstate(all="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mean = np.nanmean(c, axis=0)
-            n = np.sum(~np.isnan(c), axis=0)
-            half = 1.96 * np.nanstd(c, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1)) if len(c) > 1 else 0 * mean
+    with warnings.catch_warnings():  # grid points no run has reached yet are all-NaN columns
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(c, axis=0)
+        n = np.sum(~np.isnan(c), axis=0)
+        half = 1.96 * np.nanstd(c, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1)) if len(c) > 1 else 0 * mean
     return mean, mean - half, mean + half

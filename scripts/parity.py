@@ -117,13 +117,10 @@ def markdown(results: dict) -> str:
         for variant, runs in res["variants"].items():
             if not runs:
                 continue
-            hits = [harness.first_reaching(r["points"], task["threshold"]) for r in runs]
-            miss = sum(h is None for h in hits)
-            cells = [harness.fmt_spread([h[k] for h in hits if h], missing=miss) for k in ("env_steps", "updates")]
-            cells.append(harness.fmt_spread([h["wall_s"] for h in hits if h], ",.0f", miss))
-            for frac in (0.25, 0.5, 1.0):
-                cells.append(harness.fmt_spread([harness.return_at(r["points"], frac * budget) for r in runs], ",.0f"))
-            errors = [r["error"] for r in runs if r["error"]]
+            row = summarize(task, runs, budget)
+            cells = [harness.fmt_spread(row[k], missing=row["not_reached"]) for k in ("env_steps", "updates", "wall_s")]
+            cells += [harness.fmt_spread(row[f"return_at_{frac}"]) for frac in (0.25, 0.5, 1.0)]
+            errors = row["errors"]
             lines.append(f"| {variant} | " + " | ".join(cells) + " |" + (f" errors: {errors}" if errors else ""))
     lines += ["", "Settings are equal on every side (parity.py TASKS); what is not:"]
     lines += [f"- {d}" for d in DIFFERENCES]

@@ -41,26 +41,15 @@ def evaluate_model(model, env_id: str, seed: int, episodes: int = EVAL_EPISODES)
 
 def time_to_solve(algo: str, seed: int) -> dict:
     """Train until an evaluation reaches the task's threshold (wall seconds from process start)."""
-    import gymnasium as gym
-    import stable_baselines3 as sb3
-    from stable_baselines3.common.callbacks import BaseCallback
+    from harness import first_reaching  # scripts/, this script's own directory
 
     env_id, threshold, total, every, settings = TASKS[algo]
-    model = (sb3.SAC if algo == "sac" else sb3.DQN)("MlpPolicy", gym.make(env_id), seed=seed, verbose=0, **settings)
-    result = {"seed": seed, "solved": False}
-
-    class StopAtThreshold(BaseCallback):
-        def _on_step(self):
-            if self.num_timesteps % every:
-                return True
-            mean = float(evaluate_model(self.model, env_id, seed).mean())
-            if mean < threshold:
-                return True
-            result.update(solved=True, wall_s=round(time.time() - STARTED, 1), env_steps=self.num_timesteps)
-            return False
-
-    model.learn(total, callback=StopAtThreshold())
-    return result
+    points = learning_curve({"algo": algo, "env": env_id, "kwargs": settings, "seed": seed, "budget": total,
+                             "eval_every": every, "stop_return": threshold})
+    hit = first_reaching(points, threshold)
+    if hit is None:
+        return {"seed": seed, "solved": False}
+    return {"seed": seed, "solved": True, "wall_s": round(hit["wall_s"], 1), "env_steps": hit["env_steps"]}
 
 
 def learning_curve(spec: dict) -> list[dict]:

@@ -34,7 +34,6 @@ TASKS = {
             ("Hopper-v5", 240, 300_000, 5_000)],
     "dqn": [("CartPole-v1", 75, 100_000, 2_000), ("Acrobot-v1", 75, 100_000, 2_000)],
 }
-WORKERS = {"sac": 2, "dqn": 4}  # the benchmark's commands (scripts/benchmark.py DEFAULTS)
 # Candidates: settings in harness.SETTING_KEYS (anything not named keeps dsac's default).
 CANDIDATES = {
     "sac": {
@@ -98,7 +97,7 @@ def main(argv=None) -> int:
                 for name, settings in CANDIDATES[algo].items():
                     if args.candidates and name not in args.candidates:
                         continue
-                    flags = harness.dsac_flags(algo, settings) + ["--num_workers", str(WORKERS[algo]),
+                    flags = harness.dsac_flags(algo, settings) + ["--num_workers", str(harness.WORKERS[algo]),
                                                                    "--max_seconds", str(budget)]
                     run = harness.run_dsac(flags, env, seed, cap, every, timeout=budget + 180)
                     runs.setdefault(name, []).append(run)
