@@ -5,6 +5,11 @@ steps and against gradient updates, with 95% confidence bands.
     python scripts/parity.py --quick          # under ~20 minutes on 2 cores: 3 tasks, 2 seeds
     python scripts/parity.py                  # the full run: 4 tasks, 5 seeds (hours; see --tasks)
     python scripts/parity.py --tasks sac-pendulum --variants serial sb3 --seeds 3
+    python scripts/parity.py --seeds 3 4      # add seeds 3 and 4 to what parity/ holds
+    python scripts/parity.py --report         # the table and plots of what parity/ holds
+
+The full run is long, so it can be made in sittings: runs already in ``<out>/parity.json`` at the
+same budget and settings are kept and not repeated, and each run records the commit it ran.
 
 Variants: ``serial`` (``launch.py --local``: one process, no Ray), ``w1``/``w2``/``w8`` (the
 distributed system with 1, 2 and 8 rollout workers), ``w8-fresh`` (8 workers kept closer to the
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -121,7 +127,12 @@ def markdown(results: dict) -> str:
             cells = [harness.fmt_spread(row[k], missing=row["not_reached"]) for k in ("env_steps", "updates", "wall_s")]
             cells += [harness.fmt_spread(row[f"return_at_{frac}"]) for frac in (0.25, 0.5, 1.0)]
             errors = row["errors"]
-            lines.append(f"| {variant} | " + " | ".join(cells) + " |" + (f" errors: {errors}" if errors else ""))
+            label = variant if len(runs) == len(res["seeds"]) else f"{variant} ({len(runs)} seeds)"
+            lines.append(f"| {label} | " + " | ".join(cells) + " |" + (f" errors: {errors}" if errors else ""))
+    commits = sorted({r.get("commit", "?") for res in results.values() for runs in res["variants"].values()
+                      for r in runs})
+    if len(commits) > 1:
+        lines += ["", f"Runs pooled from several invocations, at commits {', '.join(commits)}."]
     lines += ["", "Settings are equal on every side (parity.py TASKS); what is not:"]
     lines += [f"- {d}" for d in DIFFERENCES]
     return "\n".join(lines)
@@ -152,6 +163,41 @@ def plot(name: str, res: dict, path: str) -> None:
     plt.close(fig)
 
 
+def commit() -> str:
+    """The checkout's commit (``+`` when it has uncommitted changes): runs pooled from several
+    invocations say which code they ran."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=harness.REPO_ROOT).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD") or "?"
+    return head + ("+" if git("status", "--porcelain", "--untracked-files=no", "--", "dsac", "launch.py", "scripts") else "")
+
+
+def load_results(path: str) -> dict:
+    """What an earlier invocation wrote to ``parity.json`` (empty if nothing)."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def task_results(previous: dict, name: str, budget: int) -> dict:
+    """The task's stored runs when they were made at the same budget and settings (the full run
+    is long: it can be made in several sittings, each adding seeds or variants); else a fresh entry."""
+    task, old = TASKS[name], previous.get(name)
+    if old and old.get("budget") == budget and old.get("settings") == task["settings"]:
+        return old
+    if old:
+        print(f"{name}: the stored runs used other settings or another budget; starting over", file=sys.stderr)
+    return {"budget": budget, "seeds": [], "settings": task["settings"], "variants": {}}
+
+
+def finish(name: str, res: dict, out: str) -> None:
+    """Seeds, summary and plot of a task's runs so far."""
+    res["seeds"] = sorted({r["seed"] for runs in res["variants"].values() for r in runs})
+    res["summary"] = {v: summarize(TASKS[name], runs, res["budget"]) for v, runs in res["variants"].items()}
+    plot(name, res, os.path.join(out, f"{name}.png"))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
@@ -159,38 +205,58 @@ def main(argv=None) -> int:
     parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS))
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS),
                         help=f"default: all; with --quick {' '.join(QUICK_VARIANTS)}")
-    parser.add_argument("--seeds", type=int)
+    parser.add_argument("--seeds", nargs="+", type=int,
+                        help="how many seeds (one number: seeds 0..N-1) or which (several numbers); default 5, "
+                        "with --quick 2")
     parser.add_argument("--out", default="parity", help="directory for parity.json and the plots")
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: print the table and draw the plots of what --out holds")
     args = parser.parse_args(argv)
+    path = os.path.join(args.out, "parity.json")
+    results = load_results(path)
+    if args.report:
+        if not results:
+            print(f"nothing to report: {path} does not exist", file=sys.stderr)
+            return 2
+        for name, res in results.items():
+            finish(name, res, args.out)
+        print(markdown(results))
+        return 0
     tasks = args.tasks or [n for n, t in TASKS.items() if not args.quick or t["quick_budget"]]
-    seeds = list(range(args.seeds or (2 if args.quick else 5)))
+    if args.seeds is None:
+        seeds = list(range(2 if args.quick else 5))
+    else:
+        seeds = list(range(args.seeds[0])) if len(args.seeds) == 1 else args.seeds
     args.variants = args.variants or (QUICK_VARIANTS if args.quick else list(VARIANTS))
     os.makedirs(args.out, exist_ok=True)
-    results = {}
+    code = commit()
     for name in tasks:
         task = TASKS[name]
         budget = task["quick_budget"] if args.quick and task["quick_budget"] else task["budget"]
-        res = results[name] = {"budget": budget, "seeds": seeds, "settings": task["settings"], "variants": {}}
+        res = results[name] = task_results(results, name, budget)
         for seed in seeds:  # variants alternate seed by seed: the machine's drift falls on all alike
             for variant in args.variants:
+                runs = res["variants"].setdefault(variant, [])
+                if any(r["seed"] == seed for r in runs):
+                    continue  # made by an earlier invocation
                 run = run_variant(task, variant, seed, budget)
                 if run is None:
                     print("SB3 is not installed (pip install -r requirements-bench.txt): skipping it", file=sys.stderr)
                     args.variants = [v for v in args.variants if v != "sb3"]
                     continue
-                res["variants"].setdefault(variant, []).append(run)
+                runs.append({**run, "commit": code})
                 hit = harness.first_reaching(run["points"], task["threshold"])
                 print(f"{name} {variant} seed {seed}: {run['process_s']:.0f} s, final return "
                       f"{run['points'][-1]['return'] if run['points'] else '-'}, threshold at "
                       f"{hit['env_steps'] if hit else '-'} env steps" + (f" ERROR {run['error']}" if run["error"] else ""),
                       file=sys.stderr, flush=True)
-                with open(os.path.join(args.out, "parity.json"), "w") as f:
+                with open(path, "w") as f:
                     json.dump(results, f)
-        res["summary"] = {v: summarize(task, runs, budget) for v, runs in res["variants"].items()}
-        plot(name, res, os.path.join(args.out, f"{name}.png"))
-    with open(os.path.join(args.out, "parity.json"), "w") as f:
+        res["variants"] = {v: sorted(runs, key=lambda r: r["seed"]) for v, runs in res["variants"].items() if runs}
+        finish(name, res, args.out)
+    with open(path, "w") as f:
         json.dump(results, f)
-    print(markdown(results))
+    print(markdown({name: results[name] for name in tasks}))
     return 0
 
 
