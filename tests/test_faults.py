@@ -16,7 +16,6 @@ import threading
 import time
 
 import numpy as np
-import pytest
 from conftest import REPO_ROOT
 
 from dsac.inference import load_weights
@@ -101,28 +100,36 @@ def progress_at_least(steps: int):
     return lambda line: PROGRESS.search(line) is not None and steps_of(line) >= steps
 
 
-@pytest.mark.parametrize("role", ["rollout_worker_0", "parameter_server", "replay_shard_0"])
-def test_killed_role_is_replaced_and_the_run_reaches_its_threshold(role, tmp_path):
+ROLES = ["rollout_worker_0", "parameter_server", "replay_shard_0"]
+
+
+def test_killed_roles_are_replaced_one_after_another_and_the_run_reaches_its_threshold(tmp_path):
+    """A rollout worker, the parameter server and a replay shard are killed in turn, each once
+    the previous one's replacement is announced: every one comes back and the run still learns."""
     run = Run(tmp_path / "run", *RUN)
     try:
-        pid = run.pid_of(role)
-        run.wait_for(progress_at_least(1500))  # learning, well before the threshold
-        os.kill(pid, signal.SIGKILL)
+        pids = {role: run.pid_of(role) for role in ROLES}
+        seen = len(run.lines)
+        run.wait_for(progress_at_least(1000))  # learning, well before the threshold
+        for role in ROLES:
+            os.kill(pids[role], signal.SIGKILL)
+            restarted = re.compile(rf"{role} .*died.*restart")
+            run.wait_for(restarted.search, start=seen)
+            seen = len(run.lines)
         code = run.finish()
     finally:
         run.proc.kill()
     output = "\n".join(run.lines)
     assert code == 0, output[-4000:] + run.stderr[-2000:]
     assert "Traceback" not in run.stderr
-    assert re.search(rf"{role} .*died.*restart", output), output[-4000:] + run.stderr[-3000:]
     summary = run.summary()
-    assert summary["restarts"] == {role: 1} and summary["failure"] is None
+    assert summary["restarts"] == dict.fromkeys(ROLES, 1) and summary["failure"] is None, summary
     assert summary["stop_reason"] == "stop_return", summary
     payload = load_weights(str(run.out / "weights.pkl"))
     assert payload["version"] == summary["weights_version"] > 0
-    if role == "parameter_server":  # the version carried on from before the restart
-        versions = [json.loads(x)["weights_version"] for x in (run.out / "progress.jsonl").read_text().splitlines()]
-        assert versions == sorted(versions), versions
+    # The parameter server's versions carried on from before its restart.
+    versions = [json.loads(x)["weights_version"] for x in (run.out / "progress.jsonl").read_text().splitlines()]
+    assert versions == sorted(versions), versions
 
 
 def test_killed_learner_resumes_from_its_checkpoint(tmp_path):
