@@ -179,10 +179,11 @@ def test_config_file_with_cli_override_and_repeat_from_config_json(tmp_path):
         "eval_every: 300\neval_episodes: 2\nlearning_starts: 100\nstart_steps: 100\nseed: 4\n"
     )
     first = tmp_path / "first"
-    result = launch("--config", str(config_file), "--num_workers", "2", "--output_dir", str(first), timeout=300)
+    # --num_workers 0 (the serial runner: these runs test the config's path, not Ray's) wins over the file's 3.
+    result = launch("--config", str(config_file), "--num_workers", "0", "--output_dir", str(first), timeout=300)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     saved = json.loads((first / "config.json").read_text())
-    assert saved["num_workers"] == 2  # the command line wins over the file
+    assert saved["num_workers"] == 0 and saved["local"] is True  # the command line wins over the file
     assert saved["fcnet_hiddens"] == [16, 16] and saved["seed"] == 4 and saved["total_env_steps"] == 600
     # The saved config.json, passed back, repeats the run (in a directory of its own).
     second = tmp_path / "second"
