@@ -50,9 +50,9 @@ SOLVE = {
     "sac": ("Pendulum-v1", -200.0, 20_000, os.path.join(CONFIGS, "sac_pendulum.yaml")),
     "dqn": ("CartPole-v1", 475.0, 100_000, os.path.join(CONFIGS, "dqn_cartpole.yaml")),
 }
-# What a user types with the product's defaults (--settings defaults): everything else default.
-DEFAULTS = {algo: ["--algo", algo, "--env", SOLVE[algo][0], "--num_workers", str(harness.WORKERS[algo])]
-            for algo in SOLVE}
+# What a user types with the product's defaults (--settings defaults), besides --env, --seed
+# and --stop_return: everything else default.
+DEFAULTS = {algo: ["--algo", algo, "--num_workers", str(harness.WORKERS[algo])] for algo in SOLVE}
 
 
 # --- raw env --------------------------------------------------------------------------------
@@ -253,22 +253,15 @@ def in_system(seconds: float, workers: int = 4) -> dict:
 # --- time to solve --------------------------------------------------------------------------
 def time_to_solve(algo: str, seed: int, settings: str = "defaults") -> dict:
     """launch.py as a user runs it — with the product's defaults, or the tuned config in
-    ``scripts/configs/`` — to the threshold: wall seconds from process start, env steps."""
+    ``scripts/configs/`` — to the threshold: wall seconds from process start (as SB3's side
+    counts them), env steps."""
     env_id, threshold, total, config_file = SOLVE[algo]
-    out = os.path.join(tempfile.mkdtemp(prefix="dsac-bench-"), "run")
     chosen = DEFAULTS[algo] if settings == "defaults" else ["--config", config_file]
-    started = time.time()
-    result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), *chosen, "--stop_return", str(threshold),
-         "--total_env_steps", str(total), "--seed", str(seed), "--output_dir", out, "--no-tensorboard",
-         "--log_every", "60"],
-        capture_output=True, text=True, cwd=REPO_ROOT,
-    )
-    wall = time.time() - started
-    lines = [json.loads(x) for x in open(os.path.join(out, "progress.jsonl"))] if result.returncode == 0 else []
-    hit = next((ln for ln in lines if ln["eval_return_mean"] >= threshold), None)
+    run = harness.run_dsac(chosen, env_id, seed, total, None, threshold, as_typed=True)
+    hit = harness.first_reaching(run["points"], threshold)
     return {"seed": seed, "solved": hit is not None, "wall_s": hit["wall_s"] if hit else None,
-            "env_steps": hit["env_steps"] if hit else None, "process_s": round(wall, 1)}
+            "env_steps": hit["env_steps"] if hit else None, "process_s": run["process_s"],
+            **({"error": run["error"]} if run["error"] else {})}
 
 
 def sb3_time_to_solve(algo: str, seed: int) -> dict | None:

@@ -94,14 +94,19 @@ def _read_progress(path: str) -> list[dict]:
     return points
 
 
-def run_dsac(flags: list[str], env: str, seed: int, budget: int, eval_every: int,
-             stop_return: float | None = None, timeout: float | None = None) -> dict:
+def run_dsac(flags: list[str], env: str, seed: int, budget: int, eval_every: int | None,
+             stop_return: float | None = None, timeout: float | None = None, as_typed: bool = False) -> dict:
     """``launch.py`` with ``flags`` until ``budget`` env steps (or ``stop_return``): its
-    evaluations as points {env_steps, updates, wall_s, return}; wall_s from process start."""
+    evaluations as points {env_steps, updates, wall_s, return}; wall_s from process start.
+    ``eval_every`` None keeps dsac's default; ``as_typed`` runs the command as a user types it
+    (otherwise checkpoints hourly and progress lines every 10 minutes, as parity and sweep runs do)."""
     out = os.path.join(tempfile.mkdtemp(prefix="dsac-harness-"), "run")
     cmd = [sys.executable, os.path.join(REPO_ROOT, "launch.py"), *flags, "--env", env, "--seed", str(seed),
-           "--total_env_steps", str(budget), "--eval_every", str(eval_every), "--output_dir", out,
-           "--no-tensorboard", "--checkpoint_every", "3600", "--log_every", "600"]
+           "--total_env_steps", str(budget), "--output_dir", out, "--no-tensorboard"]
+    if eval_every is not None:
+        cmd += ["--eval_every", str(eval_every)]
+    if not as_typed:
+        cmd += ["--checkpoint_every", "3600", "--log_every", "600"]
     if stop_return is not None:
         cmd += ["--stop_return", str(stop_return)]
     started = time.time()
