@@ -298,9 +298,12 @@ class Config:
 
     # --- data flow -----------------------------------------------------------------------
     max_steps_ahead: int = _f(128, "env steps collection may run ahead of the update ratio")
-    batches_per_sample: int = _f(4, "batches one replay sample call returns")
+    # 16 batches per sample call and a push every 20 updates (were 4 and 10): a third fewer
+    # seconds to solve CartPole-v1 (DQN, 4 workers) and Pendulum-v1 (SAC, 2 workers) on 2
+    # cores, the same env steps — the replay actor's cost is per call, not per batch.
+    batches_per_sample: int = _f(16, "batches one replay sample call returns")
     prefetch: int = _f(2, "replay sample calls the learner keeps in flight")
-    push_every: int = _f(10, "learner pushes weights every this many updates (after the sample call's batches that pass it)")
+    push_every: int = _f(20, "learner pushes weights every this many updates (after the sample call's batches that pass it)")
     pull_every: int = _f(20, "rollout worker polls for new weights every this many of its env steps")
     chunk_seconds: float = _f(0.1, "a rollout worker sends what it gathered at least this often")
     max_chunk: int = _f(256, "most transitions in one replay add call")

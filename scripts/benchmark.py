@@ -386,8 +386,8 @@ def main(argv=None) -> int:
     if "sync" not in args.skip:
         report["weight_sync_ms"] = []
         for w in sorted({2, max(args.workers)}):
-            # A learner pushes every --push_every (10) updates: ~70 ms at ~150 updates/s.
-            _, sync = collection_rate("sac", "Pendulum-v1", w, window, push_every_s=0.07)
+            # A learner pushes every --push_every (20) updates: ~130 ms at ~150 updates/s.
+            _, sync = collection_rate("sac", "Pendulum-v1", w, window, push_every_s=0.13)
             sync = [1000 * s for s in sync]
             report["weight_sync_ms"].append({"workers": w, "count": len(sync),
                                              "p50": float(np.percentile(sync, 50)) if sync else None,
