@@ -2,6 +2,7 @@
 
     python scripts/benchmark.py --quick            # ~10 minutes on 2 cores
     python scripts/benchmark.py --seeds 3 --out bench.json
+    python scripts/benchmark.py --only lunar       # LunarLanderContinuous-v3 alone (up to ~2 h)
 
 Measures:
   raw env       env steps/s of one env in one process (the floor to compare against)
@@ -21,6 +22,9 @@ Measures:
                 seed, evaluated on the same start states through dsac.evaluation -> dsac / SB3
   equal         the same two thresholds with equal settings on both sides (parity.py's TASKS: network
                 sizes, lr, batch, buffer, warm-up, updates per env step, target updates, exploration)
+  lunar         not by default (--lunar or --only lunar; up to two hours a seed): SAC on
+                LunarLanderContinuous-v3 to 200, dsac's defaults against SB3 with rl-zoo's settings,
+                each capped at --lunar_cap minutes (60), beside rl-zoo's published 260 at 500k steps
 """
 
 from __future__ import annotations
@@ -53,6 +57,9 @@ SOLVE = {
 # What a user types with the product's defaults (--settings defaults), besides --env, --seed
 # and --stop_return: everything else default.
 DEFAULTS = {algo: ["--algo", algo, "--num_workers", str(harness.WORKERS[algo])] for algo in SOLVE}
+LUNAR = ("LunarLanderContinuous-v3", 200.0, 500_000)  # env, threshold, env-step budget (rl-zoo's)
+RL_ZOO_LUNAR = "rl-zoo's published SAC score: 260 at 500k env steps"
+PARTS = ["collection", "naive", "learner", "sync", "solve", "sb3", "equal", "lunar"]
 
 
 # --- raw env --------------------------------------------------------------------------------
@@ -329,6 +336,38 @@ def equal_rows(report: dict, args) -> None:
         print(f"equal {algo}: {row}", file=sys.stderr)
 
 
+def lunar_rows(report: dict, args) -> None:
+    """SAC on LunarLanderContinuous-v3 to 200: ``launch.py --algo sac --num_workers 2`` as typed
+    (product defaults) and SB3 with rl-zoo's settings (``sb3_baseline.py --algo sac-lunar``), each
+    stopped at the threshold or after ``--lunar_cap`` minutes, alternating seed by seed, evaluated on
+    the same start states."""
+    env_id, threshold, budget = LUNAR
+    cap = 60.0 * args.lunar_cap
+    report["lunar"] = {"cap_s": cap, "dsac": [], "sb3": []}
+    for seed in range(args.lunar_seeds):
+        run = harness.run_dsac(DEFAULTS["sac"] + ["--max_seconds", str(cap)], env_id, seed, budget, None, threshold,
+                               timeout=cap + 600, as_typed=True)
+        hit, last = harness.first_reaching(run["points"], threshold), (run["points"] or [{}])[-1]
+        report["lunar"]["dsac"].append({
+            "seed": seed, "solved": hit is not None, "wall_s": hit["wall_s"] if hit else last.get("wall_s"),
+            "env_steps": (hit or last).get("env_steps"), "updates": (hit or last).get("updates"),
+            "best_return": max((p["return"] for p in run["points"]), default=None), "error": run["error"]})
+        print(f"lunar dsac: {report['lunar']['dsac'][-1]}", file=sys.stderr, flush=True)
+        if "sb3" in args.skip:
+            continue
+        script = os.path.join(REPO_ROOT, "scripts", "sb3_baseline.py")
+        result = subprocess.run([sys.executable, script, "--algo", "sac-lunar", "--seed", str(seed), "--max_seconds",
+                                 str(cap)], capture_output=True, text=True, timeout=cap + 900)
+        if result.returncode == 3:
+            print("SB3 not installed: pip install -r requirements-bench.txt for the side-by-side", file=sys.stderr)
+            args.skip.append("sb3")
+            continue
+        sb3 = (json.loads(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 else
+               {"seed": seed, "solved": False, "error": (result.stderr.strip().splitlines() or ["?"])[-1]})
+        report["lunar"]["sb3"].append(sb3)
+        print(f"lunar sb3: {sb3}", file=sys.stderr, flush=True)
+
+
 # --- report ---------------------------------------------------------------------------------
 def median(values):
     values = [v for v in values if v is not None]
@@ -339,19 +378,37 @@ def fmt(value, spec=",.0f"):
     return "-" if value is None else format(value, spec)
 
 
+def start_ray() -> float:
+    """A local Ray for the parts measured in this process; its CPUs."""
+    import ray
+
+    global naive_worker
+    naive_worker = ray.remote(_naive_worker)
+    ray.init(include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}})
+    return ray.cluster_resources()["CPU"]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short windows (about 10 minutes on 2 cores)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per time-to-solve")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], help="rollout workers to measure")
-    parser.add_argument("--skip", nargs="*", default=[],
-                        choices=["collection", "naive", "learner", "sync", "solve", "sb3", "equal"],
-                        help="parts to leave out")
+    parser.add_argument("--skip", nargs="*", default=[], choices=PARTS, help="parts to leave out")
+    parser.add_argument("--only", nargs="+", choices=[p for p in PARTS if p != "sb3"],
+                        help="only these parts (with SB3's side unless --skip sb3)")
+    parser.add_argument("--lunar", action="store_true", help="add the LunarLanderContinuous-v3 part (long)")
+    parser.add_argument("--lunar_cap", type=float, default=60.0, help="minutes each Lunar run may take at most")
+    parser.add_argument("--lunar_seeds", type=int, default=1, help="seeds of the Lunar part")
     parser.add_argument("--settings", choices=["defaults", "tuned"], default="defaults",
                         help="dsac's settings in the solve rows: the product's defaults (what users run) or "
                              "scripts/configs/")
     parser.add_argument("--out", default="benchmark.json", help="where the JSON goes")
     args = parser.parse_args(argv)
+    if args.only:
+        args.skip = [p for p in PARTS if p not in args.only and p != "sb3"] + [p for p in args.skip if p == "sb3"]
+    elif not args.lunar:
+        args.skip = [*args.skip, "lunar"]
     window = 3.0 if args.quick else 10.0
     report: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                 "platform": platform.platform()}, "quick": args.quick}
@@ -359,13 +416,10 @@ def main(argv=None) -> int:
     report["raw_env_steps_per_s"] = {e: raw_env_rate(e, 2.0) for e in ("Pendulum-v1", "CartPole-v1")}
     print(f"raw env: {report['raw_env_steps_per_s']}", file=sys.stderr)
 
-    import ray
-
-    global naive_worker
-    naive_worker = ray.remote(_naive_worker)
-    ray.init(include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}})
-    cores = ray.cluster_resources()["CPU"]
+    in_ray = [p for p in ("collection", "naive", "learner", "sync") if p not in args.skip]
+    cores = float(os.cpu_count() or 1)
+    if in_ray:
+        cores = start_ray()
     if "collection" not in args.skip:
         report["collection"] = {}
         for algo, env_id in (("sac", "Pendulum-v1"), ("dqn", "CartPole-v1")):
@@ -393,11 +447,16 @@ def main(argv=None) -> int:
                                              "p50": float(np.percentile(sync, 50)) if sync else None,
                                              "p95": float(np.percentile(sync, 95)) if sync else None})
         print(f"sync: {report['weight_sync_ms']}", file=sys.stderr)
-    ray.shutdown()
+    if in_ray:
+        import ray
+
+        ray.shutdown()
     if "solve" not in args.skip:
         solve_rows(report, args)
     if "equal" not in args.skip:
         equal_rows(report, args)
+    if "lunar" not in args.skip:
+        lunar_rows(report, args)
     report["benchmark_s"] = round(time.time() - t0, 1)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2, default=float)
@@ -455,6 +514,24 @@ def markdown(r: dict, cores: float) -> str:
             "sb3_median_wall_s") else None
         rows.append(f"| time to solve {algo.upper()} {env_id} to {threshold:g}, equal settings on both sides "
                     f"({e['settings']}): median wall s | {'; '.join(sides)} → {fmt(ratio, '.2f')}× | |")
+    if "lunar" in r:
+        env_id, threshold, _ = LUNAR
+        cap_min = r["lunar"]["cap_s"] / 60
+
+        def lunar_cell(run):
+            if run.get("error") and not run.get("env_steps"):
+                return f"seed {run['seed']}: error {run['error']}"
+            if run.get("solved"):
+                return f"seed {run['seed']}: {fmt(run['wall_s'], '.0f')} s / {fmt(run['env_steps'])} steps"
+            best = run.get("best_return")
+            return (f"seed {run['seed']}: not reached in {cap_min:g} min ({fmt(run.get('env_steps'))} steps, best "
+                    f"{fmt(best, '.0f')})")
+
+        cells = [f"dsac defaults: {'; '.join(map(lunar_cell, r['lunar']['dsac']))}"]
+        if r["lunar"]["sb3"]:
+            cells.append(f"SB3 rl-zoo: {'; '.join(map(lunar_cell, r['lunar']['sb3']))}")
+        rows.append(f"| time to solve SAC {env_id} to {threshold:g}, each capped at {cap_min:g} min | "
+                    f"{' · '.join(cells)} | beside {RL_ZOO_LUNAR} |")
     rows.append(f"| benchmark wall time | {r['benchmark_s']} s | |")
     return "\n".join(rows)
 
