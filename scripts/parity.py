@@ -7,6 +7,7 @@ steps and against gradient updates, with 95% confidence bands.
     python scripts/parity.py --tasks sac-pendulum --variants serial sb3 --seeds 3
     python scripts/parity.py --seeds 3 4      # add seeds 3 and 4 to what parity/ holds
     python scripts/parity.py --report         # the table and plots of what parity/ holds
+    python scripts/parity.py --tasks sac-lunar --variants serial sb3 --seeds 2 --budget 50000 --out parity-lunar50k
 
 The full run is long, so it can be made in sittings: runs already in ``<out>/parity.json`` at the
 same budget and settings are kept and not repeated, and each run records the commit it ran.
@@ -180,15 +181,24 @@ def load_results(path: str) -> dict:
         return json.load(f)
 
 
-def task_results(previous: dict, name: str, budget: int) -> dict:
+class StoredRunsDiffer(ValueError):
+    """``<out>/parity.json`` holds runs of a task at another budget or other settings."""
+
+
+def task_results(previous: dict, name: str, budget: int, out: str) -> dict:
     """The task's stored runs when they were made at the same budget and settings (the full run
-    is long: it can be made in several sittings, each adding seeds or variants); else a fresh entry."""
+    is long: it can be made in several sittings, each adding seeds or variants); a fresh entry
+    when there are none. Runs at another budget or other settings are never overwritten: that
+    is an error naming ``out`` (choose another --out)."""
     task, old = TASKS[name], previous.get(name)
-    if old and old.get("budget") == budget and old.get("settings") == task["settings"]:
+    if not old:
+        return {"budget": budget, "seeds": [], "settings": task["settings"], "variants": {}}
+    if old.get("budget") == budget and old.get("settings") == task["settings"]:
         return old
-    if old:
-        print(f"{name}: the stored runs used other settings or another budget; starting over", file=sys.stderr)
-    return {"budget": budget, "seeds": [], "settings": task["settings"], "variants": {}}
+    what = (f"{old.get('budget'):,} env steps, not {budget:,}" if old.get("budget") != budget
+            else "other settings than parity.py's TASKS now have")
+    raise StoredRunsDiffer(f"{os.path.join(out, 'parity.json')} holds {name} runs at {what}; "
+                           "give another --out to keep both")
 
 
 def finish(name: str, res: dict, out: str) -> None:
@@ -208,12 +218,17 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int,
                         help="how many seeds (one number: seeds 0..N-1) or which (several numbers); default 5, "
                         "with --quick 2")
+    parser.add_argument("--budget", type=int,
+                        help="env steps of every run instead of the task's budget (a shorter LunarLanderContinuous "
+                        "run; the table states each task's budget)")
     parser.add_argument("--out", default="parity", help="directory for parity.json and the plots")
     parser.add_argument("--report", action="store_true",
                         help="run nothing: print the table and draw the plots of what --out holds")
     args = parser.parse_args(argv)
     path = os.path.join(args.out, "parity.json")
     results = load_results(path)
+    if args.budget is not None and args.budget < 1:
+        parser.error(f"--budget must be a positive number of env steps, not {args.budget}")
     if args.report:
         if not results:
             print(f"nothing to report: {path} does not exist", file=sys.stderr)
@@ -230,10 +245,16 @@ def main(argv=None) -> int:
     args.variants = args.variants or (QUICK_VARIANTS if args.quick else list(VARIANTS))
     os.makedirs(args.out, exist_ok=True)
     code = commit()
+    budgets = {name: args.budget or (TASKS[name]["quick_budget"] if args.quick and TASKS[name]["quick_budget"]
+                                     else TASKS[name]["budget"]) for name in tasks}
+    try:  # before any run: a sitting that would overwrite earlier runs does not start
+        for name in tasks:
+            results[name] = task_results(results, name, budgets[name], args.out)
+    except StoredRunsDiffer as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     for name in tasks:
-        task = TASKS[name]
-        budget = task["quick_budget"] if args.quick and task["quick_budget"] else task["budget"]
-        res = results[name] = task_results(results, name, budget)
+        task, budget, res = TASKS[name], budgets[name], results[name]
         for seed in seeds:  # variants alternate seed by seed: the machine's drift falls on all alike
             for variant in args.variants:
                 runs = res["variants"].setdefault(variant, [])

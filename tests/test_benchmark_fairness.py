@@ -100,3 +100,38 @@ def test_parity_refuses_settings_sb3_cannot_run():
 
     with pytest.raises(ValueError, match="SB3"):
         harness.sb3_kwargs("dqn", {"dueling": True})
+
+
+def test_parity_keeps_stored_runs_and_refuses_to_overwrite_them(tmp_path):
+    """A sitting adds to runs made at the same budget and settings; one at another budget stops
+    before running anything, with a one-line error naming the file, and leaves it as it was."""
+    import json
+
+    import pytest
+
+    parity = _script("parity")
+    task = parity.TASKS["sac-pendulum"]
+    stored = {"budget": task["budget"], "seeds": [0], "settings": task["settings"], "variants": {"serial": []}}
+    assert parity.task_results({"sac-pendulum": stored}, "sac-pendulum", task["budget"], str(tmp_path)) is stored
+    fresh = parity.task_results({}, "sac-pendulum", 1_000, str(tmp_path))
+    assert fresh["budget"] == 1_000 and fresh["variants"] == {}
+    with pytest.raises(parity.StoredRunsDiffer, match="parity.json holds sac-pendulum runs at 15,000 env steps"):
+        parity.task_results({"sac-pendulum": stored}, "sac-pendulum", 1_000, str(tmp_path))
+    changed = {**stored, "settings": {**task["settings"], "lr": 3e-4}}
+    with pytest.raises(parity.StoredRunsDiffer, match="other settings"):
+        parity.task_results({"sac-pendulum": changed}, "sac-pendulum", task["budget"], str(tmp_path))
+
+    path = tmp_path / "parity.json"
+    path.write_text(json.dumps({"sac-pendulum": stored}))
+    before = path.read_text()
+    assert parity.main(["--tasks", "sac-pendulum", "--variants", "serial", "--seeds", "1", "--budget", "1000",
+                        "--out", str(tmp_path)]) == 2
+    assert path.read_text() == before
+
+
+def test_sb3_side_reads_rl_zoo_linear_schedules():
+    """rl-zoo's ``lin_X`` learning rates (LunarLanderContinuous' lin_7.3e-4) become SB3's schedule
+    from X at the start (progress remaining 1) to 0 at the end; plain numbers pass through."""
+    schedule = _sb3_baseline()._schedule("lin_7.3e-4")
+    assert schedule(1.0) == 7.3e-4 and schedule(0.5) == 7.3e-4 / 2 and schedule(0.0) == 0.0
+    assert _sb3_baseline()._schedule(1e-3) == 1e-3
