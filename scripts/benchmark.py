@@ -530,6 +530,10 @@ def markdown(r: dict, cores: float) -> str:
         cells = [f"dsac defaults: {'; '.join(map(lunar_cell, r['lunar']['dsac']))}"]
         if r["lunar"]["sb3"]:
             cells.append(f"SB3 rl-zoo: {'; '.join(map(lunar_cell, r['lunar']['sb3']))}")
+            # Medians of the seeds that reached it (the cells say which did not).
+            ours, theirs = (median(x["wall_s"] for x in r["lunar"][side] if x.get("solved")) for side in ("dsac", "sb3"))
+            if ours and theirs:
+                cells[-1] += f" → {ours / theirs:.2f}× (medians of the runs that reached it)"
         rows.append(f"| time to solve SAC {env_id} to {threshold:g}, each capped at {cap_min:g} min | "
                     f"{' · '.join(cells)} | beside {RL_ZOO_LUNAR} |")
     rows.append(f"| benchmark wall time | {r['benchmark_s']} s | |")
