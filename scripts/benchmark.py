@@ -344,7 +344,8 @@ def lunar_rows(report: dict, args) -> None:
     env_id, threshold, budget = LUNAR
     cap = 60.0 * args.lunar_cap
     report["lunar"] = {"cap_s": cap, "dsac": [], "sb3": []}
-    for seed in range(args.lunar_seeds):
+    seeds = list(range(args.lunar_seeds[0])) if len(args.lunar_seeds) == 1 else args.lunar_seeds
+    for seed in seeds:
         run = harness.run_dsac(DEFAULTS["sac"] + ["--max_seconds", str(cap)], env_id, seed, budget, None, threshold,
                                timeout=cap + 600, as_typed=True)
         hit, last = harness.first_reaching(run["points"], threshold), (run["points"] or [{}])[-1]
@@ -399,7 +400,8 @@ def main(argv=None) -> int:
                         help="only these parts (with SB3's side unless --skip sb3)")
     parser.add_argument("--lunar", action="store_true", help="add the LunarLanderContinuous-v3 part (long)")
     parser.add_argument("--lunar_cap", type=float, default=60.0, help="minutes each Lunar run may take at most")
-    parser.add_argument("--lunar_seeds", type=int, default=1, help="seeds of the Lunar part")
+    parser.add_argument("--lunar_seeds", type=int, nargs="+", default=[1],
+                        help="seeds of the Lunar part: how many (one number: seeds 0..N-1) or which (several)")
     parser.add_argument("--settings", choices=["defaults", "tuned"], default="defaults",
                         help="dsac's settings in the solve rows: the product's defaults (what users run) or "
                              "scripts/configs/")
