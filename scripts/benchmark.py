@@ -271,12 +271,14 @@ def time_to_solve(algo: str, seed: int, settings: str = "defaults") -> dict:
             **({"error": run["error"]} if run["error"] else {})}
 
 
-def sb3_time_to_solve(algo: str, seed: int) -> dict | None:
-    """Stable-Baselines3 with rl-zoo settings to the same threshold, evaluated on dsac's
-    evaluation start states (``scripts/sb3_baseline.py``); None when SB3 is not installed."""
+def sb3_time_to_solve(task: str, seed: int, max_seconds: float | None = None) -> dict | None:
+    """Stable-Baselines3 with rl-zoo settings to the same threshold (``task``: sb3_baseline.py's
+    --algo), evaluated on dsac's evaluation start states, stopped after ``max_seconds`` if given;
+    None when SB3 is not installed."""
     script = os.path.join(REPO_ROOT, "scripts", "sb3_baseline.py")
-    result = subprocess.run([sys.executable, script, "--algo", algo, "--seed", str(seed)], capture_output=True,
-                            text=True)
+    cap = ["--max_seconds", str(max_seconds)] if max_seconds is not None else []
+    result = subprocess.run([sys.executable, script, "--algo", task, "--seed", str(seed), *cap], capture_output=True,
+                            text=True, timeout=max_seconds + 900 if max_seconds is not None else None)
     if result.returncode == 3:
         return None
     if result.returncode != 0:
@@ -344,8 +346,7 @@ def lunar_rows(report: dict, args) -> None:
     env_id, threshold, budget = LUNAR
     cap = 60.0 * args.lunar_cap
     report["lunar"] = {"cap_s": cap, "dsac": [], "sb3": []}
-    seeds = list(range(args.lunar_seeds[0])) if len(args.lunar_seeds) == 1 else args.lunar_seeds
-    for seed in seeds:
+    for seed in harness.seed_list(args.lunar_seeds):
         run = harness.run_dsac(DEFAULTS["sac"] + ["--max_seconds", str(cap)], env_id, seed, budget, None, threshold,
                                timeout=cap + 600, as_typed=True)
         hit, last = harness.first_reaching(run["points"], threshold), (run["points"] or [{}])[-1]
@@ -356,15 +357,11 @@ def lunar_rows(report: dict, args) -> None:
         print(f"lunar dsac: {report['lunar']['dsac'][-1]}", file=sys.stderr, flush=True)
         if "sb3" in args.skip:
             continue
-        script = os.path.join(REPO_ROOT, "scripts", "sb3_baseline.py")
-        result = subprocess.run([sys.executable, script, "--algo", "sac-lunar", "--seed", str(seed), "--max_seconds",
-                                 str(cap)], capture_output=True, text=True, timeout=cap + 900)
-        if result.returncode == 3:
+        sb3 = sb3_time_to_solve("sac-lunar", seed, cap)
+        if sb3 is None:
             print("SB3 not installed: pip install -r requirements-bench.txt for the side-by-side", file=sys.stderr)
             args.skip.append("sb3")
             continue
-        sb3 = (json.loads(result.stdout.strip().splitlines()[-1]) if result.returncode == 0 else
-               {"seed": seed, "solved": False, "error": (result.stderr.strip().splitlines() or ["?"])[-1]})
         report["lunar"]["sb3"].append(sb3)
         print(f"lunar sb3: {sb3}", file=sys.stderr, flush=True)
 

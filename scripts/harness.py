@@ -161,6 +161,11 @@ def return_at(points: list[dict], budget: float, axis: str = "env_steps") -> flo
     return before[-1]["return"] if before else None
 
 
+def seed_list(values: list[int]) -> list[int]:
+    """A ``--seeds``-style option: one number N means seeds 0..N-1, several numbers those seeds."""
+    return list(range(values[0])) if len(values) == 1 else list(values)
+
+
 def spread(values) -> tuple[float | None, float | None, float | None]:
     """Median, minimum and maximum of the values that exist."""
     values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]

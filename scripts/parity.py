@@ -241,7 +241,7 @@ def main(argv=None) -> int:
     if args.seeds is None:
         seeds = list(range(2 if args.quick else 5))
     else:
-        seeds = list(range(args.seeds[0])) if len(args.seeds) == 1 else args.seeds
+        seeds = harness.seed_list(args.seeds)
     args.variants = args.variants or (QUICK_VARIANTS if args.quick else list(VARIANTS))
     os.makedirs(args.out, exist_ok=True)
     code = commit()
