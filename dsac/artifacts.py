@@ -121,6 +121,7 @@ _PAYLOAD_SCHEMA = {
     "weights": (dict, True),
     "env_kwargs": (dict, False),
     "flatten_obs": (bool, False),
+    "atari": (dict, False),
     "model": (dict, False),
     "policy_class": ((str, type(None)), False),
     "eval_seed": (int, False),

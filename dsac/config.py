@@ -76,6 +76,9 @@ def suggest_key(key: str, names) -> str:
 
 # Keys of RLlib's ``config["model"]`` that dsac understands; they live flat in Config.
 MODEL_KEYS = ("fcnet_hiddens", "fcnet_activation", "custom_model", "custom_model_config")
+# RLlib's model keys of Atari preprocessing (dsac's flags of the same names and meanings;
+# RLlib's ``framestack: true`` stacks 4 frames).
+MODEL_PREPROCESSING_KEYS = ("framestack", "dim", "grayscale")
 
 
 def _qualified(obj) -> str | None:
@@ -148,6 +151,8 @@ def coerce_field(name: str, annotation: str, value):
         if "None" in annotation or base == "object":
             return None
         raise DsacError(f"--{name} needs a value, got null")
+    if name == "framestack":
+        return framestack_value(value)
     if base == "int":
         return _to_int(name, value)
     if base == "float":
@@ -163,6 +168,20 @@ def coerce_field(name: str, annotation: str, value):
     if base == "dict" and not isinstance(value, dict):
         raise DsacError(f"--{name} must be a mapping, got {value!r}")
     return value
+
+
+def framestack_value(value) -> int:
+    """``--framestack``: a frame count, or RLlib's ``true`` (4 frames) / ``false`` (1)."""
+    if isinstance(value, bool) or (isinstance(value, str) and value.strip().lower() in ("true", "false")):
+        return 4 if _to_bool("framestack", value) else 1
+    return _to_int("framestack", value)
+
+
+def _cli_framestack(text: str) -> int:
+    try:
+        return framestack_value(text)
+    except DsacError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _read_mapping(path: str, source: str) -> dict:
@@ -296,6 +315,18 @@ class Config:
     exploration_fraction: float = _f(0.1, "one worker: epsilon decays linearly over this fraction of the run (dqn)")
     final_epsilon: float = _f(0.02, "one worker: epsilon at the end of its decay (dqn)")
 
+    # --- Atari (ALE ids; see dsac/atari.py) ------------------------------------------------
+    framestack: int = _f(4, "frames stacked into one observation (RLlib's model key; true = 4, false = 1)",
+                         cli_type=_cli_framestack)
+    dim: int = _f(84, "side of the square frames in pixels (RLlib's model key)")
+    grayscale: bool = _f(True, "one channel per frame instead of RGB (RLlib's model key)")
+    noop_max: int = _f(30, "at most this many no-op actions after each reset (a random count)")
+    frame_skip: int = _f(4, "each action repeats this many frames, the last two max-pooled")
+    terminal_on_life_loss: bool = _f(True, "training only: a lost life ends the episode for learning; "
+                                     "returns are still whole games")
+    clip_rewards: bool = _f(True, "training only: rewards become their sign; returns are still the game's score")
+    sticky_actions: bool = _f(True, "keep ALE v5's repeat-action probability 0.25 (Machado et al. 2018); false: 0")
+
     # --- data flow -----------------------------------------------------------------------
     max_steps_ahead: int = _f(128, "env steps collection may run ahead of the update ratio")
     # 16 batches per sample call and a push every 20 updates (were 4 and 10): a third fewer
@@ -358,8 +389,9 @@ class Config:
         if not isinstance(model, dict):
             raise DsacError(f"config key 'model' must be a dict, got {type(model).__name__}")
         for key in model:
-            if key not in MODEL_KEYS:
-                raise DsacError(f"unknown model config key '{key}'{did_you_mean(key, MODEL_KEYS)}")
+            if key not in (*MODEL_KEYS, *MODEL_PREPROCESSING_KEYS):
+                known = (*MODEL_KEYS, *MODEL_PREPROCESSING_KEYS)
+                raise DsacError(f"unknown model config key '{key}'{did_you_mean(key, known)}")
         values.update(model)
         for old, new in RENAMED.items():  # flags and config.json keys of older versions
             if old in values:
@@ -477,6 +509,9 @@ def check_ranges(config: Config) -> None:
             raise DsacError(f"--{name} must be in [0, 1], got {value!r}")
     if not (math.isfinite(config.epsilon_alpha) and config.epsilon_alpha >= 0):
         raise DsacError(f"--epsilon_alpha must be >= 0, got {config.epsilon_alpha!r}")
+    from dsac.atari import AtariSettings
+
+    AtariSettings.from_config(config).checked()
 
 
 def check_relations(config: Config) -> None:

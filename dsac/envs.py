@@ -9,13 +9,15 @@ import sys
 import gymnasium as gym
 import numpy as np
 
+from dsac.atari import AtariSettings, base_env_kwargs, is_atari, register_ale_envs, wrap_atari
 from dsac.errors import DsacError, did_you_mean
 
 # Env namespaces that come with a package of their own, and the pip install that brings them.
 NAMESPACE_PACKAGES = {"ALE": "ale-py", "MiniGrid": "minigrid", "BabyAI": "minigrid", "MetaWorld": "metaworld"}
 
 
-def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = False) -> gym.Env:
+def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = False,
+             atari: AtariSettings | None = None, training: bool = False) -> gym.Env:
     """Make an environment, turning gymnasium's errors into one-line ones.
 
     ``env_id`` is a registered gymnasium id, ``module:env-id`` (the module registers it when
@@ -23,6 +25,10 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
     its constructor (``max_episode_steps`` to gymnasium's time limit); ``flatten_obs`` wraps
     it in ``FlattenObservation`` (Dict, Tuple, Discrete and image observations become a
     flat Box).
+
+    An ALE (Atari) id gets DeepMind's preprocessing with ``atari``'s settings (default
+    :class:`dsac.atari.AtariSettings`); ``training`` adds its training-only parts (life loss
+    as an episode end, clipped rewards). See :mod:`dsac.atari`.
     """
     if not isinstance(env_id, str) or not env_id.strip():
         raise DsacError(f"--env must name an environment, got {env_id!r}")
@@ -30,7 +36,13 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
     steps = env_kwargs.get("max_episode_steps")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0):
         raise DsacError(f"--env_kwargs max_episode_steps must be a positive integer, got {steps!r}")
+    if ":" not in env_id and env_id not in gym.envs.registry:
+        register_ale_envs()  # ALE ids exist once ale_py is imported
     target = resolve_env(env_id)
+    if is_atari(target):
+        register_ale_envs()
+        atari = atari or AtariSettings()
+        env_kwargs = base_env_kwargs(env_id, env_kwargs, atari)
     try:
         env = gym.make(target, **env_kwargs)
     except TypeError as exc:
@@ -48,6 +60,8 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
         raise DsacError(f"environment '{env_id}' failed to import: {exc}") from None
     except Exception as exc:  # the env's own constructor raised: say so in one line
         raise DsacError(f"environment '{env_id}' failed to start: {one_line(exc)}") from None
+    if is_atari(target):
+        env = wrap_atari(env, atari, training)
     if flatten_obs and not is_flat_box(env.observation_space):
         env = gym.wrappers.FlattenObservation(env)
     return env

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dsac.atari import AtariSettings
 from dsac.envs import make_env
 from dsac.rollout import ActFn
 
@@ -20,14 +21,16 @@ def evaluation_seed(run_seed: int) -> int:
 
 
 def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
-             flatten_obs: bool = False) -> np.ndarray:
+             flatten_obs: bool = False, atari: AtariSettings | None = None) -> np.ndarray:
     """Run ``episodes`` episodes side by side (episode ``j`` reset with ``seed + j``), acting
     on the batch of unfinished ones; return their undiscounted returns.
 
     The same seeds are used at every evaluation, so two evaluations of the same weights give
-    the same numbers and curves compare policies, not luck.
+    the same numbers and curves compare policies, not luck. Returns are the env's own rewards
+    over whole episodes (an Atari game's real score over all its lives: ``atari`` settings
+    apply without their training-only parts).
     """
-    envs = [make_env(env_id, env_kwargs, flatten_obs) for _ in range(episodes)]
+    envs = [make_env(env_id, env_kwargs, flatten_obs, atari) for _ in range(episodes)]
     obs = np.stack([env.reset(seed=seed + j)[0] for j, env in enumerate(envs)])
     returns = np.zeros(episodes, dtype=np.float64)
     active = np.ones(episodes, dtype=bool)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from dsac.artifacts import code_names, load_weights
+from dsac.atari import AtariSettings
 from dsac.config import MODEL_KEYS, Config
 from dsac.envs import space_from_description
 from dsac.errors import DsacError
@@ -45,6 +46,7 @@ class LoadedPolicy:
         self.env_kwargs = dict(payload.get("env_kwargs") or {})
         self.flatten_obs = bool(payload.get("flatten_obs", False))
         try:
+            self.atari = AtariSettings.from_dict(payload.get("atari") or {})
             self.observation_space = space_from_description(payload["observation_space"])
             self.action_space = space_from_description(payload["action_space"])
             spec = algorithm(self.algo)
@@ -65,10 +67,11 @@ class LoadedPolicy:
             raise DsacError(f"weights file {path} does not fit its own network description: {exc}") from None
 
     def make_env(self, **extra_kwargs):
-        """The environment the policy was trained on (flattened as in training)."""
+        """The environment the policy was trained on, preprocessed as in training (flattened,
+        Atari frames), without training-only parts: its rewards are the env's own."""
         from dsac.envs import make_env
 
-        return make_env(self.env_id, {**self.env_kwargs, **extra_kwargs}, self.flatten_obs)
+        return make_env(self.env_id, {**self.env_kwargs, **extra_kwargs}, self.flatten_obs, self.atari)
 
     def __call__(self, obs, explore: bool = False):
         obs = np.asarray(obs, dtype=self.observation_space.dtype)

@@ -14,6 +14,7 @@ import numpy as np
 import psutil
 
 from dsac.artifacts import check_writable_dir, code_names, load_weights, read_checkpoint
+from dsac.atari import AtariSettings
 from dsac.config import Config
 from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_line
 from dsac.errors import DsacError
@@ -62,7 +63,7 @@ def prepare(config: Config, local: bool = False) -> Prepared:
 
         if not ray.is_initialized():  # a local Ray's size is known before it starts
             plan_resources(config, local_cluster_resources())
-    env = make_env(config.env, config.env_kwargs, config.flatten_obs)
+    env = make_env(config.env, config.env_kwargs, config.flatten_obs, AtariSettings.from_config(config))
     try:
         env.reset(seed=config.seed)
     except Exception as exc:  # the env's own reset raised

@@ -14,6 +14,7 @@ import time
 
 import dsac
 from dsac.artifacts import append_jsonl, save_weights, write_checkpoint, write_json
+from dsac.atari import AtariSettings
 from dsac.config import MODEL_KEYS, Config
 from dsac.envs import describe_space
 from dsac.messages import Evaluation
@@ -84,6 +85,7 @@ class Recorder:
             "env": config.env,
             "env_kwargs": dict(config.env_kwargs),
             "flatten_obs": config.flatten_obs,
+            "atari": AtariSettings.from_config(config).as_dict(),
             "observation_space": describe_space(self.observation_space),
             "action_space": describe_space(self.action_space),
             "model": {key: values[key] for key in network_keys(config)},

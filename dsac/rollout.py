@@ -6,6 +6,11 @@ Gymnasium 1.x semantics: an episode ends by *termination* (the MDP ended: no boo
 ``next_obs`` of a final step is the observation ``step`` returned — never the observation
 of the next episode's ``reset``. With n-step returns, a window that meets an episode's end
 sums only the rewards up to it and bootstraps (truncation) or not (termination) from there.
+
+A training env may learn from a signal other than what is reported (see :mod:`dsac.atari`):
+a step's ``info["real_reward"]`` is what the episode's return counts instead of the (clipped)
+reward stored, and ``info["episode_continues"]`` marks a termination for learning only (a lost
+life) after which the same game goes on: its transitions end there, its episode does not.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dsac.atari import EPISODE_CONTINUES, REAL_REWARD, AtariSettings
 from dsac.callbacks import Callbacks, Episode, overrides
 from dsac.envs import make_env
 from dsac.messages import FinishedEpisode
@@ -37,12 +43,13 @@ class EnvCollector:
         worker_index: reported to the callbacks.
         env_kwargs: keyword arguments of the env's constructor.
         flatten_obs: flatten the observations into one Box (see :func:`dsac.envs.make_env`).
+        atari: preprocessing of Atari envs (default: :class:`dsac.atari.AtariSettings`).
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int, gamma: float = 0.99, n_step: int = 1,
                  callbacks: Callbacks | None = None, worker_index: int | None = None,
-                 env_kwargs: dict | None = None, flatten_obs: bool = False):
-        self.envs = [make_env(env_id, env_kwargs, flatten_obs) for _ in range(num_envs)]
+                 env_kwargs: dict | None = None, flatten_obs: bool = False, atari: AtariSettings | None = None):
+        self.envs = [make_env(env_id, env_kwargs, flatten_obs, atari, training=True) for _ in range(num_envs)]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
@@ -112,7 +119,7 @@ class EnvCollector:
                 taken += 1
                 episode = self.episodes[i]
                 episode.length += 1
-                episode.total_reward += float(reward)
+                episode.total_reward += float(info.get(REAL_REWARD, reward))
                 if self.step_hook:
                     self.callbacks.on_episode_step(
                         episode=episode, obs=next_obs, action=actions[i], reward=float(reward), info=info
@@ -128,7 +135,9 @@ class EnvCollector:
                 elif len(pending) == self.n_step:
                     n = self._emit(chunk, n, pending, next_obs, False)
                     pending.popleft()
-                if terminated or truncated:
+                if terminated and info.get(EPISODE_CONTINUES):  # a lost life: the game goes on
+                    self.obs[i] = env.reset()[0]
+                elif terminated or truncated:
                     if self.callbacks is not None:
                         self.callbacks.on_episode_end(
                             episode=episode, terminated=bool(terminated), truncated=bool(truncated)

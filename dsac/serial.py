@@ -16,6 +16,7 @@ from collections import deque
 
 import numpy as np
 
+from dsac.atari import AtariSettings
 from dsac.config import Config
 from dsac.evaluation import evaluate, evaluation_seed
 from dsac.learning import LearnerLoop, NonFiniteUpdates
@@ -57,6 +58,7 @@ class SerialRun:
         self.collector = EnvCollector(
             config.env, config.envs_per_worker, worker_seed, config.gamma, config.n_step, callbacks=self.callbacks,
             worker_index=0, env_kwargs=config.env_kwargs, flatten_obs=config.flatten_obs,
+            atari=AtariSettings.from_config(config),
         )
         cls = policy_class_for(config)
         learner_policy = cls(obs_space, act_space, config, build_learner=True, seed=config.seed)
@@ -155,7 +157,8 @@ class SerialRun:
         self.evaluator.set_weights(self.weights)
         started = time.monotonic()
         returns = evaluate(lambda obs: self.evaluator.compute_actions(obs, explore=False), config.env,
-                           config.eval_episodes, self.eval_seed, config.env_kwargs, config.flatten_obs)
+                           config.eval_episodes, self.eval_seed, config.env_kwargs, config.flatten_obs,
+                           AtariSettings.from_config(config))
         self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
         self.evaluated_version = self.version
         line = self.recorder.evaluation(Evaluation(

@@ -43,7 +43,8 @@ def main(argv=None) -> int:
         env_kwargs = {} if args.env else policy.env_kwargs  # the file's env, unless overridden
         flatten = policy.flatten_obs
         if args.video or args.render:
-            env = make_env(env_id, {**env_kwargs, "render_mode": "rgb_array" if args.video else "human"}, flatten)
+            env = make_env(env_id, {**env_kwargs, "render_mode": "rgb_array" if args.video else "human"}, flatten,
+                           policy.atari)
             if args.video:
                 try:
                     import moviepy  # noqa: F401
@@ -52,7 +53,7 @@ def main(argv=None) -> int:
                 folder = tempfile.mkdtemp(prefix="dsac-video-")
                 env = gym.wrappers.RecordVideo(env, folder, episode_trigger=lambda _: True, name_prefix="episode")
         else:
-            env = make_env(env_id, env_kwargs, flatten)
+            env = make_env(env_id, env_kwargs, flatten, policy.atari)
         if env.observation_space.shape != policy.observation_space.shape:
             raise DsacError(
                 f"{env_id} observes {env.observation_space.shape}, the policy in {args.path} expects "

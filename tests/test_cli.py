@@ -65,8 +65,9 @@ def launch(*args, timeout=120, quiet_tf=True):
         # Missing optional dependencies (requirements-bench.txt installs mujoco: no missing one to test then).
         pytest.param(["--env", "HalfCheetah-v5"], 'pip install "gymnasium[mujoco]"',
                      marks=pytest.mark.skipif(_installed("mujoco"), reason="mujoco is installed here")),
-        pytest.param(["--env", "ALE/Pong-v5"], "pip install ale-py",
-                     marks=pytest.mark.skipif(_installed("ale_py"), reason="ale-py is installed here")),
+        (["--algo", "dqn", "--env", "ALE/Pongg-v5"], "(did you mean ALE/Pong-v5"),
+        (["--algo", "dqn", "--env", "ALE/Pong-v5", "--env_kwargs", '{"frameskip": 4}'], "use --frame_skip"),
+        (["--algo", "dqn", "--env", "ALE/Pong-v5", "--framestack", "0"], "--framestack must be an integer in [1, 16]"),
         (["--env", "no_such_module:Reach"], "cannot import module no_such_module"),
         (["--algo", "dqn", "--env", "Blackjack-v1"], "add --flatten_obs"),
         (["--env", "CarRacing-v3"], "add --flatten_obs"),

@@ -15,6 +15,7 @@ import time
 import numpy as np
 import ray
 
+from dsac.atari import AtariSettings
 from dsac.distributed.topology import describe_process
 from dsac.evaluation import evaluate
 from dsac.learning import LearnerLoop, NonFiniteUpdates
@@ -111,6 +112,7 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     collector = EnvCollector(
         config.env, config.envs_per_worker, seed, config.gamma, config.n_step, callbacks=callbacks,
         worker_index=index, env_kwargs=config.env_kwargs, flatten_obs=config.flatten_obs,
+        atari=AtariSettings.from_config(config),
     )
     policy = policy_class_for(config)(
         collector.observation_space, collector.action_space, config, seed=seed,
@@ -358,7 +360,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
         started = time.monotonic()
         returns = evaluate(
             lambda obs: policy.compute_actions(obs, explore=False), config.env, config.eval_episodes, seed,
-            config.env_kwargs, config.flatten_obs,
+            config.env_kwargs, config.flatten_obs, AtariSettings.from_config(config),
         )
         # Waited for: the final report must reach the parameter server before this task ends.
         ray.get(ps.report_eval.remote(Evaluation(

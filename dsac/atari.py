@@ -1,0 +1,199 @@
+"""Atari (ALE) environments with DeepMind's preprocessing, built from gymnasium's own wrappers
+(no Ray, no TensorFlow).
+
+Any ALE id (``ALE/Pong-v5``, ``PongNoFrameskip-v4``, ...) is made with ALE's own frame skip
+off and wrapped, innermost first, in:
+
+1. ``AtariPreprocessing``: up to ``noop_max`` no-op starts, ``frame_skip`` repeats with the last
+   two frames max-pooled, ``dim``×``dim``, grayscale (or RGB);
+2. for training only, :class:`EpisodicLife`: losing a life ends the episode *for learning*
+   (no bootstrap through it) while the game goes on (Stable-Baselines3's ``EpisodicLifeEnv``);
+3. :class:`FireOnReset` for games that wait for FIRE (SB3's ``FireResetEnv``, same rule);
+4. for training only, :class:`SignReward`: rewards clipped to their sign (SB3's ``ClipRewardEnv``);
+5. ``FrameStackObservation``: the last ``framestack`` frames, stack axis first (``(4, 84, 84)``).
+
+Evaluation, and every episode return dsac reports, use the game's real score over full games
+(all lives, ALE's 108,000-frame cap): a training env marks its clipped steps with the real
+reward (``info["real_reward"]``) and its life-loss ends with ``info["episode_continues"]``,
+which :class:`dsac.rollout.EnvCollector` reads.
+
+Protocol of the defaults: sticky actions as ALE v5 ids have them (repeat probability 0.25,
+as Machado et al. 2018 recommend: without them a policy can memorize action sequences) plus
+the no-op starts, life-loss ends and reward clipping of DQN and Ape-X (Mnih et al. 2015, Horgan
+et al. 2018) and SB3's ``AtariWrapper``. ``--sticky_actions false`` gives the older protocol
+(repeat probability 0, as ``NoFrameskip-v4`` ids and SB3's rl-zoo use).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import numpy as np
+
+from dsac.errors import DsacError
+
+ATARI_ENTRY_POINT = "ale_py.env:AtariEnv"
+# Keys of a step's info that a training env sets (read by the rollout collector).
+REAL_REWARD = "real_reward"
+EPISODE_CONTINUES = "episode_continues"
+
+
+@dataclasses.dataclass(frozen=True)
+class AtariSettings:
+    """The preprocessing of Atari envs (``launch.py`` flags of the same names).
+
+    Args:
+        framestack: frames stacked into one observation (RLlib's ``framestack: true`` is 4).
+        dim: side of the square frames, in pixels (RLlib's ``dim``).
+        grayscale: one channel per frame instead of RGB (RLlib's ``grayscale``).
+        noop_max: at most this many no-op actions after each reset (random count).
+        frame_skip: each action is repeated this many frames; the last two are max-pooled.
+        terminal_on_life_loss: training only: a lost life ends the episode for learning.
+        clip_rewards: training only: rewards become their sign.
+        sticky_actions: keep ALE v5's repeat-action probability (0.25); false sets it to 0.
+    """
+
+    framestack: int = 4
+    dim: int = 84
+    grayscale: bool = True
+    noop_max: int = 30
+    frame_skip: int = 4
+    terminal_on_life_loss: bool = True
+    clip_rewards: bool = True
+    sticky_actions: bool = True
+
+    @classmethod
+    def from_config(cls, config) -> AtariSettings:
+        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+
+    @classmethod
+    def from_dict(cls, values: dict) -> AtariSettings:
+        """From a dict read from a file: unknown keys and wrong types are refused."""
+        names = {f.name: f.type for f in dataclasses.fields(cls)}
+        unknown = set(values) - set(names)
+        if unknown:
+            raise DsacError(f"unknown Atari preprocessing setting(s) {', '.join(sorted(map(str, unknown)))}")
+        for key, value in values.items():
+            want = bool if names[key] in ("bool", bool) else int
+            if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+                raise DsacError(f"Atari preprocessing setting {key} must be {want.__name__}, got {value!r}")
+        return cls(**values).checked()
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def checked(self) -> AtariSettings:
+        """Every setting in its range (one line naming the flag)."""
+        for name, low, high in (("framestack", 1, 16), ("dim", 8, 512), ("noop_max", 0, 10_000), ("frame_skip", 1, 64)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise DsacError(f"--{name} must be an integer in [{low}, {high}], got {value!r}")
+        return self
+
+
+def is_atari(target) -> bool:
+    """Whether ``target`` (a registered id or an ``EnvSpec``) makes an ALE env."""
+    spec = target
+    if isinstance(target, str):
+        spec = gym.envs.registry.get(target)
+    return spec is not None and getattr(spec, "entry_point", None) == ATARI_ENTRY_POINT
+
+
+def register_ale_envs() -> None:
+    """Register ALE's ids with gymnasium (importing ``ale_py`` does it; a no-op when it is not
+    installed, so the caller's unknown-id error says what to install)."""
+    try:
+        import ale_py
+    except ImportError:
+        return
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no start-up banner per env
+
+
+def base_env_kwargs(env_id: str, env_kwargs: dict, settings: AtariSettings) -> dict:
+    """The ALE env's own constructor arguments: its frame skip off (``AtariPreprocessing``
+    skips and max-pools) and sticky actions kept or off."""
+    for key in ("frameskip", "obs_type"):
+        if key in env_kwargs:
+            flag = {"frameskip": "--frame_skip", "obs_type": "--grayscale"}[key]
+            raise DsacError(f"--env_kwargs {key} is set by dsac's Atari preprocessing for {env_id}: use {flag}")
+    kwargs = {**env_kwargs, "frameskip": 1}
+    if not settings.sticky_actions:
+        kwargs["repeat_action_probability"] = 0.0
+    return kwargs
+
+
+def wrap_atari(env: gym.Env, settings: AtariSettings, training: bool) -> gym.Env:
+    """DeepMind's preprocessing around an ALE env made with ``frameskip=1`` (see the module)."""
+    try:
+        env = gym.wrappers.AtariPreprocessing(
+            env, noop_max=settings.noop_max, frame_skip=settings.frame_skip, screen_size=settings.dim,
+            terminal_on_life_loss=False, grayscale_obs=settings.grayscale, scale_obs=False,
+        )
+    except gym.error.DependencyNotInstalled as exc:
+        raise DsacError(f"Atari preprocessing needs OpenCV: pip install opencv-python-headless ({exc})") from None
+    if training and settings.terminal_on_life_loss:
+        env = EpisodicLife(env)
+    meanings = env.unwrapped.get_action_meanings()
+    if len(meanings) >= 3 and meanings[1] == "FIRE":
+        env = FireOnReset(env)
+    if training and settings.clip_rewards:
+        env = SignReward(env)
+    if settings.framestack > 1:
+        env = gym.wrappers.FrameStackObservation(env, settings.framestack, padding_type="reset")
+    return env
+
+
+class EpisodicLife(gym.Wrapper):
+    """A lost life ends the episode for learning (``terminated``, with
+    ``info["episode_continues"] = True``) while the game goes on: the following ``reset``
+    returns the current frame instead of restarting the game, unless the game really ended."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives = 0
+        self.game_over = True
+        self.last = None
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = bool(terminated or truncated)
+        lives = self.env.unwrapped.ale.lives()
+        if 0 < lives < self.lives and not self.game_over:
+            terminated = True
+            info = {**info, EPISODE_CONTINUES: True}
+        self.lives = lives
+        self.last = (obs, info)
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs):
+        if self.game_over or self.last is None:
+            obs, info = self.env.reset(**kwargs)
+            self.lives = self.env.unwrapped.ale.lives()
+            self.game_over = False
+            return obs, info
+        obs, info = self.last
+        return obs, {k: v for k, v in info.items() if k != EPISODE_CONTINUES}
+
+
+class FireOnReset(gym.Wrapper):
+    """Press FIRE (then action 2) after every reset, for games that wait for it; the game is
+    reset again if either step ends it (SB3's ``FireResetEnv``)."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        return obs, info
+
+
+class SignReward(gym.Wrapper):
+    """Rewards clipped to {-1, 0, +1} (their sign); the game's own reward is kept in
+    ``info["real_reward"]``."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        info = {**info, REAL_REWARD: float(reward)}
+        return obs, float(np.sign(reward)), terminated, truncated, info

@@ -1,0 +1,94 @@
+"""Atari preprocessing on real ALE games: DeepMind's wrappers from gymnasium, life loss and
+clipped rewards for learning only, the game's real score over whole games for everything
+reported."""
+
+import numpy as np
+import pytest
+
+from dsac.atari import EPISODE_CONTINUES, REAL_REWARD, AtariSettings
+from dsac.config import Config
+from dsac.envs import make_env
+from dsac.errors import DsacError
+from dsac.evaluation import evaluate
+from dsac.rollout import EnvCollector
+
+
+def test_any_ale_id_gets_deepmind_preprocessing_from_gymnasium_wrappers():
+    env = make_env("ALE/Breakout-v5")
+    assert env.observation_space.shape == (4, 84, 84) and env.observation_space.dtype == np.uint8
+    base = env.unwrapped
+    assert base._frameskip == 1  # ALE's own skip is off: AtariPreprocessing skips 4 and max-pools
+    assert base.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)  # v5's sticky actions kept
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4, 84, 84)
+    small = make_env("ALE/Breakout-v5", atari=AtariSettings(framestack=2, dim=42, grayscale=False, sticky_actions=False))
+    assert small.observation_space.shape == (2, 42, 42, 3)
+    assert small.unwrapped.ale.getFloat("repeat_action_probability") == 0.0
+    names = {type(w).__name__ for w in _wrappers(make_env("ALE/Breakout-v5", training=True))}
+    assert {"AtariPreprocessing", "EpisodicLife", "FireOnReset", "SignReward", "FrameStackObservation"} <= names
+    assert "FireOnReset" not in {type(w).__name__ for w in _wrappers(make_env("ALE/Freeway-v5"))}  # no FIRE there
+
+
+def _wrappers(env):
+    while hasattr(env, "env"):
+        yield env
+        env = env.env
+
+
+def test_life_loss_ends_learning_episodes_but_the_game_goes_on():
+    env = make_env("ALE/Breakout-v5", training=True)
+    env.reset(seed=3)
+    rng = np.random.default_rng(0)
+    life_ends = games = 0
+    while games < 2:
+        _, reward, terminated, truncated, info = env.step(int(rng.integers(env.action_space.n)))
+        assert reward in (-1.0, 0.0, 1.0) and REAL_REWARD in info
+        if terminated and info.get(EPISODE_CONTINUES):
+            life_ends += 1
+            lives = env.unwrapped.ale.lives()
+            env.reset()
+            assert env.unwrapped.ale.lives() == lives  # the same game, not a new one
+        elif terminated or truncated:
+            games += 1
+            env.reset()
+            assert env.unwrapped.ale.lives() == 5
+    assert life_ends == 2 * 4  # Breakout's 5 lives: 4 learning-only ends per game
+
+
+def test_collector_stores_the_learning_signal_and_reports_whole_games_real_score():
+    collector = EnvCollector("ALE/SpaceInvaders-v5", num_envs=2, seed=1, atari=AtariSettings(noop_max=5))
+    rng = np.random.default_rng(1)
+    chunks, episodes = [], []
+    while len(episodes) < 2:
+        chunks.append(collector.collect(lambda obs: rng.integers(6, size=len(obs)), 512))
+        episodes += collector.drain_episodes()
+    rewards = np.concatenate([c["reward"] for c in chunks])
+    terminated = np.concatenate([c["terminated"] for c in chunks])
+    assert set(np.unique(rewards)) <= {0.0, 1.0}  # clipped (SpaceInvaders scores 5 to 200 a hit)
+    assert terminated.sum() >= 3 * len(episodes)  # every life (3 a game) ends a learning episode
+    for episode in episodes:  # a whole game's real score: multiples of 5, far above the clipped sum
+        assert episode.episode_return > 0 and episode.episode_return % 5 == 0
+        assert episode.length > 200
+    stored = np.concatenate([c["obs"] for c in chunks])
+    assert stored.dtype == np.uint8 and stored.shape[1:] == (4, 84, 84)
+
+
+def test_evaluation_plays_whole_games_with_real_rewards():
+    rng = np.random.default_rng(0)
+    returns = evaluate(lambda obs: rng.integers(6, size=len(obs)), "ALE/SpaceInvaders-v5", episodes=2, seed=100_000)
+    assert all(r > 0 and r % 5 == 0 for r in returns), returns
+
+
+def test_atari_flags_and_rllib_model_keys():
+    config = Config.from_dict({"algo": "dqn", "env": "ALE/Pong-v5", "model": {"framestack": True, "dim": 42}})
+    assert (config.validate().framestack, config.dim) == (4, 42)
+    assert Config(framestack="false").validate().framestack == 1
+    for values, fact in (({"framestack": 0}, r"--framestack must be an integer in \[1, 16\]"),
+                         ({"dim": 4}, r"--dim must be an integer in \[8, 512\]"),
+                         ({"model": {"framestak": 4}}, "did you mean framestack")):
+        with pytest.raises(DsacError, match=fact):
+            Config.from_dict(values).validate()
+    with pytest.raises(DsacError, match="use --frame_skip"):
+        make_env("ALE/Pong-v5", {"frameskip": 4})
+    with pytest.raises(DsacError, match="setting framestack must be int"):
+        AtariSettings.from_dict({"framestack": "4"})
