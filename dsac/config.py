@@ -36,6 +36,17 @@ def json_object(text: str) -> dict:
     return value
 
 
+def json_list(text: str) -> list:
+    """``--conv_filters``: a JSON list (argparse reports the error in one line)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, list):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON list like '[[32, 8, 4], [64, 4, 2]]'")
+    return value
+
+
 # What RLlib and Stable-Baselines3 call some of dsac's keys, for "did you mean" — only where the
 # foreign key means the same thing.
 ALIASES = {
@@ -75,7 +86,8 @@ def suggest_key(key: str, names) -> str:
 
 
 # Keys of RLlib's ``config["model"]`` that dsac understands; they live flat in Config.
-MODEL_KEYS = ("fcnet_hiddens", "fcnet_activation", "custom_model", "custom_model_config")
+MODEL_KEYS = ("fcnet_hiddens", "fcnet_activation", "conv_filters", "conv_activation", "custom_model",
+              "custom_model_config")
 # RLlib's model keys of Atari preprocessing (dsac's flags of the same names and meanings;
 # RLlib's ``framestack: true`` stacks 4 frames).
 MODEL_PREPROCESSING_KEYS = ("framestack", "dim", "grayscale")
@@ -280,6 +292,11 @@ class Config:
     buffer_size: int | None = _f(None, "replay capacity in transitions (algorithm default)")
     fcnet_hiddens: list[int] = _f([64, 64], "hidden layer sizes of every built-in MLP", nargs="+")
     fcnet_activation: str = _f("relu", "activation of the built-in MLPs", choices=ACTIVATIONS)
+    conv_filters: list | None = _f(
+        None, "conv encoder of image observations, [[out_channels, kernel, stride], ...] as JSON (RLlib's model key; "
+        "default: by frame size, the Nature DQN encoder for 84x84)", cli_type=json_list
+    )
+    conv_activation: str = _f("relu", "activation of the conv layers", choices=ACTIVATIONS)
     custom_model: str | None = _f(
         None, "a model registered with dsac.register_custom_model, or module:builder (replaces the MLPs)"
     )
@@ -540,6 +557,12 @@ def check_relations(config: Config) -> None:
         raise DsacError("custom_model_config must be a dict")
     if config.fcnet_activation not in ACTIVATIONS:
         raise DsacError(f"fcnet_activation must be one of {', '.join(ACTIVATIONS)}, got {config.fcnet_activation!r}")
+    if config.conv_activation not in ACTIVATIONS:
+        raise DsacError(f"conv_activation must be one of {', '.join(ACTIVATIONS)}, got {config.conv_activation!r}")
+    if config.conv_filters is not None:
+        from dsac.models.vision import check_conv_filters
+
+        check_conv_filters(config.conv_filters)
     if not config.fcnet_hiddens or any(h <= 0 for h in config.fcnet_hiddens):
         raise DsacError(f"--fcnet_hiddens must be positive layer sizes, got {config.fcnet_hiddens!r}")
     if config.num_replay_shards < config.num_learners:

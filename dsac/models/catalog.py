@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from dsac.errors import DsacError, did_you_mean
+from dsac.models.vision import default_conv_filters, image_layout, is_image_shape
 
 ACTIVATIONS = ("relu", "tanh", "swish", "linear")
 
@@ -59,6 +62,44 @@ def build_mlp(input_dim: int, fcnet_hiddens: list[int], output_dim: int, name: s
     for i, size in enumerate(fcnet_hiddens):
         x = keras.layers.Dense(size, activation=activation, name=f"hidden_{i}")(x)
     return keras.Model(inputs, keras.layers.Dense(output_dim, name="out")(x), name=name)
+
+
+def image_torso(inputs, obs_shape, filters: list[list[int]], activation: str, scale: bool):
+    """The conv encoder of image observations (see :mod:`dsac.models.vision`): cast to float
+    (``/255`` for uint8 frames), channels moved last, 'valid' convolutions ``conv_<i>``, flattened
+    in (h, w, c) order."""
+    import keras
+
+    axes, (height, width, channels) = image_layout(obs_shape)
+    x = keras.ops.cast(inputs, "float32")
+    if scale:
+        x = x / 255.0
+    if axes is not None:
+        x = keras.ops.transpose(x, axes)
+    x = keras.ops.reshape(x, (-1, height, width, channels))
+    for i, (out, kernel, stride) in enumerate(filters):
+        x = keras.layers.Conv2D(out, kernel, strides=stride, padding="valid", activation=activation,
+                                name=f"conv_{i}")(x)
+    return keras.layers.Flatten(name="flatten")(x)
+
+
+def torso(obs_shape, obs_dtype, config):
+    """``(inputs, features)``: the network's input and its shared torso — the conv encoder for
+    image observations (then the MLP), the MLP for flat ones. Layer names are stable
+    (``conv_<i>``, ``hidden_<i>``)."""
+    import keras
+
+    obs_shape = tuple(obs_shape)
+    if len(obs_shape) > 1 and is_image_shape(obs_shape):
+        inputs = keras.Input(shape=obs_shape, dtype=str(obs_dtype), name="inputs")
+        filters = config.conv_filters or default_conv_filters(obs_shape)
+        x = image_torso(inputs, obs_shape, filters, config.conv_activation, str(obs_dtype) == "uint8")
+    else:
+        inputs = keras.Input(shape=(int(np.prod(obs_shape)),), name="inputs")
+        x = inputs
+    for i, size in enumerate(config.fcnet_hiddens):
+        x = keras.layers.Dense(size, activation=config.fcnet_activation, name=f"hidden_{i}")(x)
+    return inputs, x
 
 
 def build_model(input_dim: int, output_dim: int, config, name: str):

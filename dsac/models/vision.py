@@ -1,0 +1,87 @@
+"""What the conv encoder of image observations looks like, decided from the observation's shape
+(no TensorFlow): the layout turning an observation channels-last, and default filters.
+
+Layouts (a stack axis first is how ``gymnasium.wrappers.FrameStackObservation`` stacks):
+
+- ``(H, W)``: one grayscale frame, one channel;
+- ``(H, W, C)`` with ``C <= 4``: an image, channels last already (RGB, RGBA, gray);
+- ``(k, H, W)`` with ``k <= 16`` and ``W > 4``: ``k`` stacked grayscale frames, moved last;
+- ``(k, H, W, C)``: ``k`` stacked images, their ``k * C`` channels last.
+
+TensorFlow's CPU convolutions take channels-last (NHWC) input only, so the encoder transposes
+each batch once, inside the network, and the numpy forward the same way.
+
+``conv_filters`` (RLlib's model key) is a list of ``[out_channels, kernel, stride]``, each layer
+'valid'-padded and followed by ``conv_activation``. The defaults:
+
+- frames of side >= 72 (Atari's 84): the Nature DQN encoder (Mnih et al. 2015), as in SB3's
+  ``NatureCNN``: ``[[32, 8, 4], [64, 4, 2], [64, 3, 1]]``;
+- side 36-71 (e.g. 42 or 64): ``[[32, 4, 2], [64, 3, 2], [64, 3, 1]]``;
+- smaller (e.g. MinAtar's 10x10): ``[[16, 3, 1], [32, 3, 1]]``.
+"""
+
+from __future__ import annotations
+
+from dsac.errors import DsacError
+
+NATURE_FILTERS = [[32, 8, 4], [64, 4, 2], [64, 3, 1]]
+
+
+def is_image_shape(shape) -> bool:
+    """Whether an observation of ``shape`` goes through the conv encoder (2 to 4 axes)."""
+    return 2 <= len(shape) <= 4
+
+
+def image_layout(shape) -> tuple[tuple[int, ...] | None, tuple[int, int, int]]:
+    """(axes to transpose a batch of observations by, or None; the channels-last (H, W, C) shape)."""
+    shape = tuple(int(n) for n in shape)
+    if len(shape) == 2:
+        return None, (shape[0], shape[1], 1)
+    if len(shape) == 3 and shape[2] <= 4:
+        return None, shape
+    if len(shape) == 3 and shape[0] <= 16:
+        return (0, 2, 3, 1), (shape[1], shape[2], shape[0])
+    if len(shape) == 4:
+        return (0, 2, 3, 1, 4), (shape[1], shape[2], shape[0] * shape[3])
+    raise DsacError(
+        f"cannot read observations of shape {shape} as images: dsac reads (H, W), (H, W, C<=4), "
+        "(frames<=16, H, W) or (frames, H, W, C); add --flatten_obs for an MLP instead"
+    )
+
+
+def default_conv_filters(shape) -> list[list[int]]:
+    """The filters for observations of ``shape`` when ``conv_filters`` is not given."""
+    height, width, _ = image_layout(shape)[1]
+    side = min(height, width)
+    if side >= 72:
+        return [list(f) for f in NATURE_FILTERS]
+    if side >= 36:
+        return [[32, 4, 2], [64, 3, 2], [64, 3, 1]]
+    return [[16, 3, 1], [32, 3, 1]]
+
+
+def conv_output_shape(shape, filters) -> tuple[int, int, int]:
+    """(H, W, C) after the 'valid' conv layers; a one-line error if a layer does not fit."""
+    height, width, channels = image_layout(shape)[1]
+    for i, (out, kernel, stride) in enumerate(filters):
+        if kernel > height or kernel > width:
+            raise DsacError(
+                f"conv_filters layer {i} ({out} channels, kernel {kernel}, stride {stride}) does not fit its "
+                f"{height}x{width} input (observations {tuple(shape)}): use smaller kernels or fewer layers"
+            )
+        height, width, channels = (height - kernel) // stride + 1, (width - kernel) // stride + 1, out
+    return height, width, channels
+
+
+def check_conv_filters(filters) -> list[list[int]]:
+    """``conv_filters`` as a list of ``[out_channels, kernel, stride]`` of positive integers."""
+    if not isinstance(filters, list | tuple) or not filters:
+        raise DsacError(f"conv_filters must be a list of [out_channels, kernel, stride], got {filters!r}")
+    out = []
+    for layer in filters:
+        if not (isinstance(layer, list | tuple) and len(layer) == 3
+                and all(isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 4096 for n in layer)):
+            raise DsacError(f"conv_filters: each layer is [out_channels, kernel, stride] of positive integers, "
+                            f"got {layer!r}")
+        out.append([int(n) for n in layer])
+    return out
