@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from dsac.errors import DsacError
+from dsac.frames import FrameLayout, FrameStore, frame_capacity
 from dsac.messages import SampledBatches
 from dsac.sum_tree import MinTree, SumTree
 
@@ -23,13 +24,17 @@ from dsac.sum_tree import MinTree, SumTree
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "discount")
 
 
-def field_specs(obs_shape, obs_dtype, action_shape, action_dtype) -> dict[str, tuple[tuple, np.dtype]]:
-    """Shape (per transition) and dtype of each stored field."""
+def field_specs(obs_shape, obs_dtype, action_shape, action_dtype,
+                frames: FrameLayout | None = None) -> dict[str, tuple[tuple, np.dtype]]:
+    """Shape (per transition) and dtype of each stored field. With ``frames`` (image
+    observations, see :mod:`dsac.frames`) ``obs`` and ``next_obs`` are stored as the serials of
+    their frames."""
+    obs = ((frames.stack,), np.dtype(np.int64)) if frames else (tuple(obs_shape), np.dtype(obs_dtype))
     return {
-        "obs": (tuple(obs_shape), np.dtype(obs_dtype)),
+        "obs": obs,
         "action": (tuple(action_shape), np.dtype(action_dtype)),
         "reward": ((), np.dtype(np.float32)),
-        "next_obs": (tuple(obs_shape), np.dtype(obs_dtype)),
+        "next_obs": obs,
         "terminated": ((), np.dtype(np.float32)),
         "discount": ((), np.dtype(np.float32)),
     }
@@ -42,10 +47,11 @@ def annealed_beta(priority_beta: float, added: int, anneal_steps: int) -> float:
     return priority_beta + fraction * (1.0 - priority_beta)
 
 
-def storage_bytes(capacity: int, specs: dict) -> int:
-    """Bytes the ring needs once full."""
+def storage_bytes(capacity: int, specs: dict, frames: FrameLayout | None = None) -> int:
+    """Bytes the ring (and its frames) needs once full."""
     per_item = sum(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for shape, dtype in specs.values())
-    return capacity * per_item
+    frame_bytes = frame_capacity(capacity) * frames.frame_bytes if frames else 0
+    return capacity * per_item + frame_bytes
 
 
 def check_fits_in_memory(nbytes: int, available: int, where: str) -> None:
@@ -64,11 +70,14 @@ class ReplayStorage:
         specs: field name -> (shape, dtype), from :func:`field_specs`.
         capacity: transitions kept; the oldest are overwritten.
         seed: seed of the sampling generator.
+        frames: image observations stored frame by frame (:mod:`dsac.frames`): chunks come
+            from a :class:`dsac.frames.FrameEncoder` and batches have their stacks rebuilt.
     """
 
-    def __init__(self, specs: dict, capacity: int, seed: int = 0):
+    def __init__(self, specs: dict, capacity: int, seed: int = 0, frames: FrameLayout | None = None):
         self.capacity = int(capacity)
         self.specs = specs
+        self.frame_store = FrameStore(frames, frame_capacity(capacity)) if frames else None
         # np.zeros maps pages lazily: memory is committed as the ring fills.
         self.data = {k: np.zeros((self.capacity, *shape), dtype=dt) for k, (shape, dt) in specs.items()}
         self.rng = np.random.default_rng(seed)
@@ -79,11 +88,16 @@ class ReplayStorage:
 
     @property
     def nbytes(self) -> int:
-        return storage_bytes(self.capacity, self.specs)
+        return storage_bytes(self.capacity, self.specs, self.frame_store.layout if self.frame_store else None)
 
     def add(self, chunk: dict[str, np.ndarray]) -> np.ndarray:
         """Write a chunk of transitions (arrays with a leading batch axis); returns the slots
         written, in the chunk's order."""
+        if self.frame_store is not None:
+            chunk, _ = self.frame_store.ingest(chunk)
+        return self._write(chunk)
+
+    def _write(self, chunk: dict[str, np.ndarray]) -> np.ndarray:
         n = len(chunk["reward"])
         if n > self.capacity:  # only the newest transitions would survive anyway
             chunk = {k: v[-self.capacity :] for k, v in chunk.items()}
@@ -102,8 +116,26 @@ class ReplayStorage:
         if self.size == 0:
             raise ValueError("cannot sample from an empty replay")
         idx = self.rng.integers(0, self.size, size=(num_batches, batch_size))
+        for _ in range(100):  # frames: redraw the rare transitions whose oldest frames are gone
+            dead = ~self._alive(idx)
+            if not dead.any():
+                break
+            idx[dead] = self.rng.integers(0, self.size, size=int(dead.sum()))
         self.sampled_batches += num_batches
-        return SampledBatches({key: self.data[key][idx] for key in FIELDS}, self.added)
+        return SampledBatches(self._gather(idx), self.added)
+
+    def _alive(self, idx: np.ndarray) -> np.ndarray:
+        if self.frame_store is None:
+            return np.ones(idx.shape, dtype=bool)
+        return self.frame_store.alive(self.data["obs"][idx], self.data["next_obs"][idx])
+
+    def _gather(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+        """The transitions in slots ``idx``, observations rebuilt from their frames."""
+        batches = {key: self.data[key][idx] for key in FIELDS}
+        if self.frame_store is not None:
+            for key in ("obs", "next_obs"):
+                batches[key] = self.frame_store.observations(batches[key])
+        return batches
 
 
     def state_dict(self) -> dict[str, np.ndarray]:
@@ -113,15 +145,19 @@ class ReplayStorage:
         out["added"] = np.array(self.added)
         out["sampled_batches"] = np.array(self.sampled_batches)
         out["rng_state"] = np.array(json.dumps(self.rng.bit_generator.state))
+        if self.frame_store is not None:
+            out.update(self.frame_store.state_dict())
         return out
 
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         """Take :meth:`state_dict`'s output (the capacity may differ: the newest are kept)."""
+        if self.frame_store is not None:
+            self.frame_store.load_state_dict(state)
         n = len(state["data/reward"])
         if n > self.capacity:  # a smaller ring: keep the newest, in order
             order = (int(state["next_index"]) + np.arange(n)) % n
             chunk = {k[5:]: v[order][-self.capacity :] for k, v in state.items() if k.startswith("data/")}
-            self.add(chunk)
+            self._write(chunk)
         else:
             for key in FIELDS:
                 self.data[key][:n] = state[f"data/{key}"]
@@ -145,8 +181,9 @@ class PrioritizedReplayStorage(ReplayStorage):
         epsilon: added to every priority so no transition becomes unsampleable.
     """
 
-    def __init__(self, specs: dict, capacity: int, seed: int = 0, alpha: float = 0.6, epsilon: float = 1e-6):
-        super().__init__(specs, capacity, seed)
+    def __init__(self, specs: dict, capacity: int, seed: int = 0, alpha: float = 0.6, epsilon: float = 1e-6,
+                 frames: FrameLayout | None = None):
+        super().__init__(specs, capacity, seed, frames)
         self.alpha = float(alpha)
         self.epsilon = float(epsilon)
         self.sum_tree = SumTree(self.capacity)
@@ -163,9 +200,12 @@ class PrioritizedReplayStorage(ReplayStorage):
 
     def add(self, chunk: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> np.ndarray:
         """Write a chunk with its initial priorities (default: the largest seen so far)."""
+        if self.frame_store is not None:
+            chunk, kept = self.frame_store.ingest(chunk)
+            priorities = None if priorities is None else np.asarray(priorities)[kept]
         if priorities is not None and len(priorities) > self.capacity:
             priorities = priorities[-self.capacity :]
-        idx = super().add(chunk)
+        idx = self._write(chunk)
         if len(idx):
             self.generation[idx] += 1
             self._set_priorities(idx, np.full(len(idx), self.max_priority) if priorities is None else priorities)
@@ -177,8 +217,14 @@ class PrioritizedReplayStorage(ReplayStorage):
         if self.size == 0:
             raise ValueError("cannot sample from an empty replay")
         idx = np.stack([self.sum_tree.sample_stratified(batch_size, self.rng) for _ in range(num_batches)])
+        for _ in range(100):  # frames: transitions whose oldest frames are gone are never drawn again
+            dead = ~self._alive(idx)
+            if not dead.any():
+                break
+            self.sum_tree.update(np.unique(idx[dead]), np.zeros(len(np.unique(idx[dead]))))
+            idx = np.stack([self.sum_tree.sample_stratified(batch_size, self.rng) for _ in range(num_batches)])
         self.sampled_batches += num_batches
-        batches = {key: self.data[key][idx] for key in FIELDS}
+        batches = self._gather(idx)
         batches["weights"] = self.importance_weights(idx, beta)
         return SampledBatches(batches, self.added, idx, self.generation[idx])
 
