@@ -100,6 +100,15 @@ def is_atari(target) -> bool:
     return spec is not None and getattr(spec, "entry_point", None) == ATARI_ENTRY_POINT
 
 
+def is_atari_id(env_id) -> bool:
+    """Whether ``--env`` names an ALE game (registering ALE's ids first when it may)."""
+    if not isinstance(env_id, str) or ":" in env_id:
+        return False
+    if env_id not in gym.envs.registry:
+        register_ale_envs()
+    return is_atari(env_id)
+
+
 def register_ale_envs() -> None:
     """Register ALE's ids with gymnasium (importing ``ale_py`` does it; a no-op when it is not
     installed, so the caller's unknown-id error says what to install)."""

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from dsac.artifacts import read_text
+from dsac.atari import is_atari_id
 from dsac.errors import DsacError, did_you_mean
 from dsac.models.catalog import ACTIVATIONS, registered_models, resolve_builder
 from dsac.registry import ALGOS, algorithm, load_object, load_subclass, refuse_untrusted_code
@@ -290,7 +291,10 @@ class Config:
     lr: float | None = _f(None, "Adam learning rate of every network (algorithm default)")
     batch_size: int | None = _f(None, "transitions per gradient update (algorithm default)")
     buffer_size: int | None = _f(None, "replay capacity in transitions (algorithm default)")
-    fcnet_hiddens: list[int] = _f([64, 64], "hidden layer sizes of every built-in MLP", nargs="+")
+    fcnet_hiddens: list[int] | None = _f(
+        None, "hidden layer sizes of every built-in MLP, after the conv encoder for images (algorithm default)",
+        nargs="+"
+    )
     fcnet_activation: str = _f("relu", "activation of the built-in MLPs", choices=ACTIVATIONS)
     conv_filters: list | None = _f(
         None, "conv encoder of image observations, [[out_channels, kernel, stride], ...] as JSON (RLlib's model key; "
@@ -425,7 +429,9 @@ class Config:
     def resolved(self) -> Config:
         """A copy with every "algorithm default" (None) filled in from the algorithm's
         :attr:`dsac.algorithms.Algorithm.defaults`."""
-        fills = {k: v for k, v in algorithm(self.algo).defaults.items() if getattr(self, k) is None}
+        spec = algorithm(self.algo)
+        defaults = {**spec.defaults, **(spec.atari_defaults if is_atari_id(self.env) else {})}
+        fills = {k: v for k, v in defaults.items() if getattr(self, k) is None}
         if self.num_replay_shards is None:
             fills["num_replay_shards"] = self.num_learners
         if self.num_workers == 0:  # RLlib's num_env_runners=0: everything in the driver

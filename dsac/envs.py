@@ -137,6 +137,25 @@ def require_flat_box_observation(env_id: str, observation_space: gym.Space) -> N
         )
 
 
+def require_box_observation(env_id: str, observation_space: gym.Space) -> None:
+    """Refuse observations that are neither a flat Box nor an image the conv encoder reads
+    (see :mod:`dsac.models.vision`), saying what would fit."""
+    from dsac.models.vision import image_layout, is_image_shape
+
+    if is_flat_box(observation_space):
+        return
+    if isinstance(observation_space, gym.spaces.Box) and is_image_shape(observation_space.shape):
+        try:
+            image_layout(observation_space.shape)
+            return
+        except DsacError as exc:
+            raise DsacError(f"{env_id}: {exc}") from None
+    raise DsacError(
+        f"{env_id} has observation space {observation_space}; dsac needs a Box observation (flat, or an image): "
+        "add --flatten_obs to flatten it"
+    )
+
+
 def describe_space(space: gym.Space) -> dict:
     """A plain-dict description of a Box or Discrete space (pickle-safe, JSON-safe)."""
     if isinstance(space, gym.spaces.Box):

@@ -20,7 +20,7 @@ from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_l
 from dsac.errors import DsacError
 from dsac.recorder import network_keys
 from dsac.registry import algorithm, policy_class_for, refuse_untrusted_code
-from dsac.replay import check_fits_in_memory, field_specs, storage_bytes
+from dsac.replay import check_fits_in_memory, replay_specs, storage_bytes
 
 
 @dataclass
@@ -75,9 +75,9 @@ def prepare(config: Config, local: bool = False) -> Prepared:
     initial_weights = None
     if config.init_weights:
         initial_weights = fitting_weights(config, config.init_weights, observation_space, action_space)
-    specs = field_specs(observation_space.shape, observation_space.dtype, action_space.shape, action_space.dtype)
+    specs, frames = replay_specs(observation_space, action_space)
     check_fits_in_memory(
-        storage_bytes(config.buffer_size, specs), psutil.virtual_memory().available, "this machine"
+        storage_bytes(config.buffer_size, specs, frames), psutil.virtual_memory().available, "this machine"
     )
     output_dir = config.resume or config.output_dir or default_output_dir(config)
     created = not os.path.exists(output_dir)

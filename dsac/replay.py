@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from dsac.errors import DsacError
-from dsac.frames import FrameLayout, FrameStore, frame_capacity
+from dsac.frames import FrameLayout, FrameStore, frame_capacity, frame_layout
 from dsac.messages import SampledBatches
 from dsac.sum_tree import MinTree, SumTree
 
@@ -38,6 +38,15 @@ def field_specs(obs_shape, obs_dtype, action_shape, action_dtype,
         "terminated": ((), np.dtype(np.float32)),
         "discount": ((), np.dtype(np.float32)),
     }
+
+
+def replay_specs(observation_space, action_space) -> tuple[dict, FrameLayout | None]:
+    """What a run's replay stores: the fields' specs and, for uint8 image observations, their
+    frame layout (stored frame by frame, see :mod:`dsac.frames`)."""
+    frames = frame_layout(observation_space.shape, observation_space.dtype)
+    specs = field_specs(observation_space.shape, observation_space.dtype, action_space.shape, action_space.dtype,
+                        frames)
+    return specs, frames
 
 
 def annealed_beta(priority_beta: float, added: int, anneal_steps: int) -> float:

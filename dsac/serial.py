@@ -19,12 +19,13 @@ import numpy as np
 from dsac.atari import AtariSettings
 from dsac.config import Config
 from dsac.evaluation import evaluate, evaluation_seed
+from dsac.frames import FrameEncoder
 from dsac.learning import LearnerLoop, NonFiniteUpdates
 from dsac.messages import Chunk, Evaluation, FinishedEpisode, Latest, LearnerState
 from dsac.preparation import Prepared, check_resume_state, prepare, resume_checkpoint
 from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for, policy_class_for
-from dsac.replay import PrioritizedReplayStorage, RateLimiter, ReplayStorage, annealed_beta, field_specs
+from dsac.replay import PrioritizedReplayStorage, RateLimiter, ReplayStorage, annealed_beta, replay_specs
 from dsac.rollout import EnvCollector
 from dsac.watch import Step, watch
 
@@ -89,11 +90,13 @@ class SerialRun:
     def _storage(self, obs_space, act_space, checkpoint: dict | None):
         """The replay storage (a resumed run's contents, or its count), and its warm-up."""
         config, meta = self.config, (checkpoint or {}).get("meta", {})
-        specs = field_specs(obs_space.shape, obs_space.dtype, act_space.shape, act_space.dtype)
+        specs, frames = replay_specs(obs_space, act_space)
+        self.encoder = FrameEncoder(frames, config.envs_per_worker, config.n_step) if frames else None
         if config.prioritized:
-            storage = PrioritizedReplayStorage(specs, config.buffer_size, config.seed, alpha=config.priority_alpha)
+            storage = PrioritizedReplayStorage(specs, config.buffer_size, config.seed, alpha=config.priority_alpha,
+                                               frames=frames)
         else:
-            storage = ReplayStorage(specs, config.buffer_size, config.seed)
+            storage = ReplayStorage(specs, config.buffer_size, config.seed, frames=frames)
         warmup = config.learning_starts
         replay = (checkpoint or {}).get("replay") or []
         if len(replay) == 1:
@@ -125,6 +128,8 @@ class SerialRun:
         if self.callbacks is not None:
             batch = self.callbacks.on_sample_end(worker_index=0, batch=batch)
         chunk = Chunk.from_batch(batch)
+        if self.encoder is not None:
+            chunk = chunk._replace(transitions=self.encoder.encode(chunk.transitions))
         if chunk.size:
             if self.config.prioritized:
                 storage.add(chunk.transitions, chunk.priorities)

@@ -9,7 +9,7 @@ from dsac.config import Config
 from dsac.errors import DsacError
 from dsac.models.catalog import torso
 from dsac.models.numpy_ops import image_features
-from dsac.models.vision import NATURE_FILTERS, conv_output_shape, default_conv_filters, image_layout
+from dsac.models.vision import NATURE_FILTERS, ObsInput, conv_output_shape, default_conv_filters, image_layout
 from dsac.weights import TensorFlowVariables
 
 
@@ -24,7 +24,7 @@ from dsac.weights import TensorFlowVariables
 )
 def test_numpy_conv_forward_matches_keras(shape, dtype, filters):
     config = Config(conv_filters=filters, fcnet_hiddens=[32]).validate()
-    inputs, features = torso(shape, np.dtype(dtype), config)
+    inputs, features = torso(ObsInput(shape, np.dtype(dtype).name), config)
     model = keras.Model(inputs, features, name="q")
     weights = TensorFlowVariables(model, prefix="q").get_weights()
     rng = np.random.default_rng(0)

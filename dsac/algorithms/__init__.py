@@ -26,6 +26,7 @@ class Algorithm:
             one-line :class:`dsac.errors.DsacError` for spaces it cannot handle.
         serving: ``"module:function"`` of ``serving(loaded_policy) -> (keras model, act)``,
             ``act(obs) -> actions`` in TensorFlow, for a SavedModel (imported only by export).
+        atari_defaults: what differs from ``defaults`` when ``--env`` is an ALE game.
     """
 
     name: str
@@ -34,3 +35,4 @@ class Algorithm:
     check_spaces: Callable
     serving: str
     model_keys: tuple[str, ...] = field(default_factory=tuple)
+    atari_defaults: dict = field(default_factory=dict)

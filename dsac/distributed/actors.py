@@ -83,17 +83,20 @@ class ReplayBuffer:
         restore: a :meth:`snapshot` to start from (a resumed run with replay checkpointing).
         start_added: a resumed run without a replay snapshot: transitions counted so far. The
             buffer starts empty and warms up again (``learning_starts`` new transitions).
+        frames: image observations arrive and are stored frame by frame (a
+            :class:`dsac.frames.FrameLayout`; see :mod:`dsac.frames`).
     """
 
     def __init__(self, specs, capacity, *, updates_per_step, learning_starts, max_steps_ahead,
                  num_writers, max_chunk, seed=0, prioritized=False, priority_alpha=0.6, priority_beta=0.4,
-                 beta_anneal_steps=1, insert_limit=None, restore: dict | None = None, start_added: int = 0):
-        nbytes = storage_bytes(capacity, specs)
+                 beta_anneal_steps=1, insert_limit=None, restore: dict | None = None, start_added: int = 0,
+                 frames=None):
+        nbytes = storage_bytes(capacity, specs, frames)
         check_fits_in_memory(nbytes, psutil.virtual_memory().available, f"node {socket.gethostname()}")
         if prioritized:
-            self.storage = PrioritizedReplayStorage(specs, capacity, seed, alpha=priority_alpha)
+            self.storage = PrioritizedReplayStorage(specs, capacity, seed, alpha=priority_alpha, frames=frames)
         else:
-            self.storage = ReplayStorage(specs, capacity, seed)
+            self.storage = ReplayStorage(specs, capacity, seed, frames=frames)
         self.warmup = int(learning_starts)
         if restore is not None:
             self.storage.load_state_dict(restore)

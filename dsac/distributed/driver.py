@@ -31,7 +31,7 @@ from dsac.messages import LearnerState, Reports, ShardStats
 from dsac.preparation import Prepared, check_resume_state, prepare, resume_checkpoint
 from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for
-from dsac.replay import field_specs, storage_bytes
+from dsac.replay import replay_specs, storage_bytes
 from dsac.watch import Step, watch
 
 log = logging.getLogger("dsac")
@@ -105,10 +105,11 @@ class DistributedRun:
             log.info("rollout workers per node (planned): %s", self.plan.workers_per_node())
         if self.plan.learner_gpus == 0:
             log.info("no GPU requested or available: the learner runs on CPU (num_gpus=0)")
-        specs = field_specs(self.observation_space.shape, self.observation_space.dtype, self.action_space.shape,
-                            self.action_space.dtype)
-        log.info("replay buffer: %d transitions, %.1f MiB when full", config.buffer_size,
-                 storage_bytes(config.buffer_size, specs) / 2**20)
+        specs, frames = replay_specs(self.observation_space, self.action_space)
+        log.info("replay buffer: %d transitions, %.1f MiB when full%s", config.buffer_size,
+                 storage_bytes(config.buffer_size, specs, frames) / 2**20,
+                 f" (image observations stored frame by frame: {frames.stack} frames of {frames.frame_shape} "
+                 "each, every frame once)" if frames else "")
 
     def _replay_to_restore(self, checkpoint: dict | None) -> list | None:
         """A resumed run's replay snapshots, when they fit the run's shards; logs the resume."""

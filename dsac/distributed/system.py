@@ -18,7 +18,7 @@ from dsac.distributed.tasks import evaluator, learner, learner_role, rollout_wor
 from dsac.distributed.topology import ResourcePlan, per_shard
 from dsac.evaluation import evaluation_seed
 from dsac.messages import Latest, LearnerState, Reports, ShardStats
-from dsac.replay import field_specs
+from dsac.replay import replay_specs
 
 log = logging.getLogger("dsac")
 
@@ -42,7 +42,7 @@ class System:
         self.config, self.plan = config, plan
         self.observation_space, self.action_space = observation_space, action_space
         self.num_shards = num_shards = config.num_replay_shards
-        specs = field_specs(observation_space.shape, observation_space.dtype, action_space.shape, action_space.dtype)
+        specs, frames = replay_specs(observation_space, action_space)
         # Actors Ray restarts when their process dies; calls to them wait for the new one.
         restartable = {"num_cpus": 0, "max_restarts": config.max_restarts, "max_task_retries": -1}
         self.ps = ParameterServer.options(**restartable).remote(start.get("version", 0))
@@ -58,6 +58,7 @@ class System:
                 num_writers=len(range(k, config.num_workers, num_shards)),
                 max_chunk=config.max_chunk,
                 seed=config.seed + k,
+                frames=frames,
                 prioritized=config.prioritized,
                 priority_alpha=config.priority_alpha,
                 priority_beta=config.priority_beta,

@@ -18,6 +18,7 @@ import ray
 from dsac.atari import AtariSettings
 from dsac.distributed.topology import describe_process
 from dsac.evaluation import evaluate
+from dsac.frames import FrameEncoder, frame_layout
 from dsac.learning import LearnerLoop, NonFiniteUpdates
 from dsac.messages import Chunk, Evaluation, LearnerOrders, LearnerReport, Placement, PullReply
 from dsac.registry import callbacks_for, policy_class_for
@@ -119,6 +120,8 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
         worker_index=index, num_workers=config.num_workers,
     )
     weights = WeightsClient(ps, policy, config.pull_every, worker=index)
+    frames = frame_layout(collector.observation_space.shape, collector.observation_space.dtype)
+    encoder = FrameEncoder(frames, config.envs_per_worker, config.n_step) if frames else None
     status = ray.get(replay.add.remote(index, None))
     chunks_sent = 0
     while not (status.stop or weights.stop):
@@ -138,6 +141,8 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
             if callbacks is not None:
                 batch = callbacks.on_sample_end(worker_index=index, batch=batch)
             chunk = Chunk.from_batch(batch)
+            if encoder is not None:  # image observations: each frame crosses once (see dsac.frames)
+                chunk = chunk._replace(transitions=encoder.encode(chunk.transitions))
             episodes = collector.drain_episodes()
             if episodes:
                 ps.report_episodes.remote(episodes)

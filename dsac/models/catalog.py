@@ -21,10 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
-
 from dsac.errors import DsacError, did_you_mean
-from dsac.models.vision import default_conv_filters, image_layout, is_image_shape
+from dsac.models.vision import ObsInput, default_conv_filters, image_layout
 
 ACTIVATIONS = ("relu", "tanh", "swish", "linear")
 
@@ -83,20 +81,17 @@ def image_torso(inputs, obs_shape, filters: list[list[int]], activation: str, sc
     return keras.layers.Flatten(name="flatten")(x)
 
 
-def torso(obs_shape, obs_dtype, config):
+def torso(obs: ObsInput, config):
     """``(inputs, features)``: the network's input and its shared torso — the conv encoder for
     image observations (then the MLP), the MLP for flat ones. Layer names are stable
     (``conv_<i>``, ``hidden_<i>``)."""
     import keras
 
-    obs_shape = tuple(obs_shape)
-    if len(obs_shape) > 1 and is_image_shape(obs_shape):
-        inputs = keras.Input(shape=obs_shape, dtype=str(obs_dtype), name="inputs")
-        filters = config.conv_filters or default_conv_filters(obs_shape)
-        x = image_torso(inputs, obs_shape, filters, config.conv_activation, str(obs_dtype) == "uint8")
-    else:
-        inputs = keras.Input(shape=(int(np.prod(obs_shape)),), name="inputs")
-        x = inputs
+    inputs = keras.Input(shape=obs.input_shape, dtype=obs.input_dtype, name="inputs")
+    x = inputs
+    if obs.is_image:
+        filters = config.conv_filters or default_conv_filters(obs.shape)
+        x = image_torso(inputs, obs.shape, filters, config.conv_activation, obs.input_dtype == "uint8")
     for i, size in enumerate(config.fcnet_hiddens):
         x = keras.layers.Dense(size, activation=config.fcnet_activation, name=f"hidden_{i}")(x)
     return inputs, x

@@ -6,20 +6,22 @@ from __future__ import annotations
 import numpy as np
 
 from dsac.models.catalog import build_model
+from dsac.models.vision import ObsInput
 
 
 class KerasForward:
     """A catalog-built Keras model behind a ``tf.function`` taking batches of any size.
 
     Args:
-        input_dim, output_dim: flat sizes.
+        input_dim: the flat input size, or an :class:`dsac.models.vision.ObsInput` (images).
+        output_dim: the flat output size.
         config: the run's config (model settings).
         name: the network's name (``actor``, ``q``); also the prefix of its weight names.
         build: the builder to use, ``build(input_dim, output_dim, config, name)``
             (default: the catalog's :func:`build_model`).
     """
 
-    def __init__(self, input_dim: int, output_dim: int, config, name: str, build=build_model):
+    def __init__(self, input_dim, output_dim: int, config, name: str, build=build_model):
         from dsac.tf_setup import import_tensorflow
 
         tf = import_tensorflow(getattr(config, "verbose", False))
@@ -27,12 +29,12 @@ class KerasForward:
 
         self.model = build(input_dim, output_dim, config, name)
         self.variables = TensorFlowVariables(self.model, prefix=name)
-        self._forward = tf.function(
-            lambda x: self.model(x), input_signature=[tf.TensorSpec([None, input_dim], tf.float32)]
-        )
+        shape, self.dtype = ((None, *input_dim.input_shape), input_dim.input_dtype) if isinstance(input_dim, ObsInput) \
+            else ((None, input_dim), "float32")
+        self._forward = tf.function(lambda x: self.model(x), input_signature=[tf.TensorSpec(shape, self.dtype)])
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        return self._forward(np.asarray(x, np.float32)).numpy()
+        return self._forward(np.asarray(x, self.dtype)).numpy()
 
     def set_weights(self, weights: dict) -> None:
         self.variables.set_weights(weights)

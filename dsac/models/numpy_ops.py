@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from dsac.models.vision import default_conv_filters, image_layout
+from dsac.models.vision import conv_output_shape, default_conv_filters, image_layout
 
 # Keras' activations of the same names.
 ACTIVATIONS = {
@@ -63,3 +63,18 @@ def image_features(weights: dict[str, np.ndarray], prefix: str, obs: np.ndarray,
     for i, (_, _, stride) in enumerate(filters or default_conv_filters(obs_shape)):
         x = act(conv2d_valid(x, weights[f"{prefix}conv_{i}/kernel"], weights[f"{prefix}conv_{i}/bias"], stride))
     return x.reshape(len(obs), -1)
+
+
+def encoder_shapes(obs, config, prefix: str) -> tuple[dict[str, tuple[int, ...]], int]:
+    """``({prefix}conv_<i>/kernel|bias: shape}, features)`` of the conv encoder of image
+    observations (``obs``: an :class:`dsac.models.vision.ObsInput`), or ``({}, flat size)``."""
+    if not obs.is_image:
+        return {}, obs.flat_dim
+    filters = config.conv_filters or default_conv_filters(obs.shape)
+    shapes, channels = {}, image_layout(obs.shape)[1][2]
+    for i, (out, kernel, _) in enumerate(filters):
+        shapes[f"{prefix}conv_{i}/kernel"] = (kernel, kernel, channels, out)
+        shapes[f"{prefix}conv_{i}/bias"] = (out,)
+        channels = out
+    height, width, channels = conv_output_shape(obs.shape, filters)
+    return shapes, height * width * channels

@@ -22,6 +22,10 @@ each batch once, inside the network, and the numpy forward the same way.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numpy as np
+
 from dsac.errors import DsacError
 
 NATURE_FILTERS = [[32, 8, 4], [64, 4, 2], [64, 3, 1]]
@@ -85,3 +89,42 @@ def check_conv_filters(filters) -> list[list[int]]:
                             f"got {layer!r}")
         out.append([int(n) for n in layer])
     return out
+
+
+class ObsInput(NamedTuple):
+    """What a network reads: observations of ``shape`` and ``dtype``, as images (through the
+    conv encoder, uint8 kept to the network) or flat vectors (float32)."""
+
+    shape: tuple
+    dtype: str
+
+    @property
+    def is_image(self) -> bool:
+        return len(self.shape) > 1
+
+    @property
+    def flat_dim(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def input_shape(self) -> tuple:
+        """One observation's shape at the network's input."""
+        return tuple(self.shape) if self.is_image else (self.flat_dim,)
+
+    @property
+    def input_dtype(self) -> str:
+        return self.dtype if self.is_image and self.dtype == "uint8" else "float32"
+
+    def batch(self, obs) -> np.ndarray:
+        """A batch of observations as the network takes it."""
+        return np.asarray(obs, self.input_dtype).reshape(-1, *self.input_shape)
+
+
+def obs_input(observation_space) -> ObsInput:
+    """The network input of a Box observation space: images (2 to 4 axes in a layout
+    :func:`image_layout` reads) or flat vectors."""
+    shape = tuple(int(n) for n in observation_space.shape)
+    if is_image_shape(shape):
+        image_layout(shape)  # a one-line error for shapes that are not images
+        return ObsInput(shape, str(observation_space.dtype))
+    return ObsInput((int(np.prod(shape)),), str(observation_space.dtype))

@@ -7,13 +7,13 @@ import gymnasium as gym
 
 from dsac.algorithms import Algorithm
 from dsac.algorithms.dqn.policy import DQNPolicy
-from dsac.envs import require_flat_box_observation
+from dsac.envs import require_box_observation
 from dsac.errors import DsacError
 
 
 def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
-    """A flat Box observation and a Discrete action space."""
-    require_flat_box_observation(env_id, observation_space)
+    """A flat or image Box observation and a Discrete action space."""
+    require_box_observation(env_id, observation_space)
     if not isinstance(action_space, gym.spaces.Discrete):
         raise DsacError(f"--algo dqn needs a Discrete action space, but {env_id} has {action_space} (use --algo sac)")
 
@@ -27,7 +27,14 @@ ALGORITHM = Algorithm(
     defaults={
         "lr": 1e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000,
         "start_steps": 1_000, "updates_per_step": 1.0, "n_step": 3, "prioritized": True,
-        "total_env_steps": 100_000,
+        "total_env_steps": 100_000, "fcnet_hiddens": [64, 64],
+    },
+    # Atari (the Nature encoder comes from the frames' size): a 512-wide head (Mnih et al. 2015),
+    # rl-zoo's lr, batch and update ratio (one update per 4 env steps), 100k transitions
+    # (~0.8 GB of frames), a 10M-step budget (Ape-X's, SB3's); provisional: to be set by a sweep.
+    atari_defaults={
+        "fcnet_hiddens": [512], "lr": 1e-4, "batch_size": 32, "buffer_size": 100_000, "learning_starts": 10_000,
+        "start_steps": 10_000, "updates_per_step": 0.25, "total_env_steps": 10_000_000,
     },
     check_spaces=check_spaces,
     serving="dsac.algorithms.dqn.serving:serving",

@@ -23,6 +23,7 @@ import tensorflow as tf
 from dsac.algorithms.compiled import ADAM_EPSILON, CompiledUpdate
 from dsac.algorithms.dqn.networks import build_q_network
 from dsac.algorithms.dqn.numpy_q import c51_support
+from dsac.models.vision import ObsInput
 from dsac.weights import TensorFlowVariables, named_variables
 
 
@@ -86,20 +87,21 @@ class DQNLearner(CompiledUpdate):
     """Q-network, target network, optimizer and the compiled update.
 
     Args:
-        obs_dim: flat observation size.
+        obs: the observations the network reads (:class:`dsac.models.vision.ObsInput`).
         num_actions: size of the Discrete action space.
         config: :class:`dsac.config.Config` (model settings, dueling, double_q, lr, grad_clip,
             target_update_every).
         seed: seeds network initialization.
     """
 
-    def __init__(self, obs_dim: int, num_actions: int, config, seed: int = 0):
+    def __init__(self, obs: ObsInput, num_actions: int, config, seed: int = 0):
         keras.utils.set_random_seed(seed)
         self.num_atoms = int(config.num_atoms)
         support = c51_support(config)
         self.support = None if support is None else tf.constant(support)
-        self.q_online = build_q_network(obs_dim, num_actions, config, "q")
-        self.q_target = build_q_network(obs_dim, num_actions, config, "q_target")
+        self.obs = obs
+        self.q_online = build_q_network(obs, num_actions, config, "q")
+        self.q_target = build_q_network(obs, num_actions, config, "q_target")
         self.q_target.set_weights(self.q_online.get_weights())
         self.double_q = bool(config.double_q)
         self.grad_clip = float(config.grad_clip)
@@ -140,15 +142,15 @@ class DQNLearner(CompiledUpdate):
             target.assign(online)
         return None
 
-    @staticmethod
-    def to_tensors(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The batch as the compiled update takes it."""
+    def to_tensors(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The batch as the compiled update takes it (image frames stay uint8: the network
+        scales them)."""
         n = len(batch["reward"])
         return {
-            "obs": np.asarray(batch["obs"], np.float32),
+            "obs": self.obs.batch(batch["obs"]),
             "action": np.asarray(batch["action"], np.int32).reshape(n),
             "reward": np.asarray(batch["reward"], np.float32),
-            "next_obs": np.asarray(batch["next_obs"], np.float32),
+            "next_obs": self.obs.batch(batch["next_obs"]),
             "terminated": np.asarray(batch["terminated"], np.float32),
             "discount": np.asarray(batch["discount"], np.float32),
             "weights": np.asarray(batch["weights"], np.float32) if "weights" in batch else np.ones(n, np.float32),

@@ -19,7 +19,8 @@ from dsac.algorithms.dqn.numpy_q import (
     q_layer_names,
     q_values,
 )
-from dsac.models.numpy_ops import dense_shapes
+from dsac.models.numpy_ops import dense_shapes, encoder_shapes, image_features
+from dsac.models.vision import obs_input
 from dsac.policy import LearnerPolicy
 from dsac.tf_setup import import_tensorflow
 
@@ -31,7 +32,7 @@ class DQNPolicy(LearnerPolicy):
                  worker_index=None, num_workers=1):
         super().__init__(observation_space, action_space, config, build_learner=build_learner, seed=seed,
                          worker_index=worker_index, num_workers=num_workers)
-        self.obs_dim = int(np.prod(observation_space.shape))
+        self.obs = obs_input(observation_space)
         self.num_actions = int(action_space.n)
         self.action_start = int(action_space.start)
         self.torso, self.heads = q_layer_names(len(config.fcnet_hiddens), config.dueling)
@@ -41,13 +42,13 @@ class DQNPolicy(LearnerPolicy):
             import_tensorflow(getattr(config, "verbose", False))  # quietly, before the learner's module imports it
             from dsac.algorithms.dqn.learner import DQNLearner  # TensorFlow only here
 
-            self.learner = DQNLearner(self.obs_dim, self.num_actions, config, seed=seed)
+            self.learner = DQNLearner(self.obs, self.num_actions, config, seed=seed)
             self._weights = self.learner.acting_weights.get_weights()
         elif config.custom_model:
             from dsac.algorithms.dqn.networks import build_q_network
             from dsac.models.keras_forward import KerasForward
 
-            self.keras_forward = KerasForward(self.obs_dim, self.num_actions, config, "q", build=build_q_network)
+            self.keras_forward = KerasForward(self.obs, self.num_actions, config, "q", build=build_q_network)
 
     @property
     def epsilon(self) -> float:
@@ -61,12 +62,14 @@ class DQNPolicy(LearnerPolicy):
 
     def q_values(self, obs_batch) -> np.ndarray:
         """Q(s, ·) for a batch of observations (numpy forward pass)."""
-        x = np.asarray(obs_batch, np.float32).reshape(-1, self.obs_dim)
+        x = self.obs.batch(obs_batch)
         weights = self.get_weights()
         if self.learner is not None:
             return q_from_head_outputs([self.learner.q_online(x).numpy().reshape(len(x), -1)], self.support)
         if self.keras_forward is not None:
             return q_from_head_outputs([self.keras_forward(x).reshape(len(x), -1)], self.support)
+        if self.obs.is_image:
+            x = image_features(weights, "q/", x, self.obs.shape, self.config.conv_filters, self.config.conv_activation)
         return q_values(weights, self.torso, self.heads, x, self.support, self.config.fcnet_activation)
 
     def compute_actions(self, obs_batch, explore=True):
@@ -94,8 +97,9 @@ class DQNPolicy(LearnerPolicy):
 
     def numpy_weight_shapes(self):
         atoms = int(self.config.num_atoms)
-        widths = [self.obs_dim, *self.config.fcnet_hiddens]
-        shapes = dense_shapes(self.torso, widths)
+        shapes, features = encoder_shapes(self.obs, self.config, "q/")
+        widths = [features, *self.config.fcnet_hiddens]
+        shapes.update(dense_shapes(self.torso, widths))
         head_outputs = [atoms, self.num_actions * atoms] if self.config.dueling else [self.num_actions * atoms]
         for head, outputs in zip(self.heads, head_outputs, strict=True):
             shapes.update(dense_shapes([head], [widths[-1], outputs]))

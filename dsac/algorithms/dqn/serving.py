@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 
 def serving(loaded):
     """``(Q-network, act)`` for a :class:`dsac.inference.LoadedPolicy`: ``act(obs)`` is the
@@ -12,10 +10,10 @@ def serving(loaded):
 
     from dsac.algorithms.dqn.networks import build_q_network
     from dsac.algorithms.dqn.numpy_q import c51_support
+    from dsac.models.vision import obs_input
     from dsac.weights import TensorFlowVariables
 
-    obs_dim = int(np.prod(loaded.observation_space.shape))
-    model = build_q_network(obs_dim, int(loaded.action_space.n), loaded.config, "q")
+    model = build_q_network(obs_input(loaded.observation_space), int(loaded.action_space.n), loaded.config, "q")
     TensorFlowVariables(model, "q").set_weights(loaded.payload["weights"])
     support = c51_support(loaded.config)
     start = int(loaded.action_space.start)

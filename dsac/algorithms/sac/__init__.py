@@ -32,7 +32,7 @@ ALGORITHM = Algorithm(
     defaults={
         "lr": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 200,
         "start_steps": 200, "updates_per_step": 1.0, "n_step": 1, "prioritized": False,
-        "total_env_steps": 20_000,
+        "total_env_steps": 20_000, "fcnet_hiddens": [64, 64],
     },
     check_spaces=check_spaces,
     serving="dsac.algorithms.sac.serving:serving",
