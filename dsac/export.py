@@ -4,17 +4,17 @@ acts in TensorFlow (:attr:`dsac.algorithms.Algorithm.serving`)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from dsac.artifacts import check_writable_dir
 from dsac.errors import DsacError
 from dsac.inference import load_policy
+from dsac.models.vision import obs_input
 from dsac.registry import algorithm, load_object
 
 
-def export_savedmodel(weights_path: str, out_dir: str, trust_code: bool = False) -> str:
+def export_savedmodel(weights_path: str, out_dir: str, trust_code: bool = False) -> tuple[str, str]:
     """Write ``out_dir`` with signature ``serving_default(obs: float32[batch, obs_dim]) ->
-    {"action": ...}``; returns ``out_dir``. The file is loaded and checked (see
+    {"action": ...}`` (image observations: ``obs`` of the env's shape and dtype, e.g.
+    ``uint8[batch, 4, 84, 84]``); returns ``out_dir`` and the signature, described. The file is loaded and checked (see
     :func:`dsac.inference.load_policy`) before TensorFlow is imported."""
     loaded = load_policy(weights_path, trust_code=trust_code)
     if loaded.payload.get("policy_class"):
@@ -25,15 +25,17 @@ def export_savedmodel(weights_path: str, out_dir: str, trust_code: bool = False)
 
     tf = import_tensorflow()
     model, act = load_object(algorithm(loaded.algo).serving, "serving function")(loaded)
-    obs_dim = int(np.prod(loaded.observation_space.shape))
+    obs = obs_input(loaded.observation_space)
     module = tf.Module()
     module.model = model
     module.serve = tf.function(
-        lambda obs: {"action": act(obs)}, input_signature=[tf.TensorSpec([None, obs_dim], tf.float32, name="obs")]
+        lambda obs: {"action": act(obs)},
+        input_signature=[tf.TensorSpec([None, *obs.input_shape], obs.input_dtype, name="obs")],
     )
     try:
         tf.saved_model.save(module, out_dir, signatures={"serving_default": module.serve})
     except (tf.errors.OpError, OSError) as exc:
         message = getattr(exc, "message", None) or str(exc)
         raise DsacError(f"--savedmodel {out_dir}: cannot write it ({message.strip().splitlines()[0]})") from None
-    return out_dir
+    shape = ", ".join(["batch", *map(str, obs.input_shape)])
+    return out_dir, f"serving_default(obs {obs.input_dtype}[{shape}]) -> action"

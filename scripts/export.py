@@ -22,14 +22,14 @@ def main(argv=None) -> int:
     try:
         from dsac.export import export_savedmodel
 
-        out = export_savedmodel(args.path, args.savedmodel, trust_code=args.trust_code)
+        out, signature = export_savedmodel(args.path, args.savedmodel, trust_code=args.trust_code)
     except DsacError as exc:
         print(f"export: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"export: error: cannot write {args.savedmodel}: {exc}", file=sys.stderr)
         return 2
-    print(f"SavedModel in {out}: signature serving_default(obs float32[batch, obs_dim]) -> action")
+    print(f"SavedModel in {out}: signature {signature}")
     return 0
 
 

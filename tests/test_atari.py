@@ -92,3 +92,43 @@ def test_atari_flags_and_rllib_model_keys():
         make_env("ALE/Pong-v5", {"frameskip": 4})
     with pytest.raises(DsacError, match="setting framestack must be int"):
         AtariSettings.from_dict({"framestack": "4"})
+
+
+def test_a_short_pong_run_with_two_workers_leaves_weights_that_act_without_tensorflow(tmp_path):
+    """launch.py as a user runs it on an ALE id with Atari defaults, shortened."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    out = tmp_path / "pong"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    run = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--algo", "dqn", "--env", "ALE/Pong-v5",
+         "--num_workers", "2", "--total_env_steps", "1500", "--learning_starts", "500", "--start_steps", "500",
+         "--buffer_size", "5000", "--eval_every", "100000", "--eval_episodes", "1", "--output_dir", str(out)],
+        capture_output=True, text=True, timeout=600, env=env, cwd=REPO_ROOT,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "stored frame by frame: 4 frames of (84, 84)" in run.stderr + run.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["env_steps"] >= 1500 and summary["updates"] > 0
+    probe = (
+        "import sys, numpy as np\n"
+        "from dsac.inference import load_policy\n"
+        f"policy = load_policy({str(out / 'weights.pkl')!r})\n"
+        "env = policy.make_env()\n"
+        "obs, _ = env.reset(seed=0)\n"
+        "total, done = 0.0, False\n"
+        "for _ in range(300):\n"
+        "    obs, reward, terminated, truncated, _ = env.step(policy(obs))\n"
+        "    total += reward\n"
+        "assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8\n"
+        "assert 'tensorflow' not in sys.modules\n"
+        "print('score', total)\n"
+    )
+    acted = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env,
+                           cwd=REPO_ROOT)
+    assert acted.returncode == 0 and "score" in acted.stdout, acted.stderr[-2000:]
