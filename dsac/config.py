@@ -306,6 +306,7 @@ class Config:
     )
     custom_model_config: dict = _f({}, "keyword settings passed to the custom model builder", cli=False)
     custom_models: dict = _f({}, "name -> builder; filled from the registry when the config is resolved", cli=False)
+    defaulted: list = _f([], "the fields resolve() filled with algorithm defaults (not saved)", cli=False)
     callbacks: object = _f(None, "a dsac.Callbacks subclass, or module:Class", cli_type=str)
     policy_class: object = _f(None, "a dsac.Policy subclass replacing the algorithm's, or module:Class", cli_type=str)
     init_alpha: float = _f(1.0, "initial entropy coefficient (sac)")
@@ -362,7 +363,7 @@ class Config:
 
     def to_dict(self) -> dict:
         """Plain dict (JSON-safe) of every field; classes and builders as ``module:Name``."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "trust_code"}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("trust_code", "defaulted")}
         out["callbacks"] = _qualified(self.callbacks)
         out["policy_class"] = _qualified(self.policy_class)
         out["custom_models"] = {name: _qualified(b) for name, b in self.custom_models.items()}
@@ -390,6 +391,7 @@ class Config:
         values = _read_mapping(path, source)
         overrides = dict(overrides or {})
         values.pop("custom_models", None)  # builders come from the registry or module:Name
+        values.pop("defaulted", None)
         values.pop("trust_code", None)  # consent is given by the caller, never by the file
         if fresh_run:
             values.pop("output_dir", None)
@@ -432,6 +434,7 @@ class Config:
         spec = algorithm(self.algo)
         defaults = {**spec.defaults, **(spec.atari_defaults if is_atari_id(self.env) else {})}
         fills = {k: v for k, v in defaults.items() if getattr(self, k) is None}
+        fills["defaulted"] = sorted({*self.defaulted, *fills})
         if self.num_replay_shards is None:
             fills["num_replay_shards"] = self.num_learners
         if self.num_workers == 0:  # RLlib's num_env_runners=0: everything in the driver

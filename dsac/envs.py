@@ -128,15 +128,6 @@ def is_flat_box(space: gym.Space) -> bool:
     return isinstance(space, gym.spaces.Box) and len(space.shape) == 1
 
 
-def require_flat_box_observation(env_id: str, observation_space: gym.Space) -> None:
-    """Refuse observations the built-in networks cannot read, saying what would fit."""
-    if not is_flat_box(observation_space):
-        raise DsacError(
-            f"{env_id} has observation space {observation_space}; dsac needs a flat Box observation: "
-            "add --flatten_obs to flatten it"
-        )
-
-
 def require_box_observation(env_id: str, observation_space: gym.Space) -> None:
     """Refuse observations that are neither a flat Box nor an image the conv encoder reads
     (see :mod:`dsac.models.vision`), saying what would fit."""

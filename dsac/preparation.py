@@ -6,6 +6,8 @@ about a second, not a cluster start-up.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -18,9 +20,12 @@ from dsac.atari import AtariSettings
 from dsac.config import Config
 from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_line
 from dsac.errors import DsacError
+from dsac.models.vision import conv_output_shape, default_conv_filters, obs_input
 from dsac.recorder import network_keys
 from dsac.registry import algorithm, policy_class_for, refuse_untrusted_code
 from dsac.replay import check_fits_in_memory, replay_specs, storage_bytes
+
+log = logging.getLogger("dsac")
 
 
 @dataclass
@@ -72,10 +77,15 @@ def prepare(config: Config, local: bool = False) -> Prepared:
         env.close()
     observation_space, action_space = env.observation_space, env.action_space
     algorithm(config.algo).check_spaces(config.env, observation_space, action_space)
+    obs = obs_input(observation_space)
+    if obs.is_image:  # every conv layer must fit its input: one line now, not a learner's traceback later
+        conv_output_shape(obs.shape, config.conv_filters or default_conv_filters(obs.shape))
     initial_weights = None
     if config.init_weights:
         initial_weights = fitting_weights(config, config.init_weights, observation_space, action_space)
     specs, frames = replay_specs(observation_space, action_space)
+    if frames is not None and "buffer_size" in config.defaulted:
+        config = image_buffer_size(config, specs, frames, psutil.virtual_memory().available)
     check_fits_in_memory(
         storage_bytes(config.buffer_size, specs, frames), psutil.virtual_memory().available, "this machine"
     )
@@ -85,6 +95,27 @@ def prepare(config: Config, local: bool = False) -> Prepared:
     if not config.resume and os.path.exists(os.path.join(output_dir, "progress.jsonl")):
         raise DsacError(f"--output_dir {output_dir} already holds a run: choose another directory")
     return Prepared(config, observation_space, action_space, output_dir, created, initial_weights)
+
+
+# Share of the available memory a default-sized replay of images may take.
+IMAGE_REPLAY_MEMORY_SHARE = 0.5
+
+
+def image_buffer_size(config: Config, specs: dict, frames, available: int) -> Config:
+    """With image observations and no --buffer_size, the replay's capacity follows from the
+    frames' size and the memory available: the algorithm's default if it fits in half of
+    it, else what does (said in the log)."""
+    per_transition = storage_bytes(10_000, specs, frames) / 10_000
+    fits = int(IMAGE_REPLAY_MEMORY_SHARE * available / per_transition) // 1000 * 1000
+    if fits >= config.buffer_size:
+        return config
+    capacity = max(fits, config.batch_size, 1000)
+    log.info("replay buffer: the default %d transitions of %s frames would need %.1f GiB; %d transitions fit in "
+             "half of the %.1f GiB available (set --buffer_size to choose)", config.buffer_size,
+             "x".join(map(str, frames.frame_shape)), storage_bytes(config.buffer_size, specs, frames) / 2**30,
+             capacity, available / 2**30)
+    return dataclasses.replace(config, buffer_size=capacity,
+                               learning_starts=min(config.learning_starts, capacity))
 
 
 def fitting_weights(config: Config, path: str, observation_space, action_space) -> dict:

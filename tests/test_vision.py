@@ -72,3 +72,78 @@ def test_dqn_learns_an_image_env_through_the_conv_encoder(tmp_path):
     evals = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
     returns = [e["eval_return_mean"] for e in evals if "eval_return_mean" in e]
     assert returns[-1] >= 0.8, returns  # 10 balls, at least 9 caught
+
+
+def test_sac_on_car_racing_runs_end_to_end_and_sizes_its_replay_to_the_machine(tmp_path):
+    """SAC from pixels (CarRacing-v3, 96x96x3 frames): the critics' shared encoder, the actor
+    reading its features; SAC's default 1M transitions would not fit, so the replay is sized
+    to the memory there is and the log says so; the weights act through load_policy without
+    TensorFlow."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    from dsac.config import Config
+
+    out = tmp_path / "car"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    run = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--algo", "sac", "--env", "CarRacing-v3", "--local",
+         "--total_env_steps", "300", "--learning_starts", "100", "--start_steps", "100", "--batch_size", "16",
+         "--eval_episodes", "1", "--env_kwargs", '{"max_episode_steps": 100}', "--output_dir", str(out)],
+        capture_output=True, text=True, timeout=600, env=env, cwd=REPO_ROOT,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "transitions of 96x96x3 frames would need" in run.stderr + run.stdout
+    saved = Config.load(str(out / "config.json"))
+    assert 1000 <= saved.buffer_size < 1_000_000
+    probe = (
+        "import sys\n"
+        "from dsac.inference import load_policy\n"
+        f"policy = load_policy({str(out / 'weights.pkl')!r})\n"
+        "env = policy.make_env()\n"
+        "obs, _ = env.reset(seed=0)\n"
+        "action = policy(obs)\n"
+        "assert action.shape == (3,) and env.action_space.contains(action), action\n"
+        "assert 'tensorflow' not in sys.modules\n"
+    )
+    acted = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env,
+                           cwd=REPO_ROOT)
+    assert acted.returncode == 0, acted.stderr[-2000:]
+
+
+def test_sac_image_encoder_is_trained_by_the_critics_only_and_acts_the_same_in_numpy():
+    import gymnasium as gym
+    import tensorflow as tf
+
+    from dsac.algorithms.sac.policy import SACPolicy
+
+    config = Config(algo="sac", fcnet_hiddens=[16], conv_filters=[[8, 4, 2], [8, 3, 2]]).validate()
+    observations = gym.spaces.Box(0, 255, (3, 32, 32, 3), np.uint8)  # 3 stacked RGB frames
+    actions = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    learner = SACPolicy(observations, actions, config, build_learner=True)
+    rng = np.random.default_rng(0)
+    weights = {k: rng.normal(0, 0.1, v.shape).astype(np.float32) for k, v in learner.get_weights().items()}
+    assert any(k.startswith("encoder/conv_") for k in weights) and "encoder_target/head/kernel" not in weights
+    learner.set_weights(weights)
+    actor = SACPolicy(observations, actions, config)
+    actor.check_weights(weights)
+    actor.set_weights(weights)
+    obs = rng.integers(0, 256, (4, 3, 32, 32, 3)).astype(np.uint8)
+    np.testing.assert_allclose(actor.actor_outputs(obs), learner.actor_outputs(obs), atol=1e-4)
+
+    sac = learner.learner
+    batch = sac.to_tensors({"obs": obs, "action": rng.uniform(-1, 1, (4, 2)), "reward": np.ones(4),
+                            "next_obs": obs[::-1], "terminated": np.zeros(4), "discount": np.full(4, 0.99)})
+    with tf.GradientTape(persistent=True) as tape:
+        stats = sac.losses(batch, tf.random.normal((4, 2)), tf.random.normal((4, 2)))
+    encoder = sac.encoder.trainable_variables
+    assert all(g is None for g in tape.gradient(stats["actor_loss"], encoder))
+    assert all(g is not None and np.any(g.numpy()) for g in tape.gradient(stats["qf_loss"], encoder))
+    before = [v.numpy().copy() for v in sac.encoder_target.weights]
+    sac.update(learner.prepare_batch({"obs": obs, "action": rng.uniform(-1, 1, (4, 2)).astype(np.float32),
+                                      "reward": np.ones(4, np.float32), "next_obs": obs,
+                                      "terminated": np.zeros(4, np.float32), "discount": np.full(4, 0.99, np.float32)}))
+    assert any(not np.allclose(b, a.numpy()) for b, a in zip(before, sac.encoder_target.weights, strict=True))

@@ -7,13 +7,13 @@ import numpy as np
 
 from dsac.algorithms import Algorithm
 from dsac.algorithms.sac.policy import SACPolicy
-from dsac.envs import require_flat_box_observation
+from dsac.envs import require_box_observation
 from dsac.errors import DsacError
 
 
 def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
-    """A flat Box observation and a bounded, flat Box action space."""
-    require_flat_box_observation(env_id, observation_space)
+    """A flat or image Box observation and a bounded, flat Box action space."""
+    require_box_observation(env_id, observation_space)
     if isinstance(action_space, gym.spaces.Discrete):
         raise DsacError(
             f"--algo sac needs a continuous Box action space, but {env_id} has {action_space} (use --algo dqn)"

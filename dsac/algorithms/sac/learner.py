@@ -4,6 +4,10 @@ Gaussian actor with the log-prob correction, and automatic entropy tuning.
 The math reads top to bottom in :func:`sac_losses`, with the paper's quantities as names.
 The noise is an argument, so the losses are a pure function that tests check by hand.
 Actions inside the learner live in [-1, 1]; replay stores them in the env's bounds.
+
+Image observations go through a conv encoder φ(s) that only the critics' loss trains; the
+actor reads φ(s) without sending gradients back, and the target critics read a polyak copy
+of it (SAC-AE, Yarats et al. 2019; DrQ, Kostrikov et al. 2020).
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ import numpy as np
 import tensorflow as tf
 
 from dsac.algorithms.compiled import ADAM_EPSILON, CompiledUpdate
-from dsac.algorithms.sac.networks import build_actor, build_critic
+from dsac.algorithms.sac.networks import FEATURE_DIM, build_acting_network, build_critic, build_encoder
 from dsac.algorithms.sac.numpy_actor import LOG_STD_MAX, LOG_STD_MIN, to_unit_action
+from dsac.models.vision import ObsInput
 from dsac.weights import TensorFlowVariables, named_variables
 
 LOG_2 = math.log(2.0)
@@ -36,30 +41,37 @@ def squashed_gaussian_sample(actor, obs, noise):
     return action, gaussian_log_prob - log_det_jacobian
 
 
-def sac_losses(actor, q1, q2, q1_target, q2_target, log_alpha, batch, target_entropy, noise_next, noise_pi):
+def sac_losses(actor, q1, q2, q1_target, q2_target, log_alpha, batch, target_entropy, noise_next, noise_pi,
+               encoder=None, encoder_target=None):
     """The three SAC objectives on one batch; returns a dict of tensors (scalars, and
     ``td_abs`` per transition). ``batch["discount"]`` is γ^k of the stored (n-step)
-    transition; ``batch["weights"]`` are importance weights (ones without prioritized replay)."""
+    transition; ``batch["weights"]`` are importance weights (ones without prioritized replay).
+    With ``encoder`` (images) the networks read φ(s) = encoder(s) instead of s, the targets
+    φ_targ(s') = encoder_target(s'), and only the critics' loss reaches the encoder."""
     obs, action, reward = batch["obs"], batch["action"], batch["reward"]
     next_obs, terminated, discount = batch["next_obs"], batch["terminated"], batch["discount"]
     alpha = tf.exp(log_alpha)
+    phi = encoder(obs) if encoder is not None else obs
+    phi_next = tf.stop_gradient(encoder(next_obs)) if encoder is not None else next_obs
+    phi_next_target = encoder_target(next_obs) if encoder is not None else next_obs
 
     # Critics: J_Q = E[½ w (Q_i(s,a) − y)²],  y = r + γ(1 − d)(min_j Q_targ_j(s',a') − α log π(a'|s'))
-    next_action, next_log_pi = squashed_gaussian_sample(actor, next_obs, noise_next)
-    next_obs_action = tf.concat([next_obs, next_action], axis=-1)
+    next_action, next_log_pi = squashed_gaussian_sample(actor, phi_next, noise_next)
+    next_obs_action = tf.concat([phi_next_target, next_action], axis=-1)
     min_qf_next_target = (
         tf.minimum(q1_target(next_obs_action), q2_target(next_obs_action))[:, 0] - alpha * next_log_pi
     )
     next_q_value = tf.stop_gradient(reward + discount * (1.0 - terminated) * min_qf_next_target)
-    obs_action = tf.concat([obs, action], axis=-1)
+    obs_action = tf.concat([phi, action], axis=-1)
     qf1_a_values = q1(obs_action)[:, 0]
     qf2_a_values = q2(obs_action)[:, 0]
     qf1_loss = 0.5 * tf.reduce_mean(batch["weights"] * tf.square(qf1_a_values - next_q_value))
     qf2_loss = 0.5 * tf.reduce_mean(batch["weights"] * tf.square(qf2_a_values - next_q_value))
 
     # Actor: J_π = E[α log π(ã|s) − min_j Q_j(s, ã)],  ã ~ π(·|s) reparameterized
-    pi, log_pi = squashed_gaussian_sample(actor, obs, noise_pi)
-    obs_pi = tf.concat([obs, pi], axis=-1)
+    phi_actor = tf.stop_gradient(phi)  # the actor's loss does not train the encoder
+    pi, log_pi = squashed_gaussian_sample(actor, phi_actor, noise_pi)
+    obs_pi = tf.concat([phi_actor, pi], axis=-1)
     min_qf_pi = tf.minimum(q1(obs_pi), q2(obs_pi))[:, 0]
     actor_loss = tf.reduce_mean(tf.stop_gradient(alpha) * log_pi - min_qf_pi)
 
@@ -83,21 +95,30 @@ class SACLearner(CompiledUpdate):
     """Networks, optimizers and the compiled update of SAC.
 
     Args:
-        obs_dim, act_dim: flat sizes of observations and actions.
+        obs: the observations (:class:`dsac.models.vision.ObsInput`; images get an encoder).
+        act_dim: flat size of actions.
         action_low, action_high: the env's action bounds (replay stores env-space actions).
         config: :class:`dsac.config.Config` (gamma, tau, lr, model settings, init_alpha, target_entropy).
         seed: seeds network initialization and the update's noise.
     """
 
-    def __init__(self, obs_dim: int, act_dim: int, action_low, action_high, config, seed: int = 0):
+    def __init__(self, obs: ObsInput, act_dim: int, action_low, action_high, config, seed: int = 0):
         keras.utils.set_random_seed(seed)
-        self.actor = build_actor(obs_dim, act_dim, config)
-        self.q1 = build_critic(obs_dim, act_dim, config, "q1")
-        self.q2 = build_critic(obs_dim, act_dim, config, "q2")
-        self.q1_target = build_critic(obs_dim, act_dim, config, "q1_target")
-        self.q2_target = build_critic(obs_dim, act_dim, config, "q2_target")
+        self.obs = obs
+        self.acting, self.actor, self.encoder = build_acting_network(obs, act_dim, config)
+        features = FEATURE_DIM if obs.is_image else obs.flat_dim
+        self.q1 = build_critic(features, act_dim, config, "q1")
+        self.q2 = build_critic(features, act_dim, config, "q2")
+        self.q1_target = build_critic(features, act_dim, config, "q1_target")
+        self.q2_target = build_critic(features, act_dim, config, "q2_target")
         self.q1_target.set_weights(self.q1.get_weights())
         self.q2_target.set_weights(self.q2.get_weights())
+        self.targets = [(self.q1_target, self.q1), (self.q2_target, self.q2)]
+        self.encoder_target = None
+        if self.encoder is not None:
+            self.encoder_target = build_encoder(obs, config, "encoder_target")
+            self.encoder_target.set_weights(self.encoder.get_weights())
+            self.targets.append((self.encoder_target, self.encoder))
         self.log_alpha = keras.Variable(math.log(config.init_alpha), dtype="float32", name="log_alpha")
 
         self.gamma = float(config.gamma)
@@ -109,6 +130,8 @@ class SACLearner(CompiledUpdate):
         self.action_high = np.asarray(action_high, np.float32)
 
         self.critic_variables = self.q1.trainable_variables + self.q2.trainable_variables
+        if self.encoder is not None:  # trained by the critics' loss only
+            self.critic_variables = self.critic_variables + self.encoder.trainable_variables
         self.actor_optimizer = keras.optimizers.Adam(config.lr, epsilon=ADAM_EPSILON)
         self.critic_optimizer = keras.optimizers.Adam(config.lr, epsilon=ADAM_EPSILON)
         self.alpha_optimizer = keras.optimizers.Adam(config.lr, epsilon=ADAM_EPSILON)
@@ -116,11 +139,18 @@ class SACLearner(CompiledUpdate):
         self.critic_optimizer.build(self.critic_variables)
         self.alpha_optimizer.build([self.log_alpha])
 
-        self.acting_weights = TensorFlowVariables(self.actor, prefix="actor")
+        encoders = {}
+        if self.encoder is not None:
+            encoders = {**named_variables(self.encoder, "encoder"), **named_variables(self.encoder_target, "encoder_target")}
+        self.acting_weights = TensorFlowVariables({
+            **(named_variables(self.encoder, "encoder") if self.encoder is not None else {}),
+            **named_variables(self.actor, "actor"),
+        })
         self.state = TensorFlowVariables({
             **{n: v for n, v in zip(self.acting_weights.names, self.acting_weights.variables, strict=True)},
             **named_variables(self.q1, "q1"), **named_variables(self.q2, "q2"),
             **named_variables(self.q1_target, "q1_target"), **named_variables(self.q2_target, "q2_target"),
+            **encoders,
             "log_alpha": self.log_alpha,
             **named_variables(self.actor_optimizer.variables, "actor_optimizer"),
             **named_variables(self.critic_optimizer.variables, "critic_optimizer"),
@@ -133,7 +163,7 @@ class SACLearner(CompiledUpdate):
         """:func:`sac_losses` on this learner's networks (batch actions already in [-1, 1])."""
         return sac_losses(
             self.actor, self.q1, self.q2, self.q1_target, self.q2_target, self.log_alpha,
-            batch, self.target_entropy, noise_next, noise_pi,
+            batch, self.target_entropy, noise_next, noise_pi, self.encoder, self.encoder_target,
         )
 
     def _gradients_of(self, batch):
@@ -158,8 +188,8 @@ class SACLearner(CompiledUpdate):
             zip(grads[critic:critic + actor], self.actor.trainable_variables, strict=True)
         )
         self.alpha_optimizer.apply_gradients(zip(grads[critic + actor:], [self.log_alpha], strict=True))
-        # Polyak averaging: θ_targ ← (1 − τ) θ_targ + τ θ
-        for target, source in ((self.q1_target, self.q1), (self.q2_target, self.q2)):
+        # Polyak averaging: θ_targ ← (1 − τ) θ_targ + τ θ (critics, and the encoder for images)
+        for target, source in self.targets:
             for t, s in zip(target.weights, source.weights, strict=True):
                 t.assign((1.0 - self.tau) * t + self.tau * s)
 
@@ -169,10 +199,10 @@ class SACLearner(CompiledUpdate):
         its ``discount`` (:data:`dsac.replay.FIELDS`), as DQN's ``to_tensors`` expects too."""
         n = len(batch["reward"])
         return {
-            "obs": np.asarray(batch["obs"], np.float32),
+            "obs": self.obs.batch(batch["obs"]),
             "action": to_unit_action(np.asarray(batch["action"], np.float32), self.action_low, self.action_high),
             "reward": np.asarray(batch["reward"], np.float32),
-            "next_obs": np.asarray(batch["next_obs"], np.float32),
+            "next_obs": self.obs.batch(batch["next_obs"]),
             "terminated": np.asarray(batch["terminated"], np.float32),
             "discount": np.asarray(batch["discount"], np.float32),
             "weights": np.asarray(batch["weights"], np.float32) if "weights" in batch else np.ones(n, np.float32),

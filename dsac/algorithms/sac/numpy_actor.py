@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dsac.models.numpy_ops import encoder_shapes, image_features
+
 # Bounds of the actor's log standard deviation (as in Stable-Baselines3).
 LOG_STD_MIN = -20.0
 LOG_STD_MAX = 2.0
@@ -36,3 +38,24 @@ def to_env_action(unit, low, high):
 def to_unit_action(action, low, high):
     """The inverse of :func:`to_env_action`: env-space actions (as replay stores them) in [-1, 1]."""
     return (action - low) * 2.0 / (high - low) - 1.0
+
+
+def encoder_features(weights: dict[str, np.ndarray], obs: np.ndarray, obs_input, config) -> np.ndarray:
+    """φ(s) of image observations: the conv encoder, then tanh(LayerNorm(dense)) (Keras'
+    LayerNormalization: epsilon 1e-3)."""
+    x = image_features(weights, "encoder/", obs, obs_input.shape, config.conv_filters, config.conv_activation)
+    x = x @ weights["encoder/head/kernel"] + weights["encoder/head/bias"]
+    mean = x.mean(axis=-1, keepdims=True)
+    var = x.var(axis=-1, keepdims=True)
+    x = (x - mean) / np.sqrt(var + 1e-3) * weights["encoder/norm/gamma"] + weights["encoder/norm/beta"]
+    return np.tanh(x)
+
+
+def encoder_weight_shapes(obs_input, config) -> dict[str, tuple[int, ...]]:
+    """Shapes of the image encoder's weights, by name."""
+    from dsac.algorithms.sac.networks import FEATURE_DIM
+
+    shapes, features = encoder_shapes(obs_input, config, "encoder/")
+    shapes.update({"encoder/head/kernel": (features, FEATURE_DIM), "encoder/head/bias": (FEATURE_DIM,),
+                   "encoder/norm/gamma": (FEATURE_DIM,), "encoder/norm/beta": (FEATURE_DIM,)})
+    return shapes

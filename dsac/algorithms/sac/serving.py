@@ -10,14 +10,15 @@ def serving(loaded):
     tanh(mean) scaled to the env's bounds, as the numpy actor acts deterministically."""
     import tensorflow as tf
 
-    from dsac.algorithms.sac.networks import build_actor
+    from dsac.algorithms.sac.networks import build_acting_network
     from dsac.algorithms.sac.numpy_actor import to_env_action
-    from dsac.weights import TensorFlowVariables
+    from dsac.models.vision import obs_input
+    from dsac.weights import TensorFlowVariables, named_variables
 
-    obs_dim = int(np.prod(loaded.observation_space.shape))
     act_dim = int(np.prod(loaded.action_space.shape))
-    model = build_actor(obs_dim, act_dim, loaded.config)
-    TensorFlowVariables(model, "actor").set_weights(loaded.payload["weights"])
+    model, actor, encoder = build_acting_network(obs_input(loaded.observation_space), act_dim, loaded.config)
+    named = {**(named_variables(encoder, "encoder") if encoder is not None else {}), **named_variables(actor, "actor")}
+    TensorFlowVariables(named).set_weights(loaded.payload["weights"])
     low = tf.constant(loaded.action_space.low, tf.float32)
     high = tf.constant(loaded.action_space.high, tf.float32)
 
