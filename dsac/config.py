@@ -26,26 +26,26 @@ def _f(default, help: str, **kw):
     return field(default=default, metadata={"help": help, **kw})
 
 
-def json_object(text: str) -> dict:
-    """``--env_kwargs`` and the like: a JSON object (argparse reports the error in one line)."""
+def _json_flag(text: str, kind: type, example: str):
+    """A flag's JSON value of type ``kind`` (argparse reports the error in one line)."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"{text!r} is not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object like '{{\"key\": 1}}'")
+    if not isinstance(value, kind):
+        name = {dict: "object", list: "list"}[kind]
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON {name} like '{example}'")
     return value
+
+
+def json_object(text: str) -> dict:
+    """``--env_kwargs`` and the like: a JSON object."""
+    return _json_flag(text, dict, '{"key": 1}')
 
 
 def json_list(text: str) -> list:
-    """``--conv_filters``: a JSON list (argparse reports the error in one line)."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(value, list):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON list like '[[32, 8, 4], [64, 4, 2]]'")
-    return value
+    """``--conv_filters``: a JSON list."""
+    return _json_flag(text, list, "[[32, 8, 4], [64, 4, 2]]")
 
 
 # What RLlib and Stable-Baselines3 call some of dsac's keys, for "did you mean" — only where the

@@ -3,6 +3,7 @@
     python scripts/benchmark.py --quick            # ~10 minutes on 2 cores
     python scripts/benchmark.py --seeds 3 --out bench.json
     python scripts/benchmark.py --only lunar       # LunarLanderContinuous-v3 alone (up to ~2 h)
+    python scripts/benchmark.py --only atari       # pixels: collection, acting, learner, replay, 60-min Pong
 
 Measures:
   raw env       env steps/s of one env in one process (the floor to compare against)
@@ -25,6 +26,9 @@ Measures:
   lunar         not by default (--lunar or --only lunar; up to two hours a seed): SAC on
                 LunarLanderContinuous-v3 to 200, dsac's defaults against SB3 with rl-zoo's settings,
                 each capped at --lunar_cap minutes (60), beside rl-zoo's published 260 at 500k steps
+  atari         not by default (--atari or --only atari): ALE/Pong-v5 frames/s collected, numpy acting
+                cost, DQN learner updates/s with the Nature encoder, replay bytes and sampling rate,
+                and a --pong_minutes (60) learning run with the Atari defaults (scripts/atari_benchmark.py)
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ SOLVE = {
 DEFAULTS = {algo: ["--algo", algo, "--num_workers", str(harness.WORKERS[algo])] for algo in SOLVE}
 LUNAR = ("LunarLanderContinuous-v3", 200.0, 500_000)  # env, threshold, env-step budget (rl-zoo's)
 RL_ZOO_LUNAR = "rl-zoo's published SAC score: 260 at 500k env steps"
-PARTS = ["collection", "naive", "learner", "sync", "solve", "sb3", "equal", "lunar"]
+PARTS = ["collection", "naive", "learner", "sync", "solve", "sb3", "equal", "lunar", "atari"]
 
 
 # --- raw env --------------------------------------------------------------------------------
@@ -83,22 +87,22 @@ def raw_env_rate(env_id: str, seconds: float) -> float:
 # --- collection -----------------------------------------------------------------------------
 def _initial_weights(config, env_id):
     """Acting weights of a freshly built policy (what the learner would push first)."""
-    import gymnasium as gym
-
+    from dsac.atari import AtariSettings
+    from dsac.envs import make_env
     from dsac.registry import policy_class_for
 
-    env = gym.make(env_id)
+    env = make_env(env_id, atari=AtariSettings.from_config(config))
     policy = policy_class_for(config)(env.observation_space, env.action_space, config, build_learner=True, seed=0)
     return env.observation_space, env.action_space, policy.get_weights()
 
 
-def _unthrottled_buffer(specs, num_writers: int):
+def _unthrottled_buffer(specs, num_writers: int, frames=None, capacity: int = 200_000):
     from dsac.distributed.actors import ReplayBuffer
 
     # No learner: the rate limiter must never hold collection back.
     return ReplayBuffer.options(num_cpus=0).remote(
-        specs, 200_000, updates_per_step=1e-9, learning_starts=10**12, max_steps_ahead=10**12,
-        num_writers=num_writers, max_chunk=256,
+        specs, capacity, updates_per_step=1e-9, learning_starts=10**12, max_steps_ahead=10**12,
+        num_writers=num_writers, max_chunk=256, frames=frames,
     )
 
 
@@ -112,13 +116,13 @@ def collection_rate(algo: str, env_id: str, workers: int, seconds: float, naive:
     from dsac.config import Config
     from dsac.distributed.actors import ParameterServer
     from dsac.distributed.tasks import rollout_worker
-    from dsac.replay import field_specs
+    from dsac.replay import replay_specs
 
     config = Config(algo=algo, env=env_id, num_workers=workers, envs_per_worker=envs_per_worker, start_steps=0,
                     learning_starts=0).validate()
     obs_space, act_space, weights = _initial_weights(config, env_id)
-    specs = field_specs(obs_space.shape, obs_space.dtype, act_space.shape, act_space.dtype)
-    replay = _unthrottled_buffer(specs, workers)
+    specs, frames = replay_specs(obs_space, act_space)
+    replay = _unthrottled_buffer(specs, workers, frames, 50_000 if frames else 200_000)
     ps = ParameterServer.options(num_cpus=0).remote()
     ray.get(ps.push.remote(weights))
     cpus = min(1.0, (ray.cluster_resources()["CPU"] - 0.01) / workers)
@@ -219,12 +223,7 @@ def local_learner_rate(seconds: float) -> float:
         "reward": rng.normal(size=n).astype(np.float32), "next_obs": rng.normal(size=(n, 3)).astype(np.float32),
         "terminated": np.zeros(n, np.float32), "discount": np.full(n, 0.99, np.float32),
     } for _ in range(config.batches_per_sample)]
-    policy.learn_on_batches(batches)  # trace
-    updates, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        policy.learn_on_batches(batches)
-        updates += len(batches)
-    return updates / (time.perf_counter() - started)
+    return harness.updates_per_second(policy, batches, seconds)
 
 
 def in_system(seconds: float, workers: int = 4) -> dict:
@@ -397,6 +396,10 @@ def main(argv=None) -> int:
                         help="only these parts (with SB3's side unless --skip sb3)")
     parser.add_argument("--lunar", action="store_true", help="add the LunarLanderContinuous-v3 part (long)")
     parser.add_argument("--lunar_cap", type=float, default=60.0, help="minutes each Lunar run may take at most")
+    parser.add_argument("--atari", action="store_true",
+                        help="add the Atari part (scripts/atari_benchmark.py; with the Pong run, over an hour)")
+    parser.add_argument("--pong_minutes", type=float, default=60.0, help="length of the Atari part's Pong run (0: none)")
+    parser.add_argument("--pong_workers", type=int, default=2, help="rollout workers of the Pong run")
     parser.add_argument("--lunar_seeds", type=int, nargs="+", default=[1],
                         help="seeds of the Lunar part: how many (one number: seeds 0..N-1) or which (several)")
     parser.add_argument("--settings", choices=["defaults", "tuned"], default="defaults",
@@ -406,8 +409,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.only:
         args.skip = [p for p in PARTS if p not in args.only and p != "sb3"] + [p for p in args.skip if p == "sb3"]
-    elif not args.lunar:
-        args.skip = [*args.skip, "lunar"]
+    else:
+        args.skip = [*args.skip, *(["lunar"] if not args.lunar else []), *(["atari"] if not args.atari else [])]
     window = 3.0 if args.quick else 10.0
     report: dict = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                                 "platform": platform.platform()}, "quick": args.quick}
@@ -415,7 +418,7 @@ def main(argv=None) -> int:
     report["raw_env_steps_per_s"] = {e: raw_env_rate(e, 2.0) for e in ("Pendulum-v1", "CartPole-v1")}
     print(f"raw env: {report['raw_env_steps_per_s']}", file=sys.stderr)
 
-    in_ray = [p for p in ("collection", "naive", "learner", "sync") if p not in args.skip]
+    in_ray = [p for p in ("collection", "naive", "learner", "sync", "atari") if p not in args.skip]
     cores = float(os.cpu_count() or 1)
     if in_ray:
         cores = start_ray()
@@ -446,6 +449,11 @@ def main(argv=None) -> int:
                                              "p50": float(np.percentile(sync, 50)) if sync else None,
                                              "p95": float(np.percentile(sync, 95)) if sync else None})
         print(f"sync: {report['weight_sync_ms']}", file=sys.stderr)
+    if "atari" not in args.skip:
+        import atari_benchmark
+
+        atari_benchmark.run(report, [w for w in (1, 2, 4) if w <= max(args.workers)], window, args.pong_minutes,
+                            args.pong_workers, collection_rate)
     if in_ray:
         import ray
 
@@ -535,6 +543,10 @@ def markdown(r: dict, cores: float) -> str:
                 cells[-1] += f" → {ours / theirs:.2f}× (medians of the runs that reached it)"
         rows.append(f"| time to solve SAC {env_id} to {threshold:g}, each capped at {cap_min:g} min | "
                     f"{' · '.join(cells)} | beside {RL_ZOO_LUNAR} |")
+    if "atari" in r:
+        import atari_benchmark
+
+        rows += atari_benchmark.markdown(r["atari"])
     rows.append(f"| benchmark wall time | {r['benchmark_s']} s | |")
     return "\n".join(rows)
 

@@ -204,3 +204,14 @@ def band(runs: list[dict], axis: str, grid: np.ndarray) -> tuple[np.ndarray, np.
         n = np.sum(~np.isnan(c), axis=0)
         half = 1.96 * np.nanstd(c, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1)) if len(c) > 1 else 0 * mean
     return mean, mean - half, mean + half
+
+
+def updates_per_second(policy, batches: list[dict], seconds: float) -> float:
+    """A learner policy's updates/s on ``batches`` held in this process, in blocks of
+    ``len(batches)`` per call as a learner takes them from replay (after one call to trace)."""
+    policy.learn_on_batches(batches)
+    updates, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        policy.learn_on_batches(batches)
+        updates += len(batches)
+    return updates / (time.perf_counter() - started)

@@ -33,3 +33,27 @@ def ray_local():
     )
     yield ray
     ray.shutdown()
+
+
+def act_without_tensorflow(weights_path, steps: str) -> str:
+    """Run ``steps`` (Python source, indented for a function body) in a fresh process after
+    ``policy = load_policy(weights_path)``, ``env = policy.make_env()`` and ``obs, _ =
+    env.reset(seed=0)``; assert TensorFlow was never imported there; return its stdout."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = "\n".join([
+        "import sys",
+        "import numpy as np",
+        "from dsac.inference import load_policy",
+        f"policy = load_policy({str(weights_path)!r})",
+        "env = policy.make_env()",
+        "obs, _ = env.reset(seed=0)",
+        textwrap.dedent(steps),
+        "assert 'tensorflow' not in sys.modules, 'acting imported TensorFlow'",
+    ])
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+                         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout
