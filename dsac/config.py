@@ -249,8 +249,8 @@ class Config:
     max_seconds: float | None = _f(None, "stop after this many wall-clock seconds")
 
     # --- evaluation and output ---------------------------------------------------------
-    eval_every: int = _f(1_000, "evaluate every this many env steps")
-    eval_episodes: int = _f(10, "deterministic episodes per evaluation")
+    eval_every: int | None = _f(None, "evaluate every this many env steps (algorithm default)")
+    eval_episodes: int | None = _f(None, "deterministic episodes per evaluation (algorithm default)")
     output_dir: str | None = _f(
         None, "run directory (default: <storage_path>/<algo>-<env>-<timestamp>)"
     )
@@ -327,7 +327,8 @@ class Config:
     # --- DQN (Mnih et al. 2015; Ape-X, Horgan et al. 2018) --------------------------------
     dueling: bool = _f(True, "dueling value/advantage heads (dqn)")
     double_q: bool = _f(True, "double Q-learning targets (dqn)")
-    target_update_every: int = _f(100, "hard target-network copy every this many updates (dqn)")
+    target_update_every: int | None = _f(None, "hard target-network copy every this many updates (dqn; algorithm "
+                                         "default)")
     grad_clip: float = _f(10.0, "global gradient-norm clip (dqn)")
     num_atoms: int = _f(1, "C51 atoms of the return distribution; 1 = expected Q (dqn)")
     v_min: float = _f(-10.0, "lowest C51 atom (dqn)")

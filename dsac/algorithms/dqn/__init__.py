@@ -27,14 +27,18 @@ ALGORITHM = Algorithm(
     defaults={
         "lr": 1e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000,
         "start_steps": 1_000, "updates_per_step": 1.0, "n_step": 3, "prioritized": True,
-        "total_env_steps": 100_000, "fcnet_hiddens": [64, 64],
+        "total_env_steps": 100_000, "fcnet_hiddens": [64, 64], "eval_every": 1_000, "eval_episodes": 10,
+        "target_update_every": 100,
     },
     # Atari (the Nature encoder comes from the frames' size): a 512-wide head (Mnih et al. 2015),
     # rl-zoo's lr, batch and update ratio (one update per 4 env steps), 100k transitions
-    # (~0.8 GB of frames), a 10M-step budget (Ape-X's, SB3's); provisional: to be set by a sweep.
+    # (~0.8 GB of frames), a 10M-step budget (Ape-X's, SB3's), a target copy every 1,000 updates
+    # (4,000 env steps), 5 evaluation games every 25k env steps (a Pong game is ~1k-4k steps);
+    # provisional: to be set by a sweep.
     atari_defaults={
         "fcnet_hiddens": [512], "lr": 1e-4, "batch_size": 32, "buffer_size": 100_000, "learning_starts": 10_000,
         "start_steps": 10_000, "updates_per_step": 0.25, "total_env_steps": 10_000_000,
+        "target_update_every": 1_000, "eval_every": 25_000, "eval_episodes": 5,
     },
     check_spaces=check_spaces,
     serving="dsac.algorithms.dqn.serving:serving",

@@ -32,7 +32,8 @@ ALGORITHM = Algorithm(
     defaults={
         "lr": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 200,
         "start_steps": 200, "updates_per_step": 1.0, "n_step": 1, "prioritized": False,
-        "total_env_steps": 20_000, "fcnet_hiddens": [64, 64],
+        "total_env_steps": 20_000, "fcnet_hiddens": [64, 64], "eval_every": 1_000, "eval_episodes": 10,
+        "target_update_every": 100,  # unused: SAC's targets are polyak averages (--tau)
     },
     check_spaces=check_spaces,
     serving="dsac.algorithms.sac.serving:serving",
