@@ -154,6 +154,13 @@ def check_payload(payload, path: str) -> None:
     for name, array in payload["weights"].items():
         if not isinstance(name, str) or not isinstance(array, np.ndarray):
             raise DsacError(f"weights file {path}: weight {name!r} is not a named numpy array")
+    if "atari" in payload:
+        from dsac.atari import AtariSettings
+
+        try:
+            AtariSettings.from_dict(payload["atari"])
+        except DsacError as exc:
+            raise DsacError(f"weights file {path}: {exc}") from None
 
 
 def code_names(payload: dict) -> dict:

@@ -92,6 +92,10 @@ def hostile_files() -> dict[str, bytes]:
         "policy_class_not_a_policy": dumps(
             {"format_version": FORMAT_VERSION, **good_payload(policy_class="collections:OrderedDict")}
         ),
+        # Atari preprocessing settings a loader would build an env from: a 10^9-frame stack
+        "atari_framestack_out_of_range": dumps(
+            {"format_version": FORMAT_VERSION, **good_payload(atari={"framestack": 10**9})}
+        ),
     }
 
 
