@@ -114,20 +114,34 @@ def write_run(directory, weights_bytes: bytes, config_changes: dict) -> None:
     (checkpoint / "weights.pkl").write_bytes(weights_bytes)
 
 
+# Starts the measured process and reports its exit code and peak RSS (KB) as wait4 gives them.
+# It runs in a small process of its own: a process started straight from pytest would report
+# pytest's own peak RSS (Linux keeps the larger of the parent's high-water mark at exec and the
+# child's), which grows with the tests that ran before.
+TRAMPOLINE = """
+import os, sys
+pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ,
+                     file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
+_, status, usage = os.wait4(pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
+
+
 def run_measured(args, cwd, timeout=120) -> tuple[int, str, float]:
     """Run a process; (exit code, stderr, its own peak RSS in MB as wait4 reports it)."""
     env = {**os.environ, "PYTHONPATH": REPO_ROOT, "RAY_TMPDIR": os.path.join(str(cwd), "ray")}
     with open(os.path.join(str(cwd), "stderr.txt"), "w+b") as err:
-        proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err)
-        timer = threading.Timer(timeout, proc.kill)
+        proc = subprocess.Popen([sys.executable, "-c", TRAMPOLINE, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=err, start_new_session=True)
+        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, 9))
         timer.start()
         try:
-            _, status, usage = os.wait4(proc.pid, 0)
+            out, _ = proc.communicate()
         finally:
             timer.cancel()
-        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        code, rss_kb = (int(x) for x in out.split()) if out.strip() else (-9, 0)
         err.seek(0)
-        return code, err.read().decode(errors="replace"), usage.ru_maxrss / 1024
+        return code, err.read().decode(errors="replace"), rss_kb / 1024
 
 
 IN_PROCESS = """
