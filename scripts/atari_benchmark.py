@@ -113,7 +113,9 @@ def pong_run(minutes: float, workers: int, out_dir: str) -> dict:
         [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--algo", "dqn", "--env", ENV, "--num_workers",
          str(workers), "--max_seconds", str(60 * minutes), "--seed", "0", "--output_dir", out_dir,
          "--no-progress_bar"],
-        cwd=REPO_ROOT, check=False, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        cwd=REPO_ROOT, check=False,
+        # as a user runs it: dsac quiets TensorFlow itself (a TF_CPP_MIN_LOG_LEVEL given to it is the user's choice)
+        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
     )
     evals = []
     path = os.path.join(out_dir, "progress.jsonl")
