@@ -30,6 +30,7 @@ RUN = [
 ]
 EVAL = re.compile(r"eval at (\d+) env steps .*: return (-?[\d.]+|nan)")
 PROGRESS = re.compile(r"([\d,]+)/[\d,]+ env steps")
+CHECKPOINT = re.compile(r"checkpoint at ([\d,]+) env steps, ([\d,]+) updates")
 
 
 class Run:
@@ -96,6 +97,13 @@ def steps_of(progress_line: str) -> int:
     return int(PROGRESS.search(progress_line).group(1).replace(",", ""))
 
 
+def checkpoint_with_updates_at_least(updates: int):
+    def predicate(line):
+        match = CHECKPOINT.search(line)
+        return match is not None and int(match.group(2).replace(",", "")) >= updates
+    return predicate
+
+
 def progress_at_least(steps: int):
     return lambda line: PROGRESS.search(line) is not None and steps_of(line) >= steps
 
@@ -136,9 +144,11 @@ def test_killed_learner_resumes_from_its_checkpoint(tmp_path):
     run = Run(tmp_path / "run", *RUN)
     try:
         pid = run.pid_of("learner")
-        # Kill it between the evaluations at 2,000 and 3,000 env steps, with ~2,000 updates done.
-        line = run.wait_for(progress_at_least(2400))
-        killed_at_line, killed_at_steps = len(run.lines), steps_of(line)
+        # Kill it as soon as a checkpoint holds 1,000 updates (about 2,000 env steps; the run
+        # reaches its threshold near 3,000, two seconds later on an idle machine: a progress
+        # line, every 2 s, can come too late).
+        line = run.wait_for(checkpoint_with_updates_at_least(1000))
+        killed_at_line, killed_at_steps = len(run.lines), int(CHECKPOINT.search(line).group(1).replace(",", ""))
         os.kill(pid, signal.SIGKILL)
         assert run.pid_of("learner", start=killed_at_line) != pid  # a new learner process
         code = run.finish()
