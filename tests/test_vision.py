@@ -138,3 +138,39 @@ def test_sac_image_encoder_is_trained_by_the_critics_only_and_acts_the_same_in_n
                                       "reward": np.ones(4, np.float32), "next_obs": obs,
                                       "terminated": np.zeros(4, np.float32), "discount": np.full(4, 0.99, np.float32)}))
     assert any(not np.allclose(b, a.numpy()) for b, a in zip(before, sac.encoder_target.weights, strict=True))
+
+
+def test_dqn_priorities_reuse_the_q_values_computed_while_acting():
+    """Image observations: a worker's initial priorities use the Q-values it computed while
+    acting (looked up by the observation's content) and forward only the distinct observations
+    it never acted on; they equal the priorities computed from scratch under the same weights."""
+    from dsac.algorithms.dqn.policy import DQNPolicy, content_key
+    from dsac.rollout import EnvCollector
+
+    collector = EnvCollector("examples.catch:Catch", num_envs=2, seed=0, n_step=3)
+    config = Config(algo="dqn", fcnet_hiddens=[16]).validate()
+
+    def policy():
+        return DQNPolicy(collector.observation_space, collector.action_space, config, seed=0, worker_index=0,
+                         num_workers=2)
+
+    actor, fresh = policy(), policy()
+    rng = np.random.default_rng(0)
+    weights = {name: rng.normal(0.0, 0.3, shape).astype(np.float32) for name, shape in actor.weight_shapes().items()}
+    actor.set_weights(weights)
+    fresh.set_weights(weights)
+    acted, forwarded = set(), []
+
+    def act(obs):
+        acted.update(map(content_key, obs))
+        return actor.compute_actions(obs, explore=True)
+
+    batch = collector.collect(act, 200)
+    own_forward = actor.q_values
+    actor.q_values = lambda obs: (forwarded.append(len(obs)), own_forward(obs))[1]
+    got = actor.postprocess_trajectory(batch)["priority"]
+    expected = fresh.postprocess_trajectory(batch)["priority"]
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    never_acted = {content_key(o) for o in np.concatenate([batch["obs"], batch["next_obs"]])} - acted
+    assert 0 < sum(forwarded) == len(never_acted) < len(batch["reward"]) / 4, (forwarded, len(never_acted))
+    assert not actor.acted_q  # nothing kept past its chunk

@@ -3,11 +3,16 @@
 Acting runs the numpy Q-network, ε-greedy with Ape-X's per-worker ε (one worker: a linear
 decay); the evaluator acts greedily. ``postprocess_trajectory`` gives each transition its
 initial priority — its |TD error| under the worker's own weights — so new data need not be
-guessed at the maximum priority (Ape-X). TensorFlow is imported only with
-``build_learner=True``.
+guessed at the maximum priority (Ape-X). With image observations the Q-values computed while
+acting are remembered by the observation's content and reused for the priorities, which then
+cost a forward pass only for observations not acted on yet (a chunk's last next
+observations): the conv encoder's forward pass is a worker's largest cost. TensorFlow is
+imported only with ``build_learner=True``.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
@@ -24,6 +29,14 @@ from dsac.models.vision import obs_input
 from dsac.policy import LearnerPolicy
 from dsac.tf_setup import import_tensorflow
 
+# Q-value rows remembered from acting before they are dropped unused (a chunk holds far fewer).
+MAX_REMEMBERED_Q = 65_536
+
+
+def content_key(observation: np.ndarray) -> bytes:
+    """A digest of an observation's bytes (128 bits: collisions do not happen in practice)."""
+    return hashlib.blake2b(np.ascontiguousarray(observation).data, digest_size=16).digest()
+
 
 class DQNPolicy(LearnerPolicy):
     """Double/dueling n-step DQN for flat Box observations and Discrete actions."""
@@ -38,6 +51,9 @@ class DQNPolicy(LearnerPolicy):
         self.torso, self.heads = q_layer_names(len(config.fcnet_hiddens), config.dueling)
         self.support = c51_support(config)
         self.steps = 0  # exploring actions taken by this policy
+        # Image observations: Q(s, ·) of the observations acted on since the last chunk, by
+        # content (see postprocess_trajectory).
+        self.acted_q: dict[bytes, np.ndarray] = {}
         if build_learner:
             import_tensorflow(getattr(config, "verbose", False))  # quietly, before the learner's module imports it
             from dsac.algorithms.dqn.learner import DQNLearner  # TensorFlow only here
@@ -74,7 +90,12 @@ class DQNPolicy(LearnerPolicy):
 
     def compute_actions(self, obs_batch, explore=True):
         """Greedy actions; with ``explore``, each is replaced by a uniform one with prob. ε."""
-        greedy = np.argmax(self.q_values(obs_batch), axis=1)
+        q = self.q_values(obs_batch)
+        if explore and self.obs.is_image:
+            if len(self.acted_q) > MAX_REMEMBERED_Q:  # acting without chunks (compute_single_action)
+                self.acted_q.clear()
+            self.acted_q.update(zip(map(content_key, obs_batch), q, strict=True))
+        greedy = np.argmax(q, axis=1)
         if explore:
             explore_mask = self.rng.random(len(greedy)) < self.epsilon
             greedy = np.where(explore_mask, self.rng.integers(0, self.num_actions, len(greedy)), greedy)
@@ -85,12 +106,31 @@ class DQNPolicy(LearnerPolicy):
         """Adds ``priority`` = |y − Q(s, a)| under this policy's weights (online net for both
         terms: workers hold no target network)."""
         if not self.has_weights or len(batch["reward"]) == 0:
+            self.acted_q.clear()
             return batch
-        q_s = self.q_values(batch["obs"])
-        q_sa = q_s[np.arange(len(q_s)), np.asarray(batch["action"], np.int64) - self.action_start]
-        q_next = self.q_values(batch["next_obs"]).max(axis=1)
+        n = len(batch["reward"])
+        q = self.remembered_q_values(np.concatenate([batch["obs"], batch["next_obs"]]))
+        self.acted_q.clear()
+        q_sa = q[np.arange(n), np.asarray(batch["action"], np.int64) - self.action_start]
+        q_next = q[n:].max(axis=1)
         y = batch["reward"] + batch["discount"] * (1.0 - batch["terminated"]) * q_next
         return {**batch, "priority": np.abs(y - q_sa).astype(np.float32)}
+
+    def remembered_q_values(self, observations) -> np.ndarray:
+        """Q(s, ·) for each observation: for images, the values computed while acting where
+        there are some (possibly under the weights of a few pulls ago, as Ape-X's actors'
+        priorities are), one forward pass over the distinct others; for vectors, a forward pass."""
+        if not self.obs.is_image:
+            return self.q_values(observations)
+        keys = [content_key(o) for o in observations]
+        missing: dict[bytes, int] = {}
+        for i, key in enumerate(keys):
+            if key not in self.acted_q and key not in missing:
+                missing[key] = i
+        known = self.acted_q
+        if missing:
+            known = {**known, **dict(zip(missing, self.q_values(observations[list(missing.values())]), strict=True))}
+        return np.stack([known[key] for key in keys])
 
     def prepare_batch(self, batch):
         return {**batch, "action": np.asarray(batch["action"], np.int64) - self.action_start}
