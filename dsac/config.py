@@ -225,6 +225,11 @@ class Config:
     env: str = _f("Pendulum-v1", "gymnasium environment id, or module:env-id / module:ClassName of your own")
     env_kwargs: dict = _f({}, 'keyword arguments of the env, as JSON: \'{"g": 9.81}\'', cli_type=json_object)
     flatten_obs: bool = _f(False, "flatten Dict/Tuple/Discrete/image observations into one flat Box")
+    env_step_ms: float = _f(
+        0.0, "rollout envs: each step takes at least this many milliseconds of wall time, sleeping, not computing "
+        "(a stand-in for an expensive simulator, a robot or a remote service: scripts/scale.py)"
+    )
+    env_reset_ms: float = _f(0.0, "rollout envs: each reset takes at least this many milliseconds (as --env_step_ms)")
     seed: int = _f(0, "random seed (envs, networks, replay sampling)")
 
     # --- topology ----------------------------------------------------------------------
@@ -522,6 +527,10 @@ def check_ranges(config: Config) -> None:
         value = getattr(config, name)
         if value is not None and not (math.isfinite(value) and value > 0):
             raise DsacError(f"--{name} must be a positive number, got {value!r}")
+    for name in ("env_step_ms", "env_reset_ms"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not (isinstance(value, int | float) and 0 <= value <= 60_000):
+            raise DsacError(f"--{name} must be a number of milliseconds in [0, 60000], got {value!r}")
     if isinstance(config.max_restarts, bool) or not isinstance(config.max_restarts, int) or config.max_restarts < 0:
         raise DsacError(f"--max_restarts must be an integer >= 0, got {config.max_restarts!r}")
     if config.learner_threads is not None and (

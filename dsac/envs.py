@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -65,6 +66,40 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
     if flatten_obs and not is_flat_box(env.observation_space):
         env = gym.wrappers.FlattenObservation(env)
     return env
+
+
+class SimulatedCost(gym.Wrapper):
+    """Each ``step`` takes at least ``step_ms`` milliseconds of wall time and each ``reset``
+    ``reset_ms``, sleeping for whatever the env's own work left: a stand-in for a simulator, a
+    robot or a remote service, which a rollout worker waits for without using a core (``launch.py
+    --env_step_ms``; ``scripts/scale.py``)."""
+
+    def __init__(self, env: gym.Env, step_ms: float = 0.0, reset_ms: float = 0.0):
+        super().__init__(env)
+        self.step_s, self.reset_s = step_ms / 1000.0, reset_ms / 1000.0
+
+    @staticmethod
+    def _wait_until(deadline: float) -> None:
+        left = deadline - time.perf_counter()
+        if left > 0:
+            time.sleep(left)
+
+    def step(self, action):
+        started = time.perf_counter()
+        out = self.env.step(action)
+        self._wait_until(started + self.step_s)
+        return out
+
+    def reset(self, **kwargs):
+        started = time.perf_counter()
+        out = self.env.reset(**kwargs)
+        self._wait_until(started + self.reset_s)
+        return out
+
+
+def with_simulated_cost(env: gym.Env, step_ms: float = 0.0, reset_ms: float = 0.0) -> gym.Env:
+    """``env`` wrapped in :class:`SimulatedCost` when either time is set, else ``env``."""
+    return SimulatedCost(env, step_ms, reset_ms) if step_ms > 0 or reset_ms > 0 else env
 
 
 def resolve_env(env_id: str):

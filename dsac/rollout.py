@@ -23,7 +23,7 @@ import numpy as np
 
 from dsac.atari import EPISODE_CONTINUES, REAL_REWARD, AtariSettings
 from dsac.callbacks import Callbacks, Episode, overrides
-from dsac.envs import make_env
+from dsac.envs import make_env, with_simulated_cost
 from dsac.messages import FinishedEpisode
 from dsac.replay import FIELDS
 
@@ -44,12 +44,19 @@ class EnvCollector:
         env_kwargs: keyword arguments of the env's constructor.
         flatten_obs: flatten the observations into one Box (see :func:`dsac.envs.make_env`).
         atari: preprocessing of Atari envs (default: :class:`dsac.atari.AtariSettings`).
+        env_step_ms, env_reset_ms: each step / reset takes at least this wall time, sleeping
+            (:class:`dsac.envs.SimulatedCost`; 0: the env as it is). The envs are stepped one
+            after another, so ``num_envs`` envs of 10 ms take 10·``num_envs`` ms a batch.
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int, gamma: float = 0.99, n_step: int = 1,
                  callbacks: Callbacks | None = None, worker_index: int | None = None,
-                 env_kwargs: dict | None = None, flatten_obs: bool = False, atari: AtariSettings | None = None):
-        self.envs = [make_env(env_id, env_kwargs, flatten_obs, atari, training=True) for _ in range(num_envs)]
+                 env_kwargs: dict | None = None, flatten_obs: bool = False, atari: AtariSettings | None = None,
+                 env_step_ms: float = 0.0, env_reset_ms: float = 0.0):
+        self.envs = [
+            with_simulated_cost(make_env(env_id, env_kwargs, flatten_obs, atari, training=True), env_step_ms, env_reset_ms)
+            for _ in range(num_envs)
+        ]
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])

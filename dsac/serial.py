@@ -59,7 +59,8 @@ class SerialRun:
         self.collector = EnvCollector(
             config.env, config.envs_per_worker, worker_seed, config.gamma, config.n_step, callbacks=self.callbacks,
             worker_index=0, env_kwargs=config.env_kwargs, flatten_obs=config.flatten_obs,
-            atari=AtariSettings.from_config(config),
+            atari=AtariSettings.from_config(config), env_step_ms=config.env_step_ms,
+            env_reset_ms=config.env_reset_ms,
         )
         cls = policy_class_for(config)
         learner_policy = cls(obs_space, act_space, config, build_learner=True, seed=config.seed)

@@ -120,3 +120,33 @@ def test_custom_env_module_trains_in_every_worker(user_module):
         assert result.returncode == 2, result.stderr
         assert fact in result.stderr and len(result.stderr.strip().splitlines()) == 1
         assert not (user_module / "warm").exists()
+
+
+def test_simulated_cost_makes_steps_take_their_time_and_changes_nothing_else():
+    """--env_step_ms / --env_reset_ms (a stand-in for an expensive simulator): the wrapped env
+    returns exactly what the env does, and its steps and resets take at least the set time."""
+    import time
+
+    import numpy as np
+
+    from dsac.config import Config
+    from dsac.envs import SimulatedCost, make_env, with_simulated_cost
+    from dsac.errors import DsacError
+
+    plain = make_env("CartPole-v1")
+    assert with_simulated_cost(plain) is plain
+    slow = with_simulated_cost(make_env("CartPole-v1"), step_ms=5, reset_ms=20)
+    assert isinstance(slow, SimulatedCost)
+    started = time.perf_counter()
+    obs, _ = slow.reset(seed=3)
+    assert time.perf_counter() - started >= 0.020
+    np.testing.assert_array_equal(obs, plain.reset(seed=3)[0])
+    started = time.perf_counter()
+    for _ in range(10):
+        got, want = slow.step(0), plain.step(0)
+        np.testing.assert_array_equal(got[0], want[0])
+        assert got[1:3] == want[1:3]
+    assert time.perf_counter() - started >= 10 * 0.005
+    for bad in (-1, float("nan"), 1e9, True):
+        with pytest.raises(DsacError, match="--env_step_ms must be a number"):
+            Config(env_step_ms=bad).validate()

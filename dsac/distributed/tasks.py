@@ -113,7 +113,8 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     collector = EnvCollector(
         config.env, config.envs_per_worker, seed, config.gamma, config.n_step, callbacks=callbacks,
         worker_index=index, env_kwargs=config.env_kwargs, flatten_obs=config.flatten_obs,
-        atari=AtariSettings.from_config(config),
+        atari=AtariSettings.from_config(config), env_step_ms=config.env_step_ms,
+        env_reset_ms=config.env_reset_ms,
     )
     policy = policy_class_for(config)(
         collector.observation_space, collector.action_space, config, seed=seed,
