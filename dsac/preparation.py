@@ -16,11 +16,11 @@ import numpy as np
 import psutil
 
 from dsac.artifacts import check_writable_dir, code_names, load_weights, read_checkpoint
-from dsac.atari import AtariSettings
+from dsac.atari import AtariSettings, is_atari_id
 from dsac.config import Config
 from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_line
 from dsac.errors import DsacError
-from dsac.models.vision import conv_output_shape, default_conv_filters, obs_input
+from dsac.models.vision import conv_output_shape, default_conv_filters, is_large_image, obs_input
 from dsac.recorder import network_keys
 from dsac.registry import algorithm, policy_class_for, refuse_untrusted_code
 from dsac.replay import check_fits_in_memory, replay_specs, storage_bytes
@@ -78,7 +78,9 @@ def prepare(config: Config, local: bool = False) -> Prepared:
     observation_space, action_space = env.observation_space, env.action_space
     algorithm(config.algo).check_spaces(config.env, observation_space, action_space)
     obs = obs_input(observation_space)
-    if obs.is_image:  # every conv layer must fit its input: one line now, not a learner's traceback later
+    if obs.is_image:
+        config = with_image_defaults(config, obs.shape)
+        # every conv layer must fit its input: one line now, not a learner's traceback later
         conv_output_shape(obs.shape, config.conv_filters or default_conv_filters(obs.shape))
     initial_weights = None
     if config.init_weights:
@@ -95,6 +97,21 @@ def prepare(config: Config, local: bool = False) -> Prepared:
     if not config.resume and os.path.exists(os.path.join(output_dir, "progress.jsonl")):
         raise DsacError(f"--output_dir {output_dir} already holds a run: choose another directory")
     return Prepared(config, observation_space, action_space, output_dir, created, initial_weights)
+
+
+def with_image_defaults(config: Config, shape) -> Config:
+    """Large image observations (not an ALE game, which has its own defaults): the algorithm's
+    ``image_defaults`` for the fields no flag set, said in the log."""
+    spec = algorithm(config.algo)
+    if not spec.image_defaults or is_atari_id(config.env) or not is_large_image(shape):
+        return config
+    fills = {key: value for key, value in spec.image_defaults.items() if key in config.defaulted}
+    if not fills:
+        return config
+    log.info("image observations %s: %s's defaults for large images %s (flags override them)",
+             "x".join(map(str, shape)), config.algo,
+             ", ".join(f"--{key} {' '.join(map(str, v)) if isinstance(v, list) else v}" for key, v in fills.items()))
+    return dataclasses.replace(config, **fills).validate()
 
 
 # Share of the available memory a default-sized replay of images may take.

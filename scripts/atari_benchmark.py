@@ -76,6 +76,29 @@ def learner_rate(seconds: float, batch_size: int) -> float:
     return harness.updates_per_second(policy, batches, seconds)
 
 
+def sac_image_learner_rate(seconds: float, batch_size: int, env_id: str = "CarRacing-v3") -> float:
+    """SAC updates/s from pixels (the critics' shared encoder, the actor on its features) with
+    the encoder the frames get by default, on uint8 batches already in this process."""
+    from dsac.algorithms.sac.policy import SACPolicy
+    from dsac.config import Config
+    from dsac.envs import make_env
+    from dsac.tf_setup import configure_tensorflow
+
+    configure_tensorflow(0, 2)
+    config = Config(algo="sac", env=env_id, batch_size=batch_size).validate()
+    env = make_env(env_id)
+    policy = SACPolicy(env.observation_space, env.action_space, config, build_learner=True)
+    rng = np.random.default_rng(0)
+    shape, n, act = env.observation_space.shape, batch_size, env.action_space.shape
+    batches = [{
+        "obs": rng.integers(0, 256, (n, *shape), dtype=np.uint8), "action": rng.uniform(-1, 1, (n, *act)).astype(np.float32),
+        "reward": rng.normal(size=n).astype(np.float32), "next_obs": rng.integers(0, 256, (n, *shape), dtype=np.uint8),
+        "terminated": np.zeros(n, np.float32), "discount": np.full(n, 0.99, np.float32),
+        "weights": np.ones(n, np.float32),
+    } for _ in range(config.batches_per_sample)]
+    return harness.updates_per_second(policy, batches, seconds)
+
+
 def replay_figures(transitions: int = 4000, seconds: float = 3.0) -> dict:
     """Bytes per transition (at 1M) and sampling rate of a frame-stored replay of real Pong frames."""
     from dsac.frames import FrameEncoder

@@ -105,6 +105,29 @@ def test_sac_on_car_racing_runs_end_to_end_and_sizes_its_replay_to_the_machine(t
     """)
 
 
+@pytest.mark.parametrize("algo", ["sac", "dqn"])
+def test_large_images_get_the_algorithms_image_defaults_and_flags_override_them(tmp_path, algo, caplog):
+    """Large frames (not an ALE game) get the algorithm's image defaults, which a CPU learner
+    can keep up with, for the fields no flag set; small images and vector envs keep theirs."""
+    import logging
+
+    from dsac.preparation import prepare
+    from dsac.registry import algorithm
+
+    kwargs = {} if algo == "sac" else {"continuous": False}  # CarRacing's discrete variant for DQN
+    spec = algorithm(algo)
+    with caplog.at_level(logging.INFO, logger="dsac"):
+        config = prepare(Config(algo=algo, env="CarRacing-v3", env_kwargs=kwargs, batch_size=48,
+                                output_dir=str(tmp_path / "a")), local=True).config
+    assert config.batch_size == 48  # the flag wins
+    for key, value in spec.image_defaults.items():
+        if key != "batch_size":
+            assert getattr(config, key) == value, key
+    assert "defaults for large images" in caplog.text and "--batch_size" not in caplog.text.split("large images")[1]
+    vector = Config(algo=algo, env="Pendulum-v1" if algo == "sac" else "CartPole-v1", output_dir=str(tmp_path / "b"))
+    assert prepare(vector, local=True).config == vector.validate()
+
+
 def test_sac_image_encoder_is_trained_by_the_critics_only_and_acts_the_same_in_numpy():
     import gymnasium as gym
     import tensorflow as tf

@@ -27,6 +27,10 @@ class Algorithm:
         serving: ``"module:function"`` of ``serving(loaded_policy) -> (keras model, act)``,
             ``act(obs) -> actions`` in TensorFlow, for a SavedModel (imported only by export).
         atari_defaults: what differs from ``defaults`` when ``--env`` is an ALE game.
+        image_defaults: what differs from ``defaults`` for other envs whose observations are
+            images of side >= ``LARGE_IMAGE_SIDE`` (a conv encoder a CPU learner pays tens of
+            milliseconds an update for); applied by :func:`dsac.preparation.prepare`, which
+            knows the observation space, to the fields no flag set.
     """
 
     name: str
@@ -36,3 +40,4 @@ class Algorithm:
     serving: str
     model_keys: tuple[str, ...] = field(default_factory=tuple)
     atari_defaults: dict = field(default_factory=dict)
+    image_defaults: dict = field(default_factory=dict)

@@ -53,11 +53,23 @@ def image_layout(shape) -> tuple[tuple[int, ...] | None, tuple[int, int, int]]:
     )
 
 
+# Frames at least this many pixels on their shorter side get the Nature encoder by default,
+# and an algorithm's ``image_defaults`` (dsac.algorithms.Algorithm): a learner update on them
+# costs tens of milliseconds on a CPU.
+LARGE_IMAGE_SIDE = 72
+
+
+def is_large_image(shape) -> bool:
+    """Whether observations of ``shape`` (an image layout) are large frames (see above)."""
+    height, width, _ = image_layout(shape)[1]
+    return min(height, width) >= LARGE_IMAGE_SIDE
+
+
 def default_conv_filters(shape) -> list[list[int]]:
     """The filters for observations of ``shape`` when ``conv_filters`` is not given."""
     height, width, _ = image_layout(shape)[1]
     side = min(height, width)
-    if side >= 72:
+    if side >= LARGE_IMAGE_SIDE:
         return [list(f) for f in NATURE_FILTERS]
     if side >= 36:
         return [[32, 4, 2], [64, 3, 2], [64, 3, 1]]

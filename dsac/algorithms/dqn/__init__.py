@@ -40,6 +40,13 @@ ALGORITHM = Algorithm(
         "start_steps": 10_000, "updates_per_step": 0.25, "total_env_steps": 10_000_000,
         "target_update_every": 1_000, "eval_every": 25_000, "eval_episodes": 5,
     },
+    # Other envs with large frames (side >= 72, the Nature encoder): the same learner settings,
+    # which are about what a conv update costs, not about Atari; a 1M-step budget.
+    image_defaults={
+        "fcnet_hiddens": [512], "lr": 1e-4, "batch_size": 32, "buffer_size": 100_000, "learning_starts": 10_000,
+        "start_steps": 10_000, "updates_per_step": 0.25, "total_env_steps": 1_000_000,
+        "target_update_every": 1_000, "eval_every": 25_000, "eval_episodes": 5,
+    },
     check_spaces=check_spaces,
     serving="dsac.algorithms.dqn.serving:serving",
     # The Q-network's shape and what its outputs mean: a weights file must match them.
