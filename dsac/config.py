@@ -73,6 +73,10 @@ FOREIGN_MEANINGS = {
 }
 # dsac's own flags renamed since: the old name still loads (flags, dicts, config.json of older runs).
 RENAMED = {"snapshot_every": "checkpoint_every"}
+# Keys of older versions that no longer mean anything (a config.json that has them still loads):
+# pull_every (a worker polled for weights every N env steps; the parameter server now answers
+# a waiting pull as soon as a newer version is pushed).
+RETIRED = ("pull_every",)
 
 
 def suggest_key(key: str, names) -> str:
@@ -363,7 +367,6 @@ class Config:
     batches_per_sample: int = _f(16, "batches one replay sample call returns")
     prefetch: int = _f(2, "replay sample calls the learner keeps in flight")
     push_every: int = _f(20, "learner pushes weights every this many updates (after the sample call's batches that pass it)")
-    pull_every: int = _f(20, "rollout worker polls for new weights every this many of its env steps")
     chunk_seconds: float = _f(0.1, "a rollout worker sends what it gathered at least this often")
     max_chunk: int = _f(256, "most transitions in one replay add call")
 
@@ -422,6 +425,8 @@ class Config:
                 known = (*MODEL_KEYS, *MODEL_PREPROCESSING_KEYS)
                 raise DsacError(f"unknown model config key '{key}'{did_you_mean(key, known)}")
         values.update(model)
+        for key in RETIRED:
+            values.pop(key, None)
         for old, new in RENAMED.items():  # flags and config.json keys of older versions
             if old in values:
                 value = values.pop(old)
@@ -504,7 +509,7 @@ def check_ranges(config: Config) -> None:
     positive_ints = (
         "envs_per_worker", "num_learners", "total_env_steps", "eval_every",
         "eval_episodes", "batch_size", "buffer_size", "batches_per_sample", "prefetch",
-        "push_every", "pull_every", "max_chunk", "max_steps_ahead", "n_step", "num_replay_shards",
+        "push_every", "max_chunk", "max_steps_ahead", "n_step", "num_replay_shards",
         "target_update_every", "num_atoms", "steps_per_iteration", "max_nonfinite_updates",
     )
     for name in positive_ints:

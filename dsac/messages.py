@@ -15,7 +15,7 @@ Free of Ray and TensorFlow.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -100,7 +100,8 @@ class PullReply(NamedTuple):
 
     stop: bool
     version: int
-    weights: dict[str, np.ndarray] | None = None
+    # The weights, or (a parameter server by reference) an ObjectRef to them in Ray's store.
+    weights: dict[str, np.ndarray] | Any | None = None
     report: LearnerReport | None = None  # what the learner sent with these weights
 
 

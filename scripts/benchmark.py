@@ -162,12 +162,13 @@ def _naive_worker(index, config, replay, ps, seed):
     import ray
     import tensorflow as tf
 
+    from dsac.distributed.tasks import pulled_weights
     from dsac.messages import Chunk
     from dsac.registry import policy_class_for
 
     env = gym.make(config.env)
     policy = policy_class_for(config)(env.observation_space, env.action_space, config, build_learner=True, seed=seed)
-    policy.set_weights(ray.get(ps.pull.remote(0)).weights)
+    policy.set_weights(pulled_weights(ray.get(ps.pull.remote(0)).weights))
     learner = policy.learner
     obs, _ = env.reset(seed=seed)
     in_flight = []

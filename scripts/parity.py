@@ -78,7 +78,7 @@ VARIANTS = {"serial": ["--local"], "w1": ["--num_workers", "1"], "w2": ["--num_w
             "w8": ["--num_workers", "8"], "sb3": None,
             # What stale weights and collection running ahead cost 8 workers: the same with
             # collection at most 16 env steps ahead, weights pushed every 2 updates, pulled every 5 steps.
-            "w8-fresh": ["--num_workers", "8", "--max_steps_ahead", "16", "--push_every", "2", "--pull_every", "5"]}
+            "w8-fresh": ["--num_workers", "8", "--max_steps_ahead", "16", "--push_every", "2"]}
 QUICK_VARIANTS = ["serial", "w1", "w2", "w8", "sb3"]
 DIFFERENCES = [
     "dqn with w2/w8: dsac's workers explore with Ape-X's fixed per-worker epsilon (--epsilon 0.4, --epsilon_alpha 7), "

@@ -120,3 +120,46 @@ def test_ray_job_stop_saves_loadable_final_weights(cluster, tmp_path):
     assert summary["stop_reason"] == "sigterm", summary
     payload = load_weights(str(out / "weights.pkl"))
     assert payload["version"] == summary["weights_version"] > 0  # the final weights, not only an early save
+
+
+def test_losing_a_node_of_rollout_workers_keeps_the_run_and_its_replay(tmp_path):
+    """A node that holds only rollout workers dies mid-run (its processes killed): the run goes
+    on with the other node, says in one line what was lost, and the replay keeps everything."""
+    from ray.cluster_utils import Cluster
+
+    # The head gets the learner, the evaluator, the actors (on the driver's node) and some
+    # workers; the second node only workers.
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 3, "include_dashboard": False})
+    try:
+        worker_node = nodes.add_node(num_cpus=1)
+        nodes.wait_for_nodes()
+        out = tmp_path / "run"
+        total = 4_000
+        env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        run = subprocess.Popen(
+            [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--address", nodes.address, "--num_workers", "4",
+             "--env_step_ms", "2", "--fcnet_hiddens", "32", "32", "--learning_starts", "100", "--start_steps", "100",
+             "--eval_every", "1000", "--eval_episodes", "1", "--total_env_steps", str(total), "--log_every", "1",
+             "--no-progress_bar", "--output_dir", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO_ROOT,
+        )
+        deadline = time.monotonic() + 240
+        progress = out / "progress.jsonl"
+        while not (progress.exists() and progress.read_text().strip()):  # the first evaluation: mid-run
+            assert run.poll() is None and time.monotonic() < deadline, run.stdout.read()[-3000:]
+            time.sleep(0.5)
+        nodes.remove_node(worker_node)  # kills the node's raylet and every process on it
+        log, _ = run.communicate(timeout=300)
+        (tmp_path / "log.txt").write_text(log)
+    finally:
+        nodes.shutdown()
+    assert run.returncode == 0, log[-3000:]
+    assert f"node {worker_node.node_id[:8]} lost with rollout_worker_" in log, log[-3000:]
+    assert "Traceback" not in log
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failure"] is None and summary["env_steps"] >= total
+    assert set(summary["restarts"]) <= {f"rollout_worker_{i}" for i in range(4)}, summary["restarts"]  # actors kept
+    placed = [line for line in log.splitlines() if " placed " in line or " died " in line or " lost " in line]
+    assert summary["replay_size"] == summary["env_steps"], placed  # nothing collected was lost
+    assert any(role.startswith("rollout_worker_") for role in summary["restarts"])
+    assert list(summary["rollout_workers_per_node"].values()) == [4]  # all on the node left

@@ -119,7 +119,11 @@ def test_parameter_server_versions_and_pull_newer_than(ray_local):
     assert ray.get(ps.push.remote(w2, LearnerReport(updates=20))).version == 2
     reply = ray.get(ps.pull.remote(0))
     assert reply.version == 2 and reply.report.updates == 20
-    np.testing.assert_array_equal(reply.weights["a"], w2["a"])
+    assert isinstance(reply.weights, ray.ObjectRef)  # one copy per version in the object store
+    np.testing.assert_array_equal(ray.get(reply.weights)["a"], w2["a"])
+    by_value = ParameterServer.remote(by_reference=False)
+    ray.get(by_value.push.remote(w2))
+    np.testing.assert_array_equal(ray.get(by_value.pull.remote(0)).weights["a"], w2["a"])
     assert ray.get(ps.pull.remote(2)).weights is None  # nothing newer: cheap reply
     assert ray.get(ps.pull.remote(1)).weights is not None
     assert ray.get(ps.learner_poll.remote()) == LearnerOrders(version=2, stop=False, state_wanted=False)
@@ -154,6 +158,33 @@ def test_waiting_calls_wake_as_soon_as_the_other_side_moves(ray_local):
     ray.get(replay.sample.remote(2, 8))
     assert ray.get(blocked).grant > 0
     assert time.monotonic() - started < 0.5
+
+
+def test_a_waiting_pull_answers_on_the_next_push_or_the_stop_flag(ray_local):
+    """Weights by notice: a pull that finds nothing newer waits on the parameter server and
+    answers as soon as a version is pushed (not at its timeout); the stop flag wakes it too."""
+    ray = ray_local
+    from dsac.distributed.actors import ParameterServer
+
+    ps = ParameterServer.remote()
+    ray.get(ps.push.remote({"a": np.zeros(3, np.float32)}))
+    assert ray.get(ps.pull.remote(0, 0, 5.0)).version == 1  # something newer: at once
+    waiting = ps.pull.remote(1, 0, 60.0)
+    ready, _ = ray.wait([waiting], timeout=0.3)
+    assert not ready  # nothing newer: it waits
+    started = time.monotonic()
+    ray.get(ps.push.remote({"a": np.ones(3, np.float32)}))
+    reply = ray.get(waiting, timeout=10)
+    assert time.monotonic() - started < 0.5  # woken by the push, not by the 1 s cap on waiting
+    assert reply.version == 2 and ray.get(reply.weights)["a"][0] == 1.0
+    others = [ps.pull.remote(2, w, 60.0) for w in range(1, 50)]  # many waiting at once
+    ready, _ = ray.wait(others, num_returns=len(others), timeout=0.3)
+    assert not ready
+    started = time.monotonic()
+    ray.get(ps.stop.remote("test"))
+    assert all(r.stop and r.weights is None for r in ray.get(others, timeout=10))
+    assert time.monotonic() - started < 0.5
+    assert ray.get(ps.pull.remote(2, 0, 60.0), timeout=10).stop  # stopped: no waiting at all
 
 
 def test_parameter_server_times_a_push_until_every_worker_acts_with_it(ray_local):

@@ -125,6 +125,7 @@ class ReplayBuffer:
         self.stopped = False
         self.sample_wait_s = 0.0
         self.add_calls = 0
+        self.added_by_writer: collections.Counter[int] = collections.Counter()
         log.info("ReplayBuffer: %d transitions, %.1f MiB when full", capacity, nbytes / 2**20)
 
     async def _wait_for_change(self, deadline: float) -> bool:
@@ -161,6 +162,7 @@ class ReplayBuffer:
                 else:
                     self.storage.add(chunk.transitions)
                 self.add_calls += 1
+                self.added_by_writer[writer] += chunk.size
                 self.changed.notify_all()
             self.outstanding[writer] = 0
             self.queue[writer] = time.monotonic()  # a writer already in line keeps its place
@@ -183,6 +185,10 @@ class ReplayBuffer:
                 if not await self._wait_for_change(deadline):
                     break
             return self._status(0)
+
+    async def writer_counts(self) -> dict[int, int]:
+        """``{writer: transitions it delivered}`` since this actor started."""
+        return dict(self.added_by_writer)
 
     @hot_path
     async def sample(self, batch_size: int, num_batches: int) -> SampledBatches | None:
@@ -265,10 +271,16 @@ class ParameterServer:
     """The latest acting weights with a version, the stop flag, and run-wide reports.
 
     ``pull(newer_than=v)`` returns ``None`` when nothing is newer, so polling is cheap.
+    With ``by_reference`` (the default) a pull's weights are an ``ObjectRef`` to one copy of
+    each version put in Ray's object store at its push: the server serializes a version once
+    instead of once per pull, and a node's workers read it from their node's store, which
+    fetches it once (:func:`dsac.distributed.tasks.pulled_weights` resolves either form).
     """
 
-    def __init__(self, start_version: int = 0):
+    def __init__(self, start_version: int = 0, by_reference: bool = True):
         self.version = int(start_version)  # a resumed run carries on counting
+        self.by_reference = bool(by_reference)
+        self.weights_ref = None  # the latest weights in the object store (by_reference)
         self.state: LearnerState | None = None  # the learner's full state, when asked for (checkpoints)
         self.state_wanted = False
         self.weights: dict | None = None
@@ -289,6 +301,11 @@ class ParameterServer:
         # After a restart, until the driver calls restore(), versions count from the start
         # again (workers ignore versions below their own).
         self.process = process_id()
+        self.changed = asyncio.Condition()  # notified on every push and on stop: waiting pulls answer
+        # Versions behind the latest that a worker's weights were when it asked for newer ones
+        # while acting (its waiting pulls), per worker and over the last pulls of all.
+        self.pull_lags: dict[int, list[int]] = {}  # worker -> [pulls, sum of lags, max lag]
+        self.recent_lags: collections.deque[int] = collections.deque(maxlen=100_000)
 
     async def restore(self, version: int, weights: dict | None, stopped: bool) -> None:
         """After a restart: versions carry on above ``version`` (the last the run saw); the
@@ -296,32 +313,65 @@ class ParameterServer:
         self.version = int(version) + self.pushes
         self.push_times.clear()
         if self.weights is None and weights is not None:
-            self.weights = weights
+            self._set_weights(weights)
         self.stopped = self.stopped or stopped
+        await self._notify()
 
     @hot_path
     async def push(self, weights: dict, report: LearnerReport | None = None) -> LearnerOrders:
         """Store new weights (versions only increase) with the learner's report."""
         self.version += 1
-        self.weights = weights
+        self._set_weights(weights)
         self.report = report or LearnerReport()
         self.pushes += 1
         self.push_times[self.version] = time.monotonic()
         while len(self.push_times) > 1_000:  # workers long gone: stop waiting for them
             self.push_times.popitem(last=False)
+        await self._notify()
         return self._orders()
 
+    def _set_weights(self, weights: dict) -> None:
+        self.weights = weights
+        self.weights_ref = ray.put(weights) if self.by_reference else None
+
+    async def _notify(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    def _has_newer(self, version: int) -> bool:
+        return self.weights is not None and self.version > version
+
     @hot_path
-    async def pull(self, newer_than: int = 0, worker: int | None = None) -> PullReply:
-        """The stop flag and version; the weights only when newer than ``newer_than``."""
-        reply = PullReply(self.stopped, self.version)
-        if self.weights is not None and self.version > newer_than:
-            reply = PullReply(self.stopped, self.version, self.weights, self.report)
-            self.pulls_with_weights += 1
-        if worker is not None:  # the version the worker acts with once this reply lands
-            self.worker_versions[worker] = self.version if reply.weights is not None else newer_than
+    async def pull(self, newer_than: int = 0, worker: int | None = None, wait_s: float = 0.0) -> PullReply:
+        """The stop flag and version; the weights only when newer than ``newer_than``. With
+        ``wait_s``, a pull that finds nothing newer waits (at most ``wait_s``, and at most
+        ``MAX_WAIT_S``) for the next push or the stop flag and answers at once: new weights
+        reach a waiting worker by notice, one call per version, with no polling in between."""
+        if worker is not None:  # what the worker acts with now (for the sync latencies)
             self.held_versions[worker] = newer_than
+            self.worker_versions[worker] = newer_than
             self._note_synced()
+            if wait_s > 0 and self.weights is not None:
+                lag = max(0, self.version - newer_than)
+                stats = self.pull_lags.setdefault(worker, [0, 0, 0])
+                stats[0], stats[1], stats[2] = stats[0] + 1, stats[1] + lag, max(stats[2], lag)
+                self.recent_lags.append(lag)
+        if wait_s > 0 and not self.stopped and not self._has_newer(newer_than):
+            async with self.changed:
+                try:
+                    await asyncio.wait_for(
+                        self.changed.wait_for(lambda: self.stopped or self._has_newer(newer_than)),
+                        min(wait_s, MAX_WAIT_S),
+                    )
+                except TimeoutError:
+                    pass
+        reply = PullReply(self.stopped, self.version)
+        if self._has_newer(newer_than):
+            weights = self.weights_ref if self.by_reference else self.weights
+            reply = PullReply(self.stopped, self.version, weights, self.report)
+            self.pulls_with_weights += 1
+            if worker is not None:  # the version the worker acts with once this reply lands
+                self.worker_versions[worker] = self.version
         return reply
 
     def _note_synced(self) -> None:
@@ -337,6 +387,19 @@ class ParameterServer:
         out = list(self.synced)
         self.synced.clear()
         return out
+
+    async def weights_lag(self) -> dict:
+        """How far behind rollout workers' weights were: ``version`` (the latest),
+        ``held`` ({worker: version it acts with}), ``per_worker`` ({worker: {pulls, mean, max}}
+        of the versions behind the latest at each pull it made while acting) and ``mean`` /
+        ``p95`` / ``max`` over the last 100k such pulls of all workers."""
+        lags = np.asarray(self.recent_lags, dtype=np.float64)
+        return {
+            "version": self.version, "held": dict(self.worker_versions),
+            "per_worker": {w: {"pulls": n, "mean": total / n, "max": top} for w, (n, total, top) in self.pull_lags.items()},
+            "pulls": len(lags), "mean": float(lags.mean()) if len(lags) else None,
+            "p95": float(np.percentile(lags, 95)) if len(lags) else None, "max": int(lags.max()) if len(lags) else None,
+        }
 
     async def request_state(self) -> None:
         """Ask the learner for its full state (it sends it with ``put_state`` after a push)."""
@@ -384,6 +447,7 @@ class ParameterServer:
         if not self.stopped:
             self.stopped = True
             self.stop_reason = reason
+            await self._notify()
 
     @hot_path
     async def learner_poll(self) -> LearnerOrders:

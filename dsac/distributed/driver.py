@@ -23,7 +23,7 @@ import ray
 from dsac.artifacts import read_checkpoint
 from dsac.config import Config
 from dsac.distributed.cluster import connect_ray, ship_user_code
-from dsac.distributed.recovery import LearnerCheckpoint, Recovery, ray_error_line
+from dsac.distributed.recovery import LearnerCheckpoint, Recovery, process_died, ray_error_line
 from dsac.distributed.system import System
 from dsac.distributed.topology import plan_resources
 from dsac.errors import DsacError
@@ -60,7 +60,7 @@ class DistributedRun:
         config = self.config = prepared.config
         self.output_dir, self.started_at, self.insert_limit = prepared.output_dir, started_at, insert_limit
         self.observation_space, self.action_space = prepared.observation_space, prepared.action_space
-        self.plan = plan_resources(config, ray.cluster_resources(), ray.nodes())
+        self.plan = plan_resources(config, ray.cluster_resources(), ray.nodes(), ray.get_runtime_context().get_node_id())
         self._log_plan()
         ship_user_code(config)
         self.callbacks = callbacks_for(config)
@@ -146,12 +146,20 @@ class DistributedRun:
             return Step([], [])
 
     def check_tasks(self, timeout: float) -> None:
-        """Tasks that ended: one whose process died is restarted, any other end is a failure."""
-        for role, _, exc in self.system.ended_tasks(timeout):
+        """Tasks that ended: one whose process died is restarted, any other end is a failure.
+        Tasks lost with their node are restarted quietly and said in one line per node."""
+        ended = self.system.ended_tasks(timeout)
+        dead = dead_nodes() if any(exc is not None and process_died(exc) for _, _, exc in ended) else set()
+        lost: dict[str, list[str]] = {}
+        for role, _, exc in ended:
+            node = self.placements.get(role)
             if exc is None:
                 self.failure = self.failure or f"{role} ended before the run was stopped"
-            elif not self.recovery.restart_task(role, exc):
+            elif not self.recovery.restart_task(role, exc, quiet=node in dead):
                 self.failure = self.failure or f"{role} failed: {ray_error_line(exc)}"
+            elif node in dead:
+                lost.setdefault(node, []).append(role)
+        announce_lost_nodes(lost, self.placements, dead)
 
     def read_and_record(self) -> Step:
         """Read the actors' reports, have :class:`Recovery` give actors Ray restarted what the
@@ -319,6 +327,7 @@ class DistributedRun:
         return self.recorder.summary(reason, self.failure, counters, {
             "restarts": dict(self.restarts.counts),
             "skipped_updates": counters.get("skipped_updates", 0),
+            "replay_size": counters.get("replay_size", 0),
             "replay_add_calls": counters["add_calls"],
             "transitions_per_add": round(counters["env_steps"] / max(1, counters["add_calls"]), 1),
             "rollout_workers_per_node": self.workers_per_node(),
@@ -326,6 +335,25 @@ class DistributedRun:
             **({"learners": self.learner_results, "gradients_per_learner": self.system.averager_contributions()}
                if self.system.averager is not None else {}),
         })
+
+
+def announce_lost_nodes(lost: dict[str, list[str]], placements: dict[str, str], dead: set[str]) -> None:
+    """One line per lost node naming the roles restarted elsewhere; they leave ``placements``
+    (their replacements report where they run)."""
+    for node, roles in lost.items():
+        alive = len({n for n in placements.values() if n not in dead})
+        log.warning("node %s lost with %s; restarted on the %d node(s) left (the actors keep what was collected)",
+                    node[:8], ", ".join(roles), alive)
+        for role in roles:
+            placements.pop(role, None)
+
+
+def dead_nodes() -> set[str]:
+    """Ids of the cluster's nodes Ray knows to be dead."""
+    try:
+        return {n["NodeID"] for n in ray.nodes() if not n.get("Alive")}
+    except Exception:  # the GCS unreachable: no node is known dead
+        return set()
 
 
 def start(config: Config, started_at: float, insert_limit: int | None = None,

@@ -44,10 +44,11 @@ class Restarts:
     def allowed(self, role: str) -> bool:
         return self.counts.get(role, 0) < self.limit
 
-    def record(self, role: str, cause: str, how: str = "") -> None:
-        """Count a restart of ``role`` and log it with its cause."""
+    def record(self, role: str, cause: str, how: str = "", quiet: bool = False) -> None:
+        """Count a restart of ``role`` and log it with its cause (``quiet``: at debug level,
+        the caller says it in one line with others)."""
         self.counts[role] = self.counts.get(role, 0) + 1
-        log.warning(
+        (log.debug if quiet else log.warning)(
             "%s died (%s); restarting it (restart %d of at most %d)%s",
             role, cause, self.counts[role], self.limit, f": {how}" if how else "",
         )
@@ -76,7 +77,7 @@ class Recovery:
         self.checkpoint = checkpoint
         self.last_weights = last_weights
 
-    def restart_task(self, role: str, exc: BaseException) -> bool:
+    def restart_task(self, role: str, exc: BaseException, quiet: bool = False) -> bool:
         """Resubmit a task whose process died; False when it did not die that way, cannot be
         restarted (data-parallel learners wait for each other) or its restarts are used up."""
         if not process_died(exc) or not self.restarts.allowed(role) or role.startswith("learner_"):
@@ -100,7 +101,7 @@ class Recovery:
             seed = system.worker_seeds[i] + 1_000_003 * (self.restarts.counts.get(role, 0) + 1)
             system.submit_worker(i, seed)
             how = "a new process with a fresh env seed"
-        self.restarts.record(role, ray_error_line(exc), how)
+        self.restarts.record(role, ray_error_line(exc), how, quiet)
         return True
 
     def restore_actors(self, reports, shard_stats: list, known_version: int, insert_limit: int | None,

@@ -44,8 +44,14 @@ class System:
         self.num_shards = num_shards = config.num_replay_shards
         specs, frames = replay_specs(observation_space, action_space)
         # Actors Ray restarts when their process dies; calls to them wait for the new one.
-        restartable = {"num_cpus": 0, "max_restarts": config.max_restarts, "max_task_retries": -1}
-        self.ps = ParameterServer.options(**restartable).remote(start.get("version", 0))
+        restartable = {"num_cpus": 0, "max_restarts": config.max_restarts, "max_task_retries": -1,
+                       "scheduling_strategy": plan.scheduling(plan.actor_node)}
+        # Every rollout worker keeps one pull waiting on the parameter server (and may have a
+        # refresh beside it); Ray's default of 1,000 concurrent calls of an async actor would
+        # queue them past ~450 workers.
+        self.ps = ParameterServer.options(
+            **restartable, max_concurrency=max(1000, 4 * config.num_workers + 100)
+        ).remote(start.get("version", 0))
         # Shard k takes the transitions of workers k, k + K, ...; each keeps the update ratio
         # for its own share of the data, so together they keep it for all of it.
         self.shards = [

@@ -28,76 +28,98 @@ log = logging.getLogger("dsac")
 
 # How long a task sleeps between polls while it has nothing to do.
 IDLE_SLEEP_S = 0.05
-# Weights: a rollout worker looks for a landed pull at most this often, and starts pulls at
-# most this often (a fast worker would otherwise spend its time on RPCs: 20 steps of
-# Pendulum take ~1 ms).
+# Weights: a rollout worker looks for a landed pull at most this often (a clock read in
+# between), and starts pulls at most this often, which bounds its pulls per second when the
+# learner pushes faster than that.
 CHECK_INTERVAL_S = 0.002
 MIN_PULL_INTERVAL_S = 0.02
+# How long the parameter server holds a pull that finds nothing newer before answering anyway
+# (it answers at once on a push or the stop flag).
+PULL_WAIT_S = 1.0
 # A worker that waited this long for insert budget fetches the newest weights before it
 # collects again (it was idle anyway; otherwise it would act with weights from before the wait).
 REFRESH_AFTER_WAIT_S = 0.02
 
 
-class WeightsClient:
-    """Keeps a policy's weights fresh: at most one ``pull(newer_than=version)`` in flight,
-    started every ``pull_every`` env steps, collected without blocking the env loop."""
+def pulled_weights(weights):
+    """A pull reply's weights as a dict: fetched from Ray's object store when the parameter
+    server sent a reference (see :class:`dsac.distributed.actors.ParameterServer`)."""
+    return ray.get(weights) if isinstance(weights, ray.ObjectRef) else weights
 
-    def __init__(self, ps, policy, pull_every: int, worker: int | None = None):
+
+class WeightsClient:
+    """Keeps a policy's weights fresh by notice: one ``pull(newer_than=version, wait_s=...)``
+    always in flight, which the parameter server answers as soon as a newer version is pushed;
+    its reply is collected without blocking the env loop and the next pull starts at once (at
+    most every ``MIN_PULL_INTERVAL_S``). New weights reach a worker one transfer after the
+    push, whatever its env's speed, with one call per version (or per ``PULL_WAIT_S`` idle)."""
+
+    def __init__(self, ps, policy, worker: int | None = None, wait_s: float = PULL_WAIT_S):
         self.ps = ps
         self.policy = policy
-        self.pull_every = pull_every
         self.worker = worker
+        self.wait_s = wait_s
         self.version = 0
         self.report = LearnerReport()  # what the learner sent with the weights held
         self.stop = False
-        self.steps_since_pull = pull_every  # pull at the first chance
         self.next_check_at = 0.0
         self.pulled_at = -MIN_PULL_INTERVAL_S
         self.in_flight = None
+        self.fetching: PullReply | None = None  # a reply whose weights are on their way to this node
 
     def take(self, reply: PullReply) -> None:
         """Apply a ``pull`` reply: new weights if it carries them, and the stop flag."""
         self.stop = self.stop or reply.stop
         if reply.weights is not None and reply.version > self.version:  # a late reply never goes back
-            self.policy.set_weights(reply.weights)
+            try:
+                weights = pulled_weights(reply.weights)
+            except ray.exceptions.ObjectLostError:  # its owner, a parameter server since restarted, is gone
+                return  # the next pull brings the new server's weights
+            self.policy.set_weights(weights)
             self.version = reply.version
             self.report = reply.report or LearnerReport()
 
-    def poll(self, steps: int) -> None:
-        """Count ``steps`` env steps; take the reply of the pull in flight once it has landed;
-        start the next pull every ``pull_every`` steps, but at most every ``MIN_PULL_INTERVAL_S``.
-        Runs after every env step, inside chunks too (so a long chunk does not hold new
-        weights back), and costs a clock read between checks."""
-        self.steps_since_pull += steps
+    def poll(self, steps: int = 0) -> None:
+        """Take the reply of the pull in flight once it has landed and start the next one.
+        Runs after every env step, inside chunks too (so a long chunk does not hold new weights
+        back), and costs a clock read between checks; ``steps`` is the env steps since the last
+        call (0 between chunks, which always checks)."""
         now = time.monotonic()
         if steps and now < self.next_check_at:
             return
         self.next_check_at = now + CHECK_INTERVAL_S
-        if self.in_flight is not None:
-            ready, _ = ray.wait([self.in_flight], timeout=0)
-            if not ready:
-                return
-            self.take(ray.get(self.in_flight))
-            self.in_flight = None
-        if self.steps_since_pull >= self.pull_every and now - self.pulled_at >= MIN_PULL_INTERVAL_S:
-            self.in_flight = self.ps.pull.remote(self.version, self.worker)
-            self.steps_since_pull = 0
+        self._collect()
+        if self.in_flight is None and self.fetching is None and now - self.pulled_at >= MIN_PULL_INTERVAL_S:
+            self.in_flight = self.ps.pull.remote(self.version, self.worker, self.wait_s)
             self.pulled_at = now
 
-    def refresh(self) -> None:
-        """Fetch the newest weights now (blocking): one call, or two with a pull in flight."""
+    def _collect(self) -> None:
+        """Take a landed reply; weights sent by reference are taken once they are on this node
+        (``ray.wait`` starts fetching them), so the env loop never waits for a transfer."""
         if self.in_flight is not None:
-            self.take(ray.get(self.in_flight))
-            self.in_flight = None
+            ready, _ = ray.wait([self.in_flight], timeout=0)
+            if ready:
+                reply, self.in_flight = ray.get(self.in_flight), None
+                if isinstance(reply.weights, ray.ObjectRef) and reply.version > self.version:
+                    self.stop = self.stop or reply.stop
+                    self.fetching = reply
+                else:
+                    self.take(reply)
+        if self.fetching is not None:
+            ready, _ = ray.wait([self.fetching.weights], timeout=0, fetch_local=True)
+            if ready:
+                reply, self.fetching = self.fetching, None
+                self.take(reply)
+
+    def refresh(self) -> None:
+        """Fetch the newest weights now (blocking, one call); a waiting pull stays in flight."""
+        self._collect()
         self.take(ray.get(self.ps.pull.remote(self.version, self.worker)))
-        self.steps_since_pull = 0
 
     def wait_for_weights(self) -> None:
         """Block until the policy has weights (or the run stops)."""
         while not self.policy.has_weights and not self.stop:
-            self.take(ray.get(self.ps.pull.remote(self.version, self.worker)))
-            if not self.policy.has_weights:
-                time.sleep(IDLE_SLEEP_S)
+            self.take(ray.get(self.ps.pull.remote(self.version, self.worker, IDLE_SLEEP_S)))
 
 
 @ray.remote
@@ -120,7 +142,7 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
         collector.observation_space, collector.action_space, config, seed=seed,
         worker_index=index, num_workers=config.num_workers,
     )
-    weights = WeightsClient(ps, policy, config.pull_every, worker=index)
+    weights = WeightsClient(ps, policy, worker=index)
     frames = frame_layout(collector.observation_space.shape, collector.observation_space.dtype)
     encoder = FrameEncoder(frames, config.envs_per_worker, config.n_step) if frames else None
     status = ray.get(replay.add.remote(index, None))
@@ -136,8 +158,8 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
                     break
                 act = lambda obs: policy.compute_actions(obs, explore=True)  # noqa: E731
             deadline = time.monotonic() + config.chunk_seconds
-            # New weights are taken (and the next pull started) every pull_every steps, also
-            # inside a chunk: a chunk of 256 steps must not delay them.
+            # New weights are taken (and the next pull started) as they land, also inside a
+            # chunk: a chunk of 256 steps must not delay them.
             batch = policy.postprocess_trajectory(collector.collect(act, status.grant, deadline, weights.poll))
             if callbacks is not None:
                 batch = callbacks.on_sample_end(worker_index=index, batch=batch)
@@ -359,7 +381,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
     weights when the run stops. Returns the number of evaluations."""
     ps.report_placement.remote(Placement("evaluator", **describe_process()))
     policy = policy_class_for(config)(observation_space, action_space, config, seed=seed)
-    weights = WeightsClient(ps, policy, pull_every=1)
+    weights = WeightsClient(ps, policy)
     next_eval, evaluated_version, count = config.eval_every, 0, 0
 
     def run_evaluation():

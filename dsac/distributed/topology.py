@@ -38,6 +38,10 @@ class ResourcePlan:
     evaluator_node: str | None = None
     worker_nodes: list = field(default_factory=list)
     node_names: dict = field(default_factory=dict)
+    # The replay shards and the parameter server: on the driver's node, which reads them all
+    # the time (and which a run cannot lose anyway), so a node of rollout workers holds nothing
+    # else and can be lost without losing what was collected.
+    actor_node: str | None = None
 
     def describe(self) -> str:
         device = f"{self.learner_gpus:g} GPU" if self.learner_gpus else "CPU (no GPU in the cluster)"
@@ -47,6 +51,7 @@ class ResourcePlan:
             f"{self.num_learners} learner(s) x {self.learner_cpus:g} CPU on {device}; "
             f"{self.num_workers} rollout workers x {self.worker_cpus:g} CPU; evaluator {self.evaluator_cpus:g} CPU; "
             "replay buffer and parameter server 0 CPU"
+            + (f" on {self.node_names.get(self.actor_node, self.actor_node[:8])}" if self.actor_node else "")
         )
 
     def workers_per_node(self) -> dict[str, int]:
@@ -82,10 +87,12 @@ def node_name(node: dict) -> str:
     return f"{node.get('NodeManagerHostname') or node.get('NodeManagerAddress')} (node {node['NodeID'][:8]})"
 
 
-def plan_resources(config, cluster: dict, nodes: list[dict] | None = None) -> ResourcePlan:
+def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
+                   driver_node: str | None = None) -> ResourcePlan:
     """Fit every role's request into ``cluster`` (``ray.cluster_resources()``) and, given
-    ``nodes`` (``ray.nodes()``), place learners on GPU nodes when they use GPUs and spread
-    the rollout workers over the nodes in proportion to the CPUs each has left."""
+    ``nodes`` (``ray.nodes()``), place learners on GPU nodes when they use GPUs, spread
+    the rollout workers over the nodes in proportion to the CPUs each has left, and put the
+    actors on ``driver_node``."""
     total_cpus = float(cluster.get("CPU", 0))
     total_gpus = float(cluster.get("GPU", 0))
     if total_cpus <= 0:
@@ -128,6 +135,7 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None) -> Re
     alive = [n for n in nodes or [] if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
     if len(alive) > 1:  # one node: nothing to decide
         _place(plan, alive)
+        plan.actor_node = driver_node
     return plan
 
 

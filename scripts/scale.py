@@ -1,0 +1,495 @@
+"""How dsac scales out: env steps collected by many rollout workers of an expensive env, against
+the machine's own ceiling, on one node and on a local 4-node cluster; and the capacity of each
+shared actor, driven directly.
+
+    python scripts/scale.py --quick --json scale.json      # everything, ~15 minutes on 2 cores
+    python scripts/scale.py                                # the full run: longer windows
+    python scripts/scale.py --only capacity                # one part: collection, cluster, capacity
+
+The env is Pendulum-v1 made to take ``--env_step_ms`` per step by sleeping
+(``launch.py --env_step_ms``, :class:`dsac.envs.SimulatedCost`): W workers wait on their envs
+as they would on a simulator or a robot, so on 2 cores 64 workers are I/O-bound, as on a
+large cluster, and what is measured is dsac's own coordination cost.
+
+collection   env steps/s landing in replay from W rollout workers (one env each, SAC with
+             2x256 networks, the learner held off the critical path at 0.005 updates per env
+             step, pushing new weights every 2 updates), measured
+             over ``Trainer.train()`` iterations after one that warms up. Ideal:
+             W * envs_per_worker * 1000 / env_step_ms, as if a worker's envs slept
+             concurrently (they step one after another, so with several envs per worker the
+             ideal is not reachable: use 1). Beside it the bare ceiling: the same env stepped
+             by W plain Ray tasks acting with a numpy linear policy, nothing else (no replay,
+             no weights), with the CPU share dsac gives a worker. efficiency = measured / ideal;
+             of_bare = measured / bare. Weight sync: seconds from a push until every worker's
+             next pull says it acts with that version (p50/p95); weights lag: versions behind
+             the latest at each pull a worker made while acting (mean/p95). CPU (% of one core)
+             and RSS per role, summed over the role's processes, over the measured windows.
+cluster      the same on ``ray.cluster_utils.Cluster`` (4 nodes of 2 logical CPUs on this
+             machine), workers spread by dsac's placement; per-node worker counts.
+capacity     one replay shard's ``add`` rate (transitions/s) for chunks of 16 ... 1024 of
+             Pendulum-sized and 4x84x84-uint8-sized transitions (stacks as such: dsac's frame
+             store sends about one 84x84 frame per transition instead) and ``sample`` rate
+             (batches of 256/s); the parameter server's ``pull`` rate (every pull carrying the
+             weights) and push-to-every-worker latency with W workers waiting on it, for weights
+             of a 2x256 MLP (0.3 MB) and of the Nature conv net (~6.5 MB); the gradient
+             averager's rounds/s for 2 and 4 learners (2x256 SAC-sized gradients).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+ENV = "Pendulum-v1"
+WORKERS = [1, 2, 4, 8, 16, 32, 64]
+# The learner off the critical path: 64 workers of a 10 ms env need 32 updates/s of it (a
+# sample call of 16 batches opens 3,200 env steps of insert budget), and it pushes new
+# weights every 2 updates, so that weight sync is measured at every size.
+UPDATES_PER_STEP = 0.005
+PUSH_EVERY = 2
+CLUSTER_NODES = 4
+CLUSTER_NODE_CPUS = 2
+
+
+# --- collection ----------------------------------------------------------------------------
+
+
+def bare_rate(workers: int, step_ms: float, seconds: float, envs_per_worker: int = 1) -> float:
+    """Env steps/s of ``workers`` plain Ray tasks, each stepping its envs (one after another)
+    with a numpy linear policy for ``seconds``, all starting at the same moment."""
+    import ray
+
+    from dsac.envs import make_env, with_simulated_cost
+
+    @ray.remote
+    def bare(start_at: float, seconds: float, seed: int) -> int:
+        envs = [with_simulated_cost(make_env(ENV), step_ms) for _ in range(envs_per_worker)]
+        obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
+        rng = np.random.default_rng(seed)
+        weights = rng.normal(size=(obs.shape[1], envs[0].action_space.shape[0])).astype(np.float32)
+        time.sleep(max(0.0, start_at - time.time()))
+        steps, end = 0, start_at + seconds
+        while time.time() < end:
+            actions = np.tanh(obs @ weights) * 2.0
+            for i, env in enumerate(envs):
+                next_obs, _, terminated, truncated, _ = env.step(actions[i])
+                obs[i] = env.reset()[0] if terminated or truncated else next_obs
+                steps += 1
+        return steps
+
+    cpus = cpus_per_worker(workers)
+    start_at = time.time() + 5.0 + 0.1 * workers  # every task started and its env made
+    refs = [bare.options(num_cpus=cpus).remote(start_at, seconds, 1000 * i) for i in range(workers)]
+    return sum(ray.get(refs)) / seconds
+
+
+def cpus_per_worker(workers: int) -> float:
+    """The CPU share dsac's placement gives each of ``workers`` rollout workers on this
+    cluster (the bare tasks get the same)."""
+    import ray
+
+    from dsac.config import Config
+    from dsac.distributed.topology import plan_resources
+
+    return plan_resources(Config(num_workers=workers).validate(), ray.cluster_resources()).worker_cpus
+
+
+class RoleUsage:
+    """CPU and RSS of this machine's Ray processes by role (their process titles:
+    ``ray::rollout_worker``, ``ray::ParameterServer``, ...) and of the driver, between
+    :meth:`start` and :meth:`stop`."""
+
+    def start(self) -> None:
+        self.before = self._times()
+        self.started = time.monotonic()
+
+    @staticmethod
+    def _role(proc) -> str | None:
+        import psutil
+
+        try:
+            if proc.pid == os.getpid():
+                return "driver"
+            title = " ".join(proc.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return None
+        if not title.startswith("ray::"):
+            return None
+        role = title[5:].split()[0].split(".")[0]
+        return None if role in ("IDLE", "") else role
+
+    def _times(self) -> dict:
+        import psutil
+
+        out = {}
+        for proc in psutil.process_iter():
+            role = self._role(proc)
+            if role is None:
+                continue
+            try:
+                times, rss = proc.cpu_times(), proc.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+            out[proc.pid] = (role, times.user + times.system, rss)
+        return out
+
+    def stop(self) -> dict:
+        after, elapsed = self._times(), time.monotonic() - self.started
+        roles: dict[str, dict] = {}
+        for pid, (role, cpu, rss) in after.items():
+            was = self.before.get(pid)
+            used = cpu - was[1] if was and was[0] == role else 0.0
+            entry = roles.setdefault(role, {"processes": 0, "cpu_percent": 0.0, "rss_mib": 0.0})
+            entry["processes"] += 1
+            entry["cpu_percent"] += 100.0 * used / elapsed
+            entry["rss_mib"] += rss / 2**20
+        return {role: {k: round(v, 1) for k, v in e.items()} for role, e in sorted(roles.items())}
+
+
+def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, envs_per_worker: int = 1,
+              address: str | None = None) -> dict:
+    """Env steps/s into replay from ``workers`` dsac rollout workers, weight sync and lag,
+    per-role CPU/RSS, and the workers per node (see the module)."""
+    import ray
+
+    from dsac import Trainer
+
+    ideal = workers * envs_per_worker * 1000.0 / step_ms
+    with tempfile.TemporaryDirectory() as out:
+        trainer = Trainer({
+            "env": ENV, "env_step_ms": step_ms, "num_workers": workers, "envs_per_worker": envs_per_worker,
+            "fcnet_hiddens": [256, 256], "updates_per_step": UPDATES_PER_STEP, "push_every": PUSH_EVERY,
+            "learning_starts": 100, "start_steps": 100,
+            "steps_per_iteration": max(200, int(ideal * seconds)), "eval_every": 10**9, "tensorboard": False,
+            "progress_bar": False, "log_every": 3600.0, "output_dir": os.path.join(out, "run"), "address": address,
+        })
+        try:
+            ps = trainer.actor_handles["parameter_server"]
+            trainer.train()  # workers started, envs made, first weights pulled
+            ray.get(ps.sync_latencies.remote())  # from here on
+            lag_before = ray.get(ps.weights_lag.remote())
+            usage = RoleUsage()
+            usage.start()
+            rates = [trainer.train()["env_steps_per_s"] for _ in range(iterations)]
+            roles = usage.stop()
+            sync = np.asarray(ray.get(ps.sync_latencies.remote()))
+            lag = ray.get(ps.weights_lag.remote())
+            delivered = {}
+            for shard in trainer.actor_handles["replay_shards"]:
+                delivered.update(ray.get(shard.writer_counts.remote()))
+            per_node = trainer._system.workers_per_node() if hasattr(trainer._system, "workers_per_node") else {}
+        finally:
+            trainer.stop()
+    return {
+        "env_steps_per_s": statistics.median(rates), "iterations": [round(r, 1) for r in rates],
+        "weight_sync_p50_ms": round(1000 * float(np.percentile(sync, 50)), 1) if len(sync) else None,
+        "weight_sync_p95_ms": round(1000 * float(np.percentile(sync, 95)), 1) if len(sync) else None,
+        "weight_syncs": len(sync), "pushes": lag["version"] - lag_before["version"],
+        "weights_lag_mean": None if lag["mean"] is None else round(lag["mean"], 3), "weights_lag_p95": lag["p95"],
+        "weights_lag_max": lag["max"], "workers_delivering": sum(1 for n in delivered.values() if n > 0),
+        "workers_per_node": sorted(per_node.values(), reverse=True), "roles": roles,
+    }
+
+
+def collection_rows(workers: list[int], step_ms: float, seconds: float, iterations: int, envs_per_worker: int,
+                    nodes: int = 1, address: str | None = None) -> list[dict]:
+    rows = []
+    for w in workers:
+        ideal = w * envs_per_worker * 1000.0 / step_ms
+        bare = bare_rate(w, step_ms, seconds, envs_per_worker)
+        measured = dsac_rate(w, step_ms, seconds, iterations, envs_per_worker, address)
+        rate = measured.pop("env_steps_per_s")
+        row = {
+            "workers": w, "nodes": nodes, "envs_per_worker": envs_per_worker, "env_step_ms": step_ms,
+            "env_steps_per_s": round(rate, 1), "ideal_env_steps_per_s": ideal, "bare_env_steps_per_s": round(bare, 1),
+            "efficiency": round(rate / ideal, 3), "bare_efficiency": round(bare / ideal, 3),
+            "of_bare": round(rate / bare, 3), **measured,
+        }
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        rows.append(row)
+    return rows
+
+
+def cluster_rows(workers: list[int], step_ms: float, seconds: float, iterations: int, envs_per_worker: int) -> list[dict]:
+    """The collection rows on a local multi-node cluster (this machine's Ray must be down)."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": CLUSTER_NODE_CPUS,
+                                                            "include_dashboard": False})
+    try:
+        for _ in range(CLUSTER_NODES - 1):
+            cluster.add_node(num_cpus=CLUSTER_NODE_CPUS)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": REPO_ROOT}})
+        try:
+            return collection_rows(workers, step_ms, seconds, iterations, envs_per_worker, nodes=CLUSTER_NODES,
+                                   address=cluster.address)
+        finally:
+            ray.shutdown()
+    finally:
+        cluster.shutdown()
+
+
+# --- capacity of the shared actors ---------------------------------------------------------
+
+
+def _pipelined(call, seconds: float, in_flight: int = 8) -> float:
+    """Calls/s of ``call()`` (returning an ObjectRef) kept ``in_flight`` deep for ``seconds``."""
+    import ray
+
+    refs = [call() for _ in range(in_flight)]
+    done, started = 0, time.monotonic()
+    while time.monotonic() - started < seconds:
+        ready, refs = ray.wait(refs, num_returns=1)
+        ray.get(ready)
+        done += 1
+        refs.append(call())
+    elapsed = time.monotonic() - started
+    ray.get(refs)
+    return done / elapsed
+
+
+def replay_capacity(seconds: float, chunks=(16, 64, 256, 1024)) -> list[dict]:
+    """One shard's add rate per chunk size and transition size, and its sample rate."""
+    import ray
+
+    from dsac.distributed.actors import ReplayBuffer
+    from dsac.messages import Chunk
+    from dsac.replay import field_specs
+
+    rows = []
+    kinds = {"pendulum": ((3,), np.float32, 200_000), "84x84x4 uint8": ((4, 84, 84), np.uint8, 4_096)}
+    rng = np.random.default_rng(0)
+    for kind, (shape, dtype, capacity) in kinds.items():
+        specs = field_specs(shape, dtype, (1,), np.float32)
+        replay = ReplayBuffer.options(num_cpus=0).remote(
+            specs, capacity, updates_per_step=1e-9, learning_starts=0, max_steps_ahead=10**12, num_writers=1,
+            max_chunk=max(chunks),
+        )
+        for size in chunks:
+            arrays = {}
+            for name, (field_shape, field_dtype) in specs.items():
+                if field_dtype == np.uint8:
+                    arrays[name] = rng.integers(0, 256, (size, *field_shape), dtype=np.uint8)
+                else:
+                    arrays[name] = rng.normal(size=(size, *field_shape)).astype(field_dtype)
+            chunk = ray.put(Chunk(arrays))  # serialized once: what is measured is the actor's side
+            calls = _pipelined(lambda c=chunk, r=replay: r.add.remote(0, c), seconds, in_flight=4)
+            rows.append({"actor": "replay", "op": "add", "transition": kind, "chunk": size,
+                         "calls_per_s": round(calls, 1), "transitions_per_s": round(calls * size, 1),
+                         "mb_per_s": round(calls * sum(a.nbytes for a in arrays.values()) / 1e6, 1)})
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        batches = _pipelined(lambda r=replay: r.sample.remote(256, 1), seconds, in_flight=4)
+        rows.append({"actor": "replay", "op": "sample", "transition": kind, "batch": 256,
+                     "batches_per_s": round(batches, 1)})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+        ray.get(replay.stop.remote())
+        ray.kill(replay)
+    return rows
+
+
+def fake_weights(megabytes: float) -> dict:
+    """Float32 arrays of about ``megabytes`` in all, shaped like a network's layers."""
+    n = int(megabytes * 1e6 / 4)
+    return {f"layer_{i}/kernel": np.random.default_rng(i).normal(size=n // 4).astype(np.float32) for i in range(4)}
+
+
+def ps_capacity(seconds: float, workers=(8, 32, 64), sizes=(("mlp 2x256", 0.3), ("nature conv", 6.5))) -> list[dict]:
+    """The parameter server's pull rate (each pull carries the weights, which the puller
+    deserializes) and its push-to-every-worker latency, W workers keeping a waiting pull on it."""
+    import ray
+
+    from dsac.distributed.actors import ParameterServer
+    from dsac.distributed.tasks import WeightsClient
+
+    class Holder:  # what a worker's policy does with weights, minus the numpy copy
+        has_weights = False
+
+        def set_weights(self, weights):
+            self.has_weights = True
+
+    @ray.remote(num_cpus=0)
+    def puller(ps, seconds: float, start_at: float) -> int:
+        from dsac.distributed.tasks import pulled_weights
+
+        time.sleep(max(0.0, start_at - time.time()))
+        count, end = 0, start_at + seconds
+        while time.time() < end:
+            pulled_weights(ray.get(ps.pull.remote(0)).weights)
+            count += 1
+        return count
+
+    @ray.remote(num_cpus=0)
+    def waiter(ps, index: int) -> int:
+        client = WeightsClient(ps, Holder(), worker=index)
+        while not client.stop:
+            client.poll(0)
+            time.sleep(0.01)  # a 10 ms env step
+        return client.version
+
+    rows = []
+    for (label, megabytes), by_reference, w in itertools.product(sizes, (False, True), workers):
+        weights = fake_weights(megabytes)
+        ps = ParameterServer.options(num_cpus=0, max_concurrency=max(1000, 4 * w + 100)).remote(0, by_reference)
+        ray.get(ps.push.remote(weights))
+        start_at = time.time() + 2.0 + 0.05 * w
+        pulls = sum(ray.get([puller.remote(ps, seconds, start_at) for _ in range(w)])) / seconds
+        refs = [waiter.remote(ps, i) for i in range(w)]
+        deadline = time.monotonic() + 60
+        while len(ray.get(ps.weights_lag.remote())["held"]) < w and time.monotonic() < deadline:
+            time.sleep(0.2)  # until every waiter holds the first version and waits on the next
+        time.sleep(0.5)
+        ray.get(ps.sync_latencies.remote())
+        pushed = ray.put(weights)
+        started = time.monotonic()
+        while time.monotonic() - started < seconds:
+            ps.push.remote(pushed)
+            time.sleep(0.2)
+        time.sleep(0.5)
+        sync = np.asarray(ray.get(ps.sync_latencies.remote()))
+        ray.get(ps.stop.remote("benchmark"))
+        ray.get(refs)
+        ray.kill(ps)
+        rows.append({"actor": "parameter_server", "weights": label, "weights_mb": megabytes, "workers": w,
+                     "by_reference": by_reference, "pulls_per_s": round(pulls, 1), "mb_per_s": round(pulls * megabytes, 1),
+                     "push_to_all_p50_ms": round(1000 * float(np.percentile(sync, 50)), 1) if len(sync) else None,
+                     "push_to_all_p95_ms": round(1000 * float(np.percentile(sync, 95)), 1) if len(sync) else None,
+                     "pushes_synced": len(sync)})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+def averager_capacity(seconds: float, learners=(2, 4), megabytes: float = 0.9) -> list[dict]:
+    """Rounds/s of the gradient averager: ``learners`` tasks each sending a gradient of
+    ``megabytes`` per step and waiting for the mean (a 2x256 SAC's actor, critics and alpha)."""
+    import ray
+
+    from dsac.distributed.actors import GradientAverager
+
+    @ray.remote(num_cpus=0)
+    def learner(averager, index: int, seconds: float, start_at: float) -> int:
+        gradient = np.ones(int(megabytes * 1e6 / 4), np.float32)
+        time.sleep(max(0.0, start_at - time.time()))
+        step, end = 0, start_at + seconds
+        while time.time() < end:
+            if ray.get(averager.average.remote(index, step, gradient, 1.0)) is None:
+                break
+            step += 1
+        return step
+
+    rows = []
+    for n in learners:
+        averager = GradientAverager.options(num_cpus=0).remote(n)
+        start_at = time.time() + 2.0
+        steps = ray.get([learner.remote(averager, i, seconds, start_at) for i in range(n)])
+        ray.get(averager.stop.remote())
+        ray.kill(averager)
+        rows.append({"actor": "gradient_averager", "learners": n, "gradient_mb": megabytes,
+                     "rounds_per_s": round(min(steps) / seconds, 1)})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def collection_markdown(rows: list[dict]) -> str:
+    lines = ["| workers | nodes | env steps/s | ideal | bare ceiling | efficiency | bare / ideal | of bare | "
+             "sync p50 / p95 ms | lag mean / p95 | delivering | per node |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['workers']} | {r['nodes']} | {r['env_steps_per_s']:,.0f} | {r['ideal_env_steps_per_s']:,.0f} | "
+            f"{r['bare_env_steps_per_s']:,.0f} | {r['efficiency']:.2f} | {r['bare_efficiency']:.2f} | "
+            f"{r['of_bare']:.2f} | {r['weight_sync_p50_ms']} / {r['weight_sync_p95_ms']} | "
+            f"{r['weights_lag_mean']} / {r['weights_lag_p95']} | {r['workers_delivering']} | "
+            f"{'/'.join(map(str, r['workers_per_node']))} |")
+    roles = [f"- W={r['workers']}, {r['nodes']} node(s): " + ", ".join(
+        f"{role} ×{u['processes']} {u['cpu_percent']:.0f}% CPU {u['rss_mib']:,.0f} MiB" for role, u in r["roles"].items())
+        for r in rows]
+    return "\n".join(lines + ["", "CPU (% of one core) and RSS per role over the measured windows:", *roles])
+
+
+def capacity_markdown(rows: list[dict]) -> str:
+    out = []
+    for r in rows:
+        if r["actor"] == "replay" and r["op"] == "add":
+            out.append(f"| replay add | {r['transition']}, chunk {r['chunk']} | {r['transitions_per_s']:,.0f} "
+                       f"transitions/s ({r['calls_per_s']:,.0f} calls/s, {r['mb_per_s']:,.0f} MB/s) |")
+        elif r["actor"] == "replay":
+            out.append(f"| replay sample | {r['transition']}, batch {r['batch']} | {r['batches_per_s']:,.0f} batches/s |")
+        elif r["actor"] == "parameter_server":
+            how = "by reference" if r["by_reference"] else "by value"
+            out.append(f"| parameter server, {how} | {r['weights']} ({r['weights_mb']} MB), {r['workers']} workers | "
+                       f"{r['pulls_per_s']:,.0f} pulls/s ({r['mb_per_s']:,.0f} MB/s); push to all p50/p95 "
+                       f"{r['push_to_all_p50_ms']} / {r['push_to_all_p95_ms']} ms |")
+        else:
+            out.append(f"| gradient averager | {r['learners']} learners, {r['gradient_mb']} MB | "
+                       f"{r['rounds_per_s']:,.1f} rounds/s |")
+    return "\n".join(["| actor | load | capacity |", "|---|---|---|", *out])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="shorter windows and fewer cluster sizes (~15 min)")
+    parser.add_argument("--only", choices=["collection", "cluster", "capacity"], nargs="+")
+    parser.add_argument("--workers", type=int, nargs="+", default=WORKERS)
+    parser.add_argument("--cluster_workers", type=int, nargs="+", default=None, help="default: 16 64 (--quick: 64)")
+    parser.add_argument("--env_step_ms", type=float, default=10.0)
+    parser.add_argument("--envs_per_worker", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of one measured window")
+    parser.add_argument("--iterations", type=int, default=3, help="measured Trainer.train() windows (median)")
+    parser.add_argument("--json", help="write {'collection': [...], 'capacity': [...]} here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seconds, args.iterations = 4.0, 2
+    cluster_workers = args.cluster_workers or ([64] if args.quick else [16, 64])
+    parts = set(args.only or ["collection", "cluster", "capacity"])
+    import ray
+
+    from dsac.distributed.cluster import REPO_ROOT as root
+    from dsac.distributed.cluster import start_local_ray
+
+    report = {"collection": [], "capacity": []}
+    if parts & {"collection", "capacity"}:
+        start_local_ray(root)
+        try:
+            if "collection" in parts:
+                report["collection"] += collection_rows(args.workers, args.env_step_ms, args.seconds, args.iterations,
+                                                        args.envs_per_worker)
+            if "capacity" in parts:
+                window = args.seconds / 2
+                report["capacity"] += replay_capacity(window)
+                report["capacity"] += ps_capacity(window)
+                report["capacity"] += averager_capacity(window)
+        finally:
+            ray.shutdown()
+    if "cluster" in parts:
+        report["collection"] += cluster_rows(cluster_workers, args.env_step_ms, args.seconds, args.iterations,
+                                             args.envs_per_worker)
+    if report["collection"]:
+        print(collection_markdown(report["collection"]))
+    if report["capacity"]:
+        print()
+        print(capacity_markdown(report["capacity"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
