@@ -127,7 +127,7 @@ def test_losing_a_node_of_rollout_workers_keeps_the_run_and_its_replay(tmp_path)
     on with the other node, says in one line what was lost, and the replay keeps everything."""
     from ray.cluster_utils import Cluster
 
-    # The head gets the learner, the evaluator, the actors (on the driver's node) and some
+    # The head gets the learner, the evaluator, the actors (on the head node) and some
     # workers; the second node only workers.
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 3, "include_dashboard": False})
     try:

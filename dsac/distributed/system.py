@@ -45,7 +45,8 @@ class System:
         specs, frames = replay_specs(observation_space, action_space)
         # Actors Ray restarts when their process dies; calls to them wait for the new one.
         restartable = {"num_cpus": 0, "max_restarts": config.max_restarts, "max_task_retries": -1,
-                       "scheduling_strategy": plan.scheduling(plan.actor_node)}
+                       # hard: a soft affinity let Ray put them elsewhere while the node's CPUs were leased
+                       "scheduling_strategy": plan.scheduling(plan.actor_node, soft=False)}
         # Every rollout worker keeps one pull waiting on the parameter server (and may have a
         # refresh beside it); Ray's default of 1,000 concurrent calls of an async actor would
         # queue them past ~450 workers.

@@ -38,9 +38,9 @@ class ResourcePlan:
     evaluator_node: str | None = None
     worker_nodes: list = field(default_factory=list)
     node_names: dict = field(default_factory=dict)
-    # The replay shards and the parameter server: on the driver's node, which reads them all
-    # the time (and which a run cannot lose anyway), so a node of rollout workers holds nothing
-    # else and can be lost without losing what was collected.
+    # The replay shards and the parameter server: on the head node (or the driver's), which the
+    # driver reads all the time and a run cannot lose anyway, so a node of rollout workers holds
+    # nothing else and can be lost without losing what was collected.
     actor_node: str | None = None
 
     def describe(self) -> str:
@@ -62,13 +62,14 @@ class ResourcePlan:
             counts[name] = counts.get(name, 0) + 1
         return counts
 
-    def scheduling(self, node: str | None):
-        """The scheduling strategy that puts a task on ``node`` (soft), or Ray's default."""
+    def scheduling(self, node: str | None, soft: bool = True):
+        """The scheduling strategy that puts a task on ``node`` (soft: elsewhere if it is gone
+        or busy), or Ray's default."""
         if node is None:
             return "DEFAULT"
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        return NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+        return NodeAffinitySchedulingStrategy(node_id=node, soft=soft)
 
 
 def per_shard(total: int | None, num_shards: int) -> int | None:
@@ -135,7 +136,10 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
     alive = [n for n in nodes or [] if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
     if len(alive) > 1:  # one node: nothing to decide
         _place(plan, alive)
-        plan.actor_node = driver_node
+        head = [n["NodeID"] for n in alive if "node:__internal_head__" in n.get("Resources", {})]
+        # The head node (where `ray job submit` runs the driver); the driver's own otherwise. A
+        # driver on a host with several nodes' raylets may attach to any of them.
+        plan.actor_node = head[0] if head else driver_node
     return plan
 
 
