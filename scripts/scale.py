@@ -105,6 +105,11 @@ def cpus_per_worker(workers: int) -> float:
     return plan_resources(Config(num_workers=workers).validate(), ray.cluster_resources()).worker_cpus
 
 
+def percentile_ms(seconds: np.ndarray, q: float) -> float | None:
+    """The ``q``-th percentile of ``seconds`` in milliseconds (None when there are none)."""
+    return round(1000 * float(np.percentile(seconds, q)), 1) if len(seconds) else None
+
+
 class RoleUsage:
     """CPU and RSS of this machine's Ray processes by role (their process titles:
     ``ray::rollout_worker``, ``ray::ParameterServer``, ...) and of the driver, between
@@ -193,8 +198,8 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
             trainer.stop()
     return {
         "env_steps_per_s": statistics.median(rates), "iterations": [round(r, 1) for r in rates],
-        "weight_sync_p50_ms": round(1000 * float(np.percentile(sync, 50)), 1) if len(sync) else None,
-        "weight_sync_p95_ms": round(1000 * float(np.percentile(sync, 95)), 1) if len(sync) else None,
+        "weight_sync_p50_ms": percentile_ms(sync, 50),
+        "weight_sync_p95_ms": percentile_ms(sync, 95),
         "weight_syncs": len(sync), "pushes": lag["version"] - lag_before["version"],
         "weights_lag_mean": None if lag["mean"] is None else round(lag["mean"], 3), "weights_lag_p95": lag["p95"],
         "weights_lag_max": lag["max"], "workers_delivering": sum(1 for n in delivered.values() if n > 0),
@@ -365,8 +370,8 @@ def ps_capacity(seconds: float, workers=(8, 32, 64), sizes=(("mlp 2x256", 0.3), 
         ray.kill(ps)
         rows.append({"actor": "parameter_server", "weights": label, "weights_mb": megabytes, "workers": w,
                      "by_reference": by_reference, "pulls_per_s": round(pulls, 1), "mb_per_s": round(pulls * megabytes, 1),
-                     "push_to_all_p50_ms": round(1000 * float(np.percentile(sync, 50)), 1) if len(sync) else None,
-                     "push_to_all_p95_ms": round(1000 * float(np.percentile(sync, 95)), 1) if len(sync) else None,
+                     "push_to_all_p50_ms": percentile_ms(sync, 50),
+                     "push_to_all_p95_ms": percentile_ms(sync, 95),
                      "pushes_synced": len(sync)})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return rows
