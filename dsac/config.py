@@ -77,6 +77,10 @@ RENAMED = {"snapshot_every": "checkpoint_every"}
 # pull_every (a worker polled for weights every N env steps; the parameter server now answers
 # a waiting pull as soon as a newer version is pushed).
 RETIRED = ("pull_every",)
+# Rollout workers per replay shard by default: a shard takes ~1,000 add calls/s, and 64 workers
+# send it ~200 (a chunk every 0.32 s each, dsac.distributed.topology.SHARD_ADD_CALLS_PER_S), so
+# shards are added past 64 workers before chunks grow past a third of a second (docs/scaling.md).
+WORKERS_PER_REPLAY_SHARD = 64
 
 
 def suggest_key(key: str, names) -> str:
@@ -330,7 +334,8 @@ class Config:
     priority_alpha: float = _f(0.6, "prioritization exponent alpha")
     priority_beta: float = _f(0.4, "initial importance-weight exponent beta, annealed to 1 over the run")
     num_replay_shards: int | None = _f(
-        None, "replay buffer actors; each worker writes to one, each learner samples its own (default: one per learner)"
+        None, "replay buffer actors; each worker writes to one, each learner samples its own (default: one per learner "
+        "and at least one per 64 workers)"
     )
 
     # --- DQN (Mnih et al. 2015; Ape-X, Horgan et al. 2018) --------------------------------
@@ -446,8 +451,8 @@ class Config:
         defaults = {**spec.defaults, **(spec.atari_defaults if is_atari_id(self.env) else {})}
         fills = {k: v for k, v in defaults.items() if getattr(self, k) is None}
         fills["defaulted"] = sorted({*self.defaulted, *fills})
-        if self.num_replay_shards is None:
-            fills["num_replay_shards"] = self.num_learners
+        if self.num_replay_shards is None:  # one per learner, and one per 64 rollout workers
+            fills["num_replay_shards"] = max(self.num_learners, -(-self.num_workers // WORKERS_PER_REPLAY_SHARD))
         if self.num_workers == 0:  # RLlib's num_env_runners=0: everything in the driver
             fills["local"] = True
         # Ship the registered custom models (and any module:builder named) with the config.

@@ -18,8 +18,8 @@ collection   env steps/s landing in replay from W rollout workers (one env each,
              W * envs_per_worker * 1000 / env_step_ms, as if a worker's envs slept
              concurrently (they step one after another, so with several envs per worker the
              ideal is not reachable: use 1). Beside it the bare ceiling: the same env stepped
-             by W plain Ray tasks acting with a numpy linear policy, nothing else (no replay,
-             no weights), with the CPU share dsac gives a worker. efficiency = measured / ideal;
+             by W plain Ray actors acting with the same numpy actor (2x256), nothing else (no
+             replay, no weights), with the CPU share dsac gives a worker. efficiency = measured / ideal;
              of_bare = measured / bare. Weight sync: seconds from a push until every worker's
              next pull says it acts with that version (p50/p95); weights lag: versions behind
              the latest at each pull a worker made while acting (mean/p95). CPU (% of one core)
@@ -56,8 +56,9 @@ WORKERS = [1, 2, 4, 8, 16, 32, 64]
 # The learner off the critical path: 64 workers of a 10 ms env need 32 updates/s of it (a
 # sample call of 16 batches opens 3,200 env steps of insert budget), and it pushes new
 # weights every 2 updates, so that weight sync is measured at every size.
-UPDATES_PER_STEP = 0.005
-PUSH_EVERY = 2
+UPDATES_PER_STEP = 0.002
+PUSH_EVERY = 4
+WARMUP_ITERATIONS = 5
 CLUSTER_NODES = 4
 CLUSTER_NODE_CPUS = 2
 
@@ -65,33 +66,73 @@ CLUSTER_NODE_CPUS = 2
 # --- collection ----------------------------------------------------------------------------
 
 
-def bare_rate(workers: int, step_ms: float, seconds: float, envs_per_worker: int = 1) -> float:
-    """Env steps/s of ``workers`` plain Ray tasks, each stepping its envs (one after another)
-    with a numpy linear policy for ``seconds``, all starting at the same moment."""
-    import ray
+def acting_policy(seed: int):
+    """The numpy actor dsac's rollout workers act with here (SAC, 2x256, on ``ENV``), with
+    random weights: what acting costs any system that uses this network."""
+    from dsac.config import Config
+    from dsac.envs import make_env
+    from dsac.registry import policy_class_for
 
-    from dsac.envs import make_env, with_simulated_cost
+    config = Config(env=ENV, fcnet_hiddens=[256, 256]).validate()
+    env = make_env(ENV)
+    policy = policy_class_for(config)(env.observation_space, env.action_space, config, seed=seed)
+    rng = np.random.default_rng(seed)
+    policy.set_weights({name: (0.05 * rng.normal(size=shape)).astype(np.float32)
+                        for name, shape in policy.numpy_weight_shapes().items()})
+    return policy
 
-    @ray.remote
-    def bare(start_at: float, seconds: float, seed: int) -> int:
-        envs = [with_simulated_cost(make_env(ENV), step_ms) for _ in range(envs_per_worker)]
-        obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(envs)])
-        rng = np.random.default_rng(seed)
-        weights = rng.normal(size=(obs.shape[1], envs[0].action_space.shape[0])).astype(np.float32)
+
+class BareWorker:
+    """A plain Ray actor stepping ``envs_per_worker`` envs (one after another), acting on their
+    observations with the same numpy actor as a dsac rollout worker, and nothing else: the bare
+    ceiling's worker. Its envs are made when it starts, so that what :meth:`run` measures is
+    stepping alone, not process start-up (64 Python processes take tens of seconds to start
+    on 2 cores)."""
+
+    def __init__(self, step_ms: float, envs_per_worker: int, seed: int):
+        from dsac.envs import make_env, with_simulated_cost
+
+        self.envs = [with_simulated_cost(make_env(ENV), step_ms) for _ in range(envs_per_worker)]
+        self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
+        self.policy = acting_policy(seed)
+
+    def ready(self) -> bool:
+        return True
+
+    def run(self, start_at: float, seconds: float) -> int:
+        """Env steps taken between ``start_at`` and ``start_at + seconds`` (wall clock)."""
         time.sleep(max(0.0, start_at - time.time()))
         steps, end = 0, start_at + seconds
         while time.time() < end:
-            actions = np.tanh(obs @ weights) * 2.0
-            for i, env in enumerate(envs):
+            actions = self.policy.compute_actions(self.obs, explore=True)
+            for i, env in enumerate(self.envs):
                 next_obs, _, terminated, truncated, _ = env.step(actions[i])
-                obs[i] = env.reset()[0] if terminated or truncated else next_obs
+                self.obs[i] = env.reset()[0] if terminated or truncated else next_obs
                 steps += 1
         return steps
 
-    cpus = cpus_per_worker(workers)
-    start_at = time.time() + 5.0 + 0.1 * workers  # every task started and its env made
-    refs = [bare.options(num_cpus=cpus).remote(start_at, seconds, 1000 * i) for i in range(workers)]
-    return sum(ray.get(refs)) / seconds
+
+def started(actors: list, timeout: float = 600.0) -> list:
+    """``actors`` once every one has answered ``ready()``."""
+    import ray
+
+    ray.get([a.ready.remote() for a in actors], timeout=timeout)
+    return actors
+
+
+def bare_rate(workers: int, step_ms: float, seconds: float, envs_per_worker: int = 1) -> float:
+    """Env steps/s of ``workers`` :class:`BareWorker` actors with the CPU share dsac gives a
+    rollout worker, all started (envs made) before the window, which they all begin together."""
+    import ray
+
+    bare = ray.remote(BareWorker).options(num_cpus=cpus_per_worker(workers))
+    actors = started([bare.remote(step_ms, envs_per_worker, 1000 * i) for i in range(workers)])
+    try:
+        start_at = time.time() + 1.0
+        return sum(ray.get([a.run.remote(start_at, seconds) for a in actors])) / seconds
+    finally:
+        for a in actors:
+            ray.kill(a)
 
 
 def cpus_per_worker(workers: int) -> float:
@@ -162,6 +203,16 @@ class RoleUsage:
         return {role: {k: round(v, 1) for k, v in e.items()} for role, e in sorted(roles.items())}
 
 
+def delivering(trainer) -> dict[int, int]:
+    """``{rollout worker: transitions it delivered}`` of the workers that delivered any."""
+    import ray
+
+    counts = {}
+    for shard in trainer.actor_handles["replay_shards"]:
+        counts.update(ray.get(shard.writer_counts.remote()))
+    return {w: n for w, n in counts.items() if n > 0}
+
+
 def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, envs_per_worker: int = 1,
               address: str | None = None) -> dict:
     """Env steps/s into replay from ``workers`` dsac rollout workers, weight sync and lag,
@@ -181,28 +232,33 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
         })
         try:
             ps = trainer.actor_handles["parameter_server"]
-            trainer.train()  # workers started, envs made, first weights pulled
+            # Until every worker delivered: started (64 processes take a while on 2 cores), env
+            # made, first weights pulled.
+            for _ in range(WARMUP_ITERATIONS):
+                trainer.train()
+                if len(delivering(trainer)) == workers:
+                    break
             ray.get(ps.sync_latencies.remote())  # from here on
             lag_before = ray.get(ps.weights_lag.remote())
             usage = RoleUsage()
             usage.start()
-            rates = [trainer.train()["env_steps_per_s"] for _ in range(iterations)]
+            results = [trainer.train() for _ in range(iterations)]
             roles = usage.stop()
             sync = np.asarray(ray.get(ps.sync_latencies.remote()))
             lag = ray.get(ps.weights_lag.remote())
-            delivered = {}
-            for shard in trainer.actor_handles["replay_shards"]:
-                delivered.update(ray.get(shard.writer_counts.remote()))
+            delivered = delivering(trainer)
             per_node = trainer._system.workers_per_node() if hasattr(trainer._system, "workers_per_node") else {}
         finally:
             trainer.stop()
     return {
-        "env_steps_per_s": statistics.median(rates), "iterations": [round(r, 1) for r in rates],
+        "env_steps_per_s": statistics.median(r["env_steps_per_s"] for r in results),
+        "iterations": [round(r["env_steps_per_s"], 1) for r in results],
+        "updates_per_s": round(statistics.median(r["updates_per_s"] for r in results), 1),
         "weight_sync_p50_ms": percentile_ms(sync, 50),
         "weight_sync_p95_ms": percentile_ms(sync, 95),
         "weight_syncs": len(sync), "pushes": lag["version"] - lag_before["version"],
         "weights_lag_mean": None if lag["mean"] is None else round(lag["mean"], 3), "weights_lag_p95": lag["p95"],
-        "weights_lag_max": lag["max"], "workers_delivering": sum(1 for n in delivered.values() if n > 0),
+        "weights_lag_max": lag["max"], "workers_delivering": len(delivered),
         "workers_per_node": sorted(per_node.values(), reverse=True), "roles": roles,
     }
 
@@ -281,7 +337,7 @@ def replay_capacity(seconds: float, chunks=(16, 64, 256, 1024)) -> list[dict]:
     for kind, (shape, dtype, capacity) in kinds.items():
         specs = field_specs(shape, dtype, (1,), np.float32)
         replay = ReplayBuffer.options(num_cpus=0).remote(
-            specs, capacity, updates_per_step=1e-9, learning_starts=0, max_steps_ahead=10**12, num_writers=1,
+            specs, capacity, updates_per_step=1e9, learning_starts=0, max_steps_ahead=10**12, num_writers=1,
             max_chunk=max(chunks),
         )
         for size in chunks:
@@ -312,22 +368,18 @@ def fake_weights(megabytes: float) -> dict:
     return {f"layer_{i}/kernel": np.random.default_rng(i).normal(size=n // 4).astype(np.float32) for i in range(4)}
 
 
-def ps_capacity(seconds: float, workers=(8, 32, 64), sizes=(("mlp 2x256", 0.3), ("nature conv", 6.5))) -> list[dict]:
-    """The parameter server's pull rate (each pull carries the weights, which the puller
-    deserializes) and its push-to-every-worker latency, W workers keeping a waiting pull on it."""
-    import ray
+class Client:
+    """A stand-in for a rollout worker or a learner, driving a shared actor directly. A pool of
+    them is started once (processes up, modules imported) and reused, so that what is timed is
+    the actor, not process start-up."""
 
-    from dsac.distributed.actors import ParameterServer
-    from dsac.distributed.tasks import WeightsClient
+    def ready(self) -> bool:
+        return True
 
-    class Holder:  # what a worker's policy does with weights, minus the numpy copy
-        has_weights = False
+    def pull_loop(self, ps, seconds: float, start_at: float) -> int:
+        """Pulls, each carrying the weights (resolved as a worker does), in ``seconds``."""
+        import ray
 
-        def set_weights(self, weights):
-            self.has_weights = True
-
-    @ray.remote(num_cpus=0)
-    def puller(ps, seconds: float, start_at: float) -> int:
         from dsac.distributed.tasks import pulled_weights
 
         time.sleep(max(0.0, start_at - time.time()))
@@ -337,55 +389,27 @@ def ps_capacity(seconds: float, workers=(8, 32, 64), sizes=(("mlp 2x256", 0.3), 
             count += 1
         return count
 
-    @ray.remote(num_cpus=0)
-    def waiter(ps, index: int) -> int:
-        client = WeightsClient(ps, Holder(), worker=index)
+    def wait_loop(self, ps, index: int) -> int:
+        """A rollout worker's weights loop around a 10 ms env step, until the stop flag."""
+        from dsac.distributed.tasks import WeightsClient
+
+        class Holder:  # what a worker's policy does with weights, minus the numpy copy
+            has_weights = False
+
+            def set_weights(self, weights):
+                self.has_weights = True
+
+        client = WeightsClient(ps, Holder(), worker=index).start()
         while not client.stop:
-            client.poll(0)
-            time.sleep(0.01)  # a 10 ms env step
+            client.poll()
+            time.sleep(0.01)
+        client.close()
         return client.version
 
-    rows = []
-    for (label, megabytes), by_reference, w in itertools.product(sizes, (False, True), workers):
-        weights = fake_weights(megabytes)
-        ps = ParameterServer.options(num_cpus=0, max_concurrency=max(1000, 4 * w + 100)).remote(0, by_reference)
-        ray.get(ps.push.remote(weights))
-        start_at = time.time() + 2.0 + 0.05 * w
-        pulls = sum(ray.get([puller.remote(ps, seconds, start_at) for _ in range(w)])) / seconds
-        refs = [waiter.remote(ps, i) for i in range(w)]
-        deadline = time.monotonic() + 60
-        while len(ray.get(ps.weights_lag.remote())["held"]) < w and time.monotonic() < deadline:
-            time.sleep(0.2)  # until every waiter holds the first version and waits on the next
-        time.sleep(0.5)
-        ray.get(ps.sync_latencies.remote())
-        pushed = ray.put(weights)
-        started = time.monotonic()
-        while time.monotonic() - started < seconds:
-            ps.push.remote(pushed)
-            time.sleep(0.2)
-        time.sleep(0.5)
-        sync = np.asarray(ray.get(ps.sync_latencies.remote()))
-        ray.get(ps.stop.remote("benchmark"))
-        ray.get(refs)
-        ray.kill(ps)
-        rows.append({"actor": "parameter_server", "weights": label, "weights_mb": megabytes, "workers": w,
-                     "by_reference": by_reference, "pulls_per_s": round(pulls, 1), "mb_per_s": round(pulls * megabytes, 1),
-                     "push_to_all_p50_ms": percentile_ms(sync, 50),
-                     "push_to_all_p95_ms": percentile_ms(sync, 95),
-                     "pushes_synced": len(sync)})
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    return rows
+    def average_loop(self, averager, index: int, seconds: float, start_at: float, megabytes: float) -> int:
+        """Gradient-averaging rounds of one learner in ``seconds``."""
+        import ray
 
-
-def averager_capacity(seconds: float, learners=(2, 4), megabytes: float = 0.9) -> list[dict]:
-    """Rounds/s of the gradient averager: ``learners`` tasks each sending a gradient of
-    ``megabytes`` per step and waiting for the mean (a 2x256 SAC's actor, critics and alpha)."""
-    import ray
-
-    from dsac.distributed.actors import GradientAverager
-
-    @ray.remote(num_cpus=0)
-    def learner(averager, index: int, seconds: float, start_at: float) -> int:
         gradient = np.ones(int(megabytes * 1e6 / 4), np.float32)
         time.sleep(max(0.0, start_at - time.time()))
         step, end = 0, start_at + seconds
@@ -395,16 +419,92 @@ def averager_capacity(seconds: float, learners=(2, 4), megabytes: float = 0.9) -
             step += 1
         return step
 
+
+def client_pool(size: int) -> list:
+    import ray
+
+    return started([ray.remote(Client).options(num_cpus=0).remote() for _ in range(size)])
+
+
+def push_to_all(ps, weights, pushes: int, timeout: float = 10.0) -> np.ndarray:
+    """Seconds from a push until every waiting client holds it, for ``pushes`` pushes, each
+    made once the one before has reached every client (so none queues behind another)."""
+    import ray
+
+    ray.get(ps.sync_latencies.remote())
+    pushed = ray.put(weights)
+    out = []
+    for _ in range(pushes):
+        ray.get(ps.push.remote(pushed))
+        deadline = time.monotonic() + timeout
+        synced = []
+        while not synced and time.monotonic() < deadline:
+            time.sleep(0.01)
+            synced = ray.get(ps.sync_latencies.remote())
+        out += synced
+        time.sleep(0.05)
+    return np.asarray(out)
+
+
+def ps_capacity(seconds: float, workers=(8, 32, 64), sizes=(("mlp 2x256", 0.3), ("nature conv", 6.5)),
+                pushes: int = 10) -> list[dict]:
+    """The parameter server's pull rate (each pull carries the weights, which the puller
+    resolves) and its push-to-every-worker latency with W clients keeping a waiting pull on it
+    (:meth:`Client.wait_loop`), by value and by reference."""
+    import ray
+
+    from dsac.distributed.actors import ParameterServer
+
+    pool = client_pool(max(workers))
+    rows = []
+    for (label, megabytes), by_reference, w in itertools.product(sizes, (False, True), workers):
+        weights = fake_weights(megabytes)
+        ps = ParameterServer.options(num_cpus=0, max_concurrency=max(1000, 4 * w + 100)).remote(0, by_reference)
+        ray.get(ps.push.remote(weights))
+        clients = pool[:w]
+        start_at = time.time() + 1.0
+        pulls = sum(ray.get([c.pull_loop.remote(ps, seconds, start_at) for c in clients])) / seconds
+        refs = [c.wait_loop.remote(ps, i) for i, c in enumerate(clients)]
+        deadline = time.monotonic() + 60
+        while len(ray.get(ps.weights_lag.remote())["held"]) < w and time.monotonic() < deadline:
+            time.sleep(0.2)  # until every client holds the first version and waits on the next
+        time.sleep(0.5)
+        sync = push_to_all(ps, weights, pushes)
+        ray.get(ps.stop.remote("benchmark"))
+        ray.get(refs)
+        ray.kill(ps)
+        rows.append({"actor": "parameter_server", "weights": label, "weights_mb": megabytes, "workers": w,
+                     "by_reference": by_reference, "pulls_per_s": round(pulls, 1), "mb_per_s": round(pulls * megabytes, 1),
+                     "push_to_all_p50_ms": percentile_ms(sync, 50),
+                     "push_to_all_p95_ms": percentile_ms(sync, 95),
+                     "pushes_synced": len(sync)})
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    for c in pool:
+        ray.kill(c)
+    return rows
+
+
+def averager_capacity(seconds: float, learners=(2, 4), megabytes: float = 0.9) -> list[dict]:
+    """Rounds/s of the gradient averager: ``learners`` clients each sending a gradient of
+    ``megabytes`` per step and waiting for the mean (a 2x256 SAC's actor, critics and alpha)."""
+    import ray
+
+    from dsac.distributed.actors import GradientAverager
+
+    pool = client_pool(max(learners))
     rows = []
     for n in learners:
         averager = GradientAverager.options(num_cpus=0).remote(n)
-        start_at = time.time() + 2.0
-        steps = ray.get([learner.remote(averager, i, seconds, start_at) for i in range(n)])
+        start_at = time.time() + 1.0
+        steps = ray.get([c.average_loop.remote(averager, i, seconds, start_at, megabytes)
+                         for i, c in enumerate(pool[:n])])
         ray.get(averager.stop.remote())
         ray.kill(averager)
         rows.append({"actor": "gradient_averager", "learners": n, "gradient_mb": megabytes,
                      "rounds_per_s": round(min(steps) / seconds, 1)})
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    for c in pool:
+        ray.kill(c)
     return rows
 
 

@@ -136,7 +136,7 @@ class System:
         strategy = plan.scheduling(node) if node else "SPREAD"
         ref = rollout_worker.options(num_cpus=plan.worker_cpus, max_retries=0, scheduling_strategy=strategy).remote(
             i, config, self.shards[i % self.num_shards], self.ps, self.worker_seeds[i] if seed is None else seed,
-            self.num_shards,
+            self.num_shards, plan.chunk_seconds,
         )
         return self._track(ref, f"rollout_worker_{i}")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import logging
+import threading
 import time
 
 import numpy as np
@@ -28,17 +29,14 @@ log = logging.getLogger("dsac")
 
 # How long a task sleeps between polls while it has nothing to do.
 IDLE_SLEEP_S = 0.05
-# Weights: a rollout worker looks for a landed pull at most this often (a clock read in
-# between), and starts pulls at most this often, which bounds its pulls per second when the
-# learner pushes faster than that.
-CHECK_INTERVAL_S = 0.002
+# A rollout worker's receiver thread starts pulls at most this often, which bounds its pulls per
+# second when the learner pushes faster than that.
 MIN_PULL_INTERVAL_S = 0.02
 # How long the parameter server holds a pull that finds nothing newer before answering anyway
 # (it answers at once on a push or the stop flag).
 PULL_WAIT_S = 1.0
-# A worker that waited this long for insert budget fetches the newest weights before it
-# collects again (it was idle anyway; otherwise it would act with weights from before the wait).
-REFRESH_AFTER_WAIT_S = 0.02
+# While a call waits (the replay shard holding a worker back), new weights are applied this often.
+POLL_WHILE_WAITING_S = 0.02
 
 
 def pulled_weights(weights):
@@ -48,11 +46,17 @@ def pulled_weights(weights):
 
 
 class WeightsClient:
-    """Keeps a policy's weights fresh by notice: one ``pull(newer_than=version, wait_s=...)``
-    always in flight, which the parameter server answers as soon as a newer version is pushed;
-    its reply is collected without blocking the env loop and the next pull starts at once (at
-    most every ``MIN_PULL_INTERVAL_S``). New weights reach a worker one transfer after the
-    push, whatever its env's speed, with one call per version (or per ``PULL_WAIT_S`` idle)."""
+    """Keeps a policy's weights fresh by notice. :meth:`start` runs a receiver thread that keeps
+    one ``pull(newer_than=version, worker, wait_s)`` waiting on the parameter server, which
+    answers it as soon as a newer version is pushed; the thread fetches the weights (sent by
+    reference: from its node's object store) and leaves them for the env loop, which applies
+    them at its next step (:meth:`poll`: one attribute read). The thread's next pull, made once
+    they are applied (at most every ``MIN_PULL_INTERVAL_S``), tells the server the version the
+    worker acts with. The env loop never calls the server nor waits for a transfer, and a
+    version costs one call, whatever the env's speed.
+
+    Without :meth:`start` (the evaluator), :meth:`take` applies replies the caller pulled.
+    """
 
     def __init__(self, ps, policy, worker: int | None = None, wait_s: float = PULL_WAIT_S):
         self.ps = ps
@@ -62,10 +66,12 @@ class WeightsClient:
         self.version = 0
         self.report = LearnerReport()  # what the learner sent with the weights held
         self.stop = False
-        self.next_check_at = 0.0
-        self.pulled_at = -MIN_PULL_INTERVAL_S
-        self.in_flight = None
-        self.fetching: PullReply | None = None  # a reply whose weights are on their way to this node
+        self._received: tuple | None = None  # (version, weights, report) fetched, not yet applied
+        self._applied = threading.Event()  # the env loop took what the thread left
+        self._applied.set()
+        self._closed = False
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
 
     def take(self, reply: PullReply) -> None:
         """Apply a ``pull`` reply: new weights if it carries them, and the stop flag."""
@@ -75,57 +81,83 @@ class WeightsClient:
                 weights = pulled_weights(reply.weights)
             except ray.exceptions.ObjectLostError:  # its owner, a parameter server since restarted, is gone
                 return  # the next pull brings the new server's weights
-            self.policy.set_weights(weights)
-            self.version = reply.version
-            self.report = reply.report or LearnerReport()
+            self._apply(reply.version, weights, reply.report)
+
+    def _apply(self, version: int, weights: dict, report: LearnerReport | None) -> None:
+        self.policy.set_weights(weights)
+        self.version = version
+        self.report = report or LearnerReport()
+
+    def start(self) -> WeightsClient:
+        """Start the receiver thread (a daemon; :meth:`close` ends it)."""
+        self._thread = threading.Thread(target=self._receive, name="dsac-weights", daemon=True)
+        self._thread.start()
+        return self
+
+    def _receive(self) -> None:
+        try:
+            while True:
+                self._applied.wait()
+                if self._closed or self.stop:
+                    return
+                pulled_at = time.monotonic()
+                reply = ray.get(self.ps.pull.remote(self.version, self.worker, self.wait_s))
+                if reply.stop:
+                    self.stop = True
+                if reply.weights is not None and reply.version > self.version:
+                    try:
+                        weights = pulled_weights(reply.weights)
+                    except ray.exceptions.ObjectLostError:  # a restarted server's: pull again
+                        continue
+                    self._applied.clear()
+                    self._received = (reply.version, weights, reply.report)
+                    time.sleep(max(0.0, pulled_at + MIN_PULL_INTERVAL_S - time.monotonic()))
+        except BaseException as exc:  # noqa: BLE001 - raised in the env loop by poll()
+            if not self._closed:
+                self._error = exc
+                self.stop = True
 
     def poll(self, steps: int = 0) -> None:
-        """Take the reply of the pull in flight once it has landed and start the next one.
-        Runs after every env step, inside chunks too (so a long chunk does not hold new weights
-        back), and costs a clock read between checks; ``steps`` is the env steps since the last
-        call (0 between chunks, which always checks)."""
-        now = time.monotonic()
-        if steps and now < self.next_check_at:
-            return
-        self.next_check_at = now + CHECK_INTERVAL_S
-        self._collect()
-        if self.in_flight is None and self.fetching is None and now - self.pulled_at >= MIN_PULL_INTERVAL_S:
-            self.in_flight = self.ps.pull.remote(self.version, self.worker, self.wait_s)
-            self.pulled_at = now
+        """Apply the weights the receiver left, if any (the env loop calls this after every
+        batch of ``steps`` env steps, inside chunks too). Raises what ended the receiver."""
+        received = self._received
+        if received is not None:
+            self._received = None
+            self._apply(*received)
+            self._applied.set()
+        if self._error is not None:
+            raise self._error
 
-    def _collect(self) -> None:
-        """Take a landed reply; weights sent by reference are taken once they are on this node
-        (``ray.wait`` starts fetching them), so the env loop never waits for a transfer."""
-        if self.in_flight is not None:
-            ready, _ = ray.wait([self.in_flight], timeout=0)
-            if ready:
-                reply, self.in_flight = ray.get(self.in_flight), None
-                if isinstance(reply.weights, ray.ObjectRef) and reply.version > self.version:
-                    self.stop = self.stop or reply.stop
-                    self.fetching = reply
-                else:
-                    self.take(reply)
-        if self.fetching is not None:
-            ready, _ = ray.wait([self.fetching.weights], timeout=0, fetch_local=True)
-            if ready:
-                reply, self.fetching = self.fetching, None
-                self.take(reply)
-
-    def refresh(self) -> None:
-        """Fetch the newest weights now (blocking, one call); a waiting pull stays in flight."""
-        self._collect()
-        self.take(ray.get(self.ps.pull.remote(self.version, self.worker)))
+    def get(self, ref):
+        """``ray.get(ref)``, applying weights as they arrive meanwhile (a worker the replay
+        shard holds back must not come back to stale weights)."""
+        while not ray.wait([ref], timeout=POLL_WHILE_WAITING_S)[0]:
+            self.poll()
+        self.poll()
+        return ray.get(ref)
 
     def wait_for_weights(self) -> None:
         """Block until the policy has weights (or the run stops)."""
         while not self.policy.has_weights and not self.stop:
-            self.take(ray.get(self.ps.pull.remote(self.version, self.worker, IDLE_SLEEP_S)))
+            self.poll()
+            if not self.policy.has_weights:
+                time.sleep(IDLE_SLEEP_S / 5)
+
+    def close(self) -> None:
+        """End the receiver thread (at once if the run stopped: the server answers waiting
+        pulls on the stop flag; else within ``wait_s``)."""
+        self._closed = True
+        self._applied.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.wait_s + 1.0)
 
 
 @ray.remote
-def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 1) -> dict:
+def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 1,
+                   chunk_seconds: float | None = None) -> dict:
     """Steps ``config.envs_per_worker`` envs, acting on their batch of observations, and sends
-    what it gathered to its replay shard in chunks, within the insert budget the shard grants.
+    what it gathered to its replay shard in chunks (at least every ``chunk_seconds``, default
+    ``config.chunk_seconds``), within the insert budget the shard grants.
 
     Uniform random actions while fewer than ``config.start_steps`` transitions have reached
     the replay buffer (counted over all workers; with shards, estimated from this one).
@@ -142,40 +174,40 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
         collector.observation_space, collector.action_space, config, seed=seed,
         worker_index=index, num_workers=config.num_workers,
     )
-    weights = WeightsClient(ps, policy, worker=index)
     frames = frame_layout(collector.observation_space.shape, collector.observation_space.dtype)
     encoder = FrameEncoder(frames, config.envs_per_worker, config.n_step) if frames else None
-    status = ray.get(replay.add.remote(index, None))
+    chunk_seconds = chunk_seconds or config.chunk_seconds
+    weights = WeightsClient(ps, policy, worker=index).start()
     chunks_sent = 0
-    while not (status.stop or weights.stop):
-        chunk = None
-        if status.grant > 0:
-            if status.added * num_shards < config.start_steps:
-                act = lambda obs: policy.random_actions(len(obs))  # noqa: E731
-            else:
-                weights.wait_for_weights()
-                if not policy.has_weights:  # stopped before the learner's first weights
-                    break
-                act = lambda obs: policy.compute_actions(obs, explore=True)  # noqa: E731
-            deadline = time.monotonic() + config.chunk_seconds
-            # New weights are taken (and the next pull started) as they land, also inside a
-            # chunk: a chunk of 256 steps must not delay them.
-            batch = policy.postprocess_trajectory(collector.collect(act, status.grant, deadline, weights.poll))
-            if callbacks is not None:
-                batch = callbacks.on_sample_end(worker_index=index, batch=batch)
-            chunk = Chunk.from_batch(batch)
-            if encoder is not None:  # image observations: each frame crosses once (see dsac.frames)
-                chunk = chunk._replace(transitions=encoder.encode(chunk.transitions))
-            episodes = collector.drain_episodes()
-            if episodes:
-                ps.report_episodes.remote(episodes)
-            chunks_sent += 1
-        weights.poll(0)
-        asked = time.monotonic()
-        status = ray.get(replay.add.remote(index, chunk))
-        if status.grant > 0 and policy.has_weights and time.monotonic() - asked > REFRESH_AFTER_WAIT_S:
-            weights.refresh()
-    collector.close()
+    try:
+        status = ray.get(replay.add.remote(index, None))
+        while not (status.stop or weights.stop):
+            chunk = None
+            if status.grant > 0:
+                if status.added * num_shards < config.start_steps:
+                    act = lambda obs: policy.random_actions(len(obs))  # noqa: E731
+                else:
+                    weights.wait_for_weights()
+                    if not policy.has_weights:  # stopped before the learner's first weights
+                        break
+                    act = lambda obs: policy.compute_actions(obs, explore=True)  # noqa: E731
+                # New weights are applied as they land, also inside a chunk: a chunk of 256
+                # steps must not delay them.
+                batch = policy.postprocess_trajectory(
+                    collector.collect(act, status.grant, time.monotonic() + chunk_seconds, weights.poll))
+                if callbacks is not None:
+                    batch = callbacks.on_sample_end(worker_index=index, batch=batch)
+                chunk = Chunk.from_batch(batch)
+                if encoder is not None:  # image observations: each frame crosses once (see dsac.frames)
+                    chunk = chunk._replace(transitions=encoder.encode(chunk.transitions))
+                episodes = collector.drain_episodes()
+                if episodes:
+                    ps.report_episodes.remote(episodes)
+                chunks_sent += 1
+            status = weights.get(replay.add.remote(index, chunk))
+    finally:
+        weights.close()
+        collector.close()
     return {"worker": index, "env_steps": collector.total_steps, "chunks": chunks_sent}
 
 

@@ -18,6 +18,11 @@ EVALUATOR_CPUS = 0.1
 # measured with Pendulum) and of a learner (TensorFlow: ~600 MB), to refuse plans that cannot fit.
 WORKER_PROCESS_BYTES = 120 * 2**20
 LEARNER_PROCESS_BYTES = 700 * 2**20
+# A replay shard answers ~1,000 add calls/s on a core (``scripts/scale.py --only capacity``).
+# The rollout workers writing to one send chunks no more often than keeps it at this many calls
+# a second, so that many workers of a fast-stepping env leave it room to sample
+# (docs/scaling.md): 64 workers on a shard send every 0.32 s instead of every 0.1 s.
+SHARD_ADD_CALLS_PER_S = 200
 
 
 @dataclass
@@ -34,6 +39,9 @@ class ResourcePlan:
     evaluator_cpus: float
     num_workers: int
     num_learners: int = 1
+    # How often a rollout worker sends a chunk at least (--chunk_seconds, or longer when many
+    # workers share a replay shard: SHARD_ADD_CALLS_PER_S).
+    chunk_seconds: float = 0.1
     learner_nodes: list = field(default_factory=list)
     evaluator_node: str | None = None
     worker_nodes: list = field(default_factory=list)
@@ -49,7 +57,8 @@ class ResourcePlan:
         return (
             f"cluster {nodes} node(s), {self.total_cpus:g} CPUs / {self.total_gpus:g} GPUs; "
             f"{self.num_learners} learner(s) x {self.learner_cpus:g} CPU on {device}; "
-            f"{self.num_workers} rollout workers x {self.worker_cpus:g} CPU; evaluator {self.evaluator_cpus:g} CPU; "
+            f"{self.num_workers} rollout workers x {self.worker_cpus:g} CPU, a chunk every {self.chunk_seconds:g} s; "
+            f"evaluator {self.evaluator_cpus:g} CPU; "
             "replay buffer and parameter server 0 CPU"
             + (f" on {self.node_names.get(self.actor_node, self.actor_node[:8])}" if self.actor_node else "")
         )
@@ -132,7 +141,7 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
             f"cluster has {memory / 2**30:.1f} GiB for tasks: lower --num_workers"
         )
     plan = ResourcePlan(total_cpus, total_gpus, learner_cpus, learner_gpus, worker_cpus, evaluator_cpus,
-                        config.num_workers, learners)
+                        config.num_workers, learners, chunk_period(config))
     alive = [n for n in nodes or [] if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
     if len(alive) > 1:  # one node: nothing to decide
         _place(plan, alive)
@@ -141,6 +150,13 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
         # driver on a host with several nodes' raylets may attach to any of them.
         plan.actor_node = head[0] if head else driver_node
     return plan
+
+
+def chunk_period(config) -> float:
+    """Seconds between a rollout worker's chunks at least: ``--chunk_seconds``, or longer so
+    that the workers sharing a replay shard send it at most ``SHARD_ADD_CALLS_PER_S`` calls/s."""
+    writers = -(-config.num_workers // max(1, config.num_replay_shards or 1))
+    return max(float(config.chunk_seconds), round(writers / SHARD_ADD_CALLS_PER_S, 3))
 
 
 def local_cluster_resources() -> dict:

@@ -22,6 +22,7 @@ each batch once, inside the network, and the numpy forward the same way.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -116,7 +117,7 @@ class ObsInput(NamedTuple):
 
     @property
     def flat_dim(self) -> int:
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)  # not np.prod: this runs at every action (~2 us less)
 
     @property
     def input_shape(self) -> tuple:
