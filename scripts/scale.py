@@ -99,17 +99,18 @@ class BareWorker:
     def ready(self) -> bool:
         return True
 
-    def run(self, start_at: float, seconds: float) -> int:
-        """Env steps taken between ``start_at`` and ``start_at + seconds`` (wall clock)."""
+    def run(self, start_at: float, seconds: float) -> tuple[int, float]:
+        """Env steps taken between ``start_at`` and ``start_at + seconds`` (wall clock), and
+        the CPU seconds this process used meanwhile."""
         time.sleep(max(0.0, start_at - time.time()))
-        steps, end = 0, start_at + seconds
+        steps, end, cpu = 0, start_at + seconds, time.process_time()
         while time.time() < end:
             actions = self.policy.compute_actions(self.obs, explore=True)
             for i, env in enumerate(self.envs):
                 next_obs, _, terminated, truncated, _ = env.step(actions[i])
                 self.obs[i] = env.reset()[0] if terminated or truncated else next_obs
                 steps += 1
-        return steps
+        return steps, time.process_time() - cpu
 
 
 def started(actors: list, timeout: float = 600.0) -> list:
@@ -120,16 +121,18 @@ def started(actors: list, timeout: float = 600.0) -> list:
     return actors
 
 
-def bare_rate(workers: int, step_ms: float, seconds: float, envs_per_worker: int = 1) -> float:
+def bare_rate(workers: int, step_ms: float, seconds: float, envs_per_worker: int = 1) -> tuple[float, float]:
     """Env steps/s of ``workers`` :class:`BareWorker` actors with the CPU share dsac gives a
-    rollout worker, all started (envs made) before the window, which they all begin together."""
+    rollout worker, all started (envs made) before the window, which they all begin together;
+    and their CPU (% of one core) together."""
     import ray
 
     bare = ray.remote(BareWorker).options(num_cpus=cpus_per_worker(workers))
     actors = started([bare.remote(step_ms, envs_per_worker, 1000 * i) for i in range(workers)])
     try:
         start_at = time.time() + 1.0
-        return sum(ray.get([a.run.remote(start_at, seconds) for a in actors])) / seconds
+        runs = ray.get([a.run.remote(start_at, seconds) for a in actors])
+        return sum(steps for steps, _ in runs) / seconds, 100.0 * sum(cpu for _, cpu in runs) / seconds
     finally:
         for a in actors:
             ray.kill(a)
@@ -268,14 +271,15 @@ def collection_rows(workers: list[int], step_ms: float, seconds: float, iteratio
     rows = []
     for w in workers:
         ideal = w * envs_per_worker * 1000.0 / step_ms
-        bare = bare_rate(w, step_ms, seconds, envs_per_worker)
+        bare, bare_cpu = bare_rate(w, step_ms, seconds, envs_per_worker)
         measured = dsac_rate(w, step_ms, seconds, iterations, envs_per_worker, address)
         rate = measured.pop("env_steps_per_s")
         row = {
             "workers": w, "nodes": nodes, "envs_per_worker": envs_per_worker, "env_step_ms": step_ms,
             "env_steps_per_s": round(rate, 1), "ideal_env_steps_per_s": ideal, "bare_env_steps_per_s": round(bare, 1),
             "efficiency": round(rate / ideal, 3), "bare_efficiency": round(bare / ideal, 3),
-            "of_bare": round(rate / bare, 3), **measured,
+            "of_bare": round(rate / bare, 3), "bare_cpu_percent": round(bare_cpu, 1), **measured,
+            "cpu_percent": round(sum(u["cpu_percent"] for u in measured["roles"].values()), 1),
         }
         print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
@@ -513,15 +517,16 @@ def averager_capacity(seconds: float, learners=(2, 4), megabytes: float = 0.9) -
 
 def collection_markdown(rows: list[dict]) -> str:
     lines = ["| workers | nodes | env steps/s | ideal | bare ceiling | efficiency | bare / ideal | of bare | "
-             "sync p50 / p95 ms | lag mean / p95 | delivering | per node |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "sync p50 / p95 ms | lag mean / p95 | delivering | per node | CPU % dsac / bare | updates/s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['workers']} | {r['nodes']} | {r['env_steps_per_s']:,.0f} | {r['ideal_env_steps_per_s']:,.0f} | "
             f"{r['bare_env_steps_per_s']:,.0f} | {r['efficiency']:.2f} | {r['bare_efficiency']:.2f} | "
             f"{r['of_bare']:.2f} | {r['weight_sync_p50_ms']} / {r['weight_sync_p95_ms']} | "
             f"{r['weights_lag_mean']} / {r['weights_lag_p95']} | {r['workers_delivering']} | "
-            f"{'/'.join(map(str, r['workers_per_node']))} |")
+            f"{'/'.join(map(str, r['workers_per_node']))} | {r['cpu_percent']:.0f} / {r['bare_cpu_percent']:.0f} | "
+            f"{r['updates_per_s']} |")
     roles = [f"- W={r['workers']}, {r['nodes']} node(s): " + ", ".join(
         f"{role} ×{u['processes']} {u['cpu_percent']:.0f}% CPU {u['rss_mib']:,.0f} MiB" for role, u in r["roles"].items())
         for r in rows]

@@ -6,11 +6,14 @@ import numpy as np
 
 from dsac import Trainer
 
-# Versions behind the latest a worker's weights may be when it asks for newer ones while
-# acting. The learner pushes every 2 updates (~30 times a second here); a worker's waiting
-# pull is answered on the push, and the worker takes it at its next env step (10 ms).
-MAX_MEAN_LAG = 1.0
-MAX_LAG = 8
+# Versions behind the latest a worker's weights are when its receiver asks for newer ones
+# (right after the env loop applied the last: what the worker acts with). The learner pushes
+# every 2 updates (~30 times a second here, every ~33 ms); a waiting pull is answered on the
+# push, the env loop applies it at its next step (10 ms), and the receiver pulls again at most
+# every 20 ms: about one newer version lands meanwhile. p95 rather than the maximum: one
+# worker the 2 CI cores leave unscheduled for a second falls ~30 versions behind once.
+MAX_MEAN_LAG = 1.5
+MAX_P95_LAG = 4
 
 
 def test_sixteen_workers_of_a_slow_env_all_deliver_and_act_with_fresh_weights(ray_local, tmp_path):
@@ -33,6 +36,6 @@ def test_sixteen_workers_of_a_slow_env_all_deliver_and_act_with_fresh_weights(ra
     assert lag["version"] >= 20  # the learner pushed many versions meanwhile
     assert sorted(lag["per_worker"]) == list(range(16))  # every worker asked for weights while acting
     assert all(w["pulls"] >= 3 for w in lag["per_worker"].values()), lag["per_worker"]
-    assert lag["mean"] <= MAX_MEAN_LAG and lag["max"] <= MAX_LAG, {k: lag[k] for k in ("mean", "p95", "max")}
+    assert lag["mean"] <= MAX_MEAN_LAG and lag["p95"] <= MAX_P95_LAG, {k: lag[k] for k in ("mean", "p95", "max")}
     held = np.array(list(lag["held"].values()))
     assert held.min() > 0  # every worker acts with the learner's weights, not none
