@@ -12,9 +12,10 @@ as they would on a simulator or a robot, so on 2 cores 64 workers are I/O-bound,
 large cluster, and what is measured is dsac's own coordination cost.
 
 collection   env steps/s landing in replay from W rollout workers (one env each, SAC with
-             2x256 networks, the learner held off the critical path at 0.005 updates per env
-             step, pushing new weights every 2 updates), measured
-             over ``Trainer.train()`` iterations after one that warms up. Ideal:
+             2x256 networks, the learner held off the critical path at 0.002 updates per env
+             step, pushing new weights every 4 updates), in steady state: after warm-up
+             iterations (until every worker delivered), windows of ``--seconds`` inside one long
+             ``Trainer.train()`` iteration, read from the replay shards' counters. Ideal:
              W * envs_per_worker * 1000 / env_step_ms, as if a worker's envs slept
              concurrently (they step one after another, so with several envs per worker the
              ideal is not reachable: use 1). Beside it the bare ceiling: the same env stepped
@@ -38,12 +39,14 @@ capacity     one replay shard's ``add`` rate (transitions/s) for chunks of 16 ..
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -59,6 +62,9 @@ WORKERS = [1, 2, 4, 8, 16, 32, 64]
 UPDATES_PER_STEP = 0.002
 PUSH_EVERY = 4
 WARMUP_ITERATIONS = 5
+# Seconds from the start of the measured iteration to the first window (workers granted budget
+# again after the warm-up's insert limit).
+RAMP_S = 2.0
 CLUSTER_NODES = 4
 CLUSTER_NODE_CPUS = 2
 
@@ -216,6 +222,22 @@ def delivering(trainer) -> dict[int, int]:
     return {w: n for w, n in counts.items() if n > 0}
 
 
+def replay_added(trainer) -> tuple[int, int]:
+    """Transitions in the run's replay shards so far, and the add calls that brought them."""
+    import ray
+
+    stats = ray.get([s.stats.remote() for s in trainer.actor_handles["replay_shards"]])
+    return sum(s.added for s in stats), sum(s.add_calls for s in stats)
+
+
+def learner_counts(trainer) -> tuple[int, float]:
+    """The learner's update count (its last push's report) and the time it was read."""
+    import ray
+
+    latest = ray.get(trainer.actor_handles["parameter_server"].latest.remote())
+    return int(latest.report.updates), time.monotonic()
+
+
 def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, envs_per_worker: int = 1,
               address: str | None = None) -> dict:
     """Env steps/s into replay from ``workers`` dsac rollout workers, weight sync and lag,
@@ -241,22 +263,39 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
                 trainer.train()
                 if len(delivering(trainer)) == workers:
                     break
+            # Steady state: one long iteration (no insert limit met inside the windows) in a
+            # thread; the windows read the replay shards' counters.
+            trainer.config = dataclasses.replace(
+                trainer.config, steps_per_iteration=int(ideal * (seconds * iterations + 2 * RAMP_S)))
+            running = threading.Thread(target=trainer.train, daemon=True)
+            running.start()
+            time.sleep(RAMP_S)  # every worker granted budget again
             ray.get(ps.sync_latencies.remote())  # from here on
-            lag_before = ray.get(ps.weights_lag.remote())
+            lag_before, (updates_before, _) = ray.get(ps.weights_lag.remote()), learner_counts(trainer)
             usage = RoleUsage()
             usage.start()
-            results = [trainer.train() for _ in range(iterations)]
+            rates = []
+            (added, calls_before), at = replay_added(trainer), time.monotonic()
+            for _ in range(iterations):
+                time.sleep(max(0.0, at + seconds - time.monotonic()))
+                (now_added, calls), now = replay_added(trainer), time.monotonic()
+                rates.append((now_added - added) / (now - at))
+                added, at = now_added, now
+            add_calls = calls - calls_before
             roles = usage.stop()
+            updates_after, elapsed = learner_counts(trainer)[0], iterations * seconds
             sync = np.asarray(ray.get(ps.sync_latencies.remote()))
             lag = ray.get(ps.weights_lag.remote())
             delivered = delivering(trainer)
             per_node = trainer._system.workers_per_node() if hasattr(trainer._system, "workers_per_node") else {}
+            running.join()
         finally:
             trainer.stop()
     return {
-        "env_steps_per_s": statistics.median(r["env_steps_per_s"] for r in results),
-        "iterations": [round(r["env_steps_per_s"], 1) for r in results],
-        "updates_per_s": round(statistics.median(r["updates_per_s"] for r in results), 1),
+        "env_steps_per_s": statistics.median(rates),
+        "iterations": [round(r, 1) for r in rates],
+        "updates_per_s": round((updates_after - updates_before) / elapsed, 1),
+        "add_calls_per_s": round(add_calls / elapsed, 1),
         "weight_sync_p50_ms": percentile_ms(sync, 50),
         "weight_sync_p95_ms": percentile_ms(sync, 95),
         "weight_syncs": len(sync), "pushes": lag["version"] - lag_before["version"],
@@ -577,14 +616,14 @@ def main(argv=None) -> int:
     if parts & {"collection", "capacity"}:
         start_local_ray(root)
         try:
-            if "collection" in parts:
-                report["collection"] += collection_rows(args.workers, args.env_step_ms, args.seconds, args.iterations,
-                                                        args.envs_per_worker)
-            if "capacity" in parts:
+            if "capacity" in parts:  # first: the processes of 64 workers take a while to go
                 window = args.seconds / 2
                 report["capacity"] += replay_capacity(window)
                 report["capacity"] += ps_capacity(window)
                 report["capacity"] += averager_capacity(window)
+            if "collection" in parts:
+                report["collection"] += collection_rows(args.workers, args.env_step_ms, args.seconds, args.iterations,
+                                                        args.envs_per_worker)
         finally:
             ray.shutdown()
     if "cluster" in parts:

@@ -34,7 +34,7 @@ IDLE_SLEEP_S = 0.05
 MIN_PULL_INTERVAL_S = 0.02
 # How long the parameter server holds a pull that finds nothing newer before answering anyway
 # (it answers at once on a push or the stop flag).
-PULL_WAIT_S = 1.0
+PULL_WAIT_S = 10.0
 # While a call waits (the replay shard holding a worker back), new weights are applied this often.
 POLL_WHILE_WAITING_S = 0.02
 
@@ -144,12 +144,13 @@ class WeightsClient:
                 time.sleep(IDLE_SLEEP_S / 5)
 
     def close(self) -> None:
-        """End the receiver thread (at once if the run stopped: the server answers waiting
-        pulls on the stop flag; else within ``wait_s``)."""
+        """End the receiver thread: at once if the run stopped (the server answers waiting
+        pulls on the stop flag); else it ends when its waiting pull is answered, unwaited for
+        (a daemon, it makes no further call)."""
         self._closed = True
         self._applied.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.wait_s + 1.0)
+            self._thread.join(timeout=1.0)
 
 
 @ray.remote
