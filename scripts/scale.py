@@ -539,9 +539,12 @@ def averager_capacity(seconds: float, learners=(2, 4), megabytes: float = 0.9) -
     for n in learners:
         averager = GradientAverager.options(num_cpus=0).remote(n)
         start_at = time.time() + 1.0
-        steps = ray.get([c.average_loop.remote(averager, i, seconds, start_at, megabytes)
-                         for i, c in enumerate(pool[:n])])
+        refs = [c.average_loop.remote(averager, i, seconds, start_at, megabytes) for i, c in enumerate(pool[:n])]
+        # A learner whose window ended leaves the others waiting on a round it never joins:
+        # the stop flag answers them.
+        time.sleep(max(0.0, start_at + seconds + 0.5 - time.time()))
         ray.get(averager.stop.remote())
+        steps = ray.get(refs)
         ray.kill(averager)
         rows.append({"actor": "gradient_averager", "learners": n, "gradient_mb": megabytes,
                      "rounds_per_s": round(min(steps) / seconds, 1)})
