@@ -3,7 +3,7 @@
 import pytest
 
 from dsac.config import Config
-from dsac.distributed.topology import plan_resources
+from dsac.distributed.topology import SHARD_ADD_CALLS_PER_S, chunk_period, plan_resources
 from dsac.errors import DsacError
 
 
@@ -38,3 +38,13 @@ def test_two_learners_share_a_small_machine_and_gpu_requests_must_exist():
         plan_resources(Config(learner_gpus=1).validate(), {"CPU": 2.0}, [node("a", 2)])
     with pytest.raises(DsacError, match="do not fit"):
         plan_resources(Config(num_workers=4, worker_cpus=1.0).validate(), {"CPU": 2.0}, [node("a", 2)])
+
+
+def test_many_workers_get_more_replay_shards_and_longer_chunks():
+    """One shard per 64 workers by default, and the workers on a shard send it at most
+    SHARD_ADD_CALLS_PER_S chunks a second together."""
+    few, one_shard, two_shards = (Config(num_workers=n).validate() for n in (8, 64, 128))
+    assert (few.num_replay_shards, one_shard.num_replay_shards, two_shards.num_replay_shards) == (1, 1, 2)
+    assert chunk_period(few) == few.chunk_seconds  # 8 workers: 80 calls/s, under the bound
+    assert chunk_period(one_shard) == chunk_period(two_shards) == 64 / SHARD_ADD_CALLS_PER_S
+    assert plan_resources(one_shard, {"CPU": 64.0}).chunk_seconds == chunk_period(one_shard)

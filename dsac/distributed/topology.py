@@ -155,7 +155,7 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
 def chunk_period(config) -> float:
     """Seconds between a rollout worker's chunks at least: ``--chunk_seconds``, or longer so
     that the workers sharing a replay shard send it at most ``SHARD_ADD_CALLS_PER_S`` calls/s."""
-    writers = -(-config.num_workers // max(1, config.num_replay_shards or 1))
+    writers = per_shard(config.num_workers, config.num_replay_shards)
     return max(float(config.chunk_seconds), round(writers / SHARD_ADD_CALLS_PER_S, 3))
 
 
