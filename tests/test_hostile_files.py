@@ -5,8 +5,11 @@ code, does not crash, and stays within bounded memory (each entry point runs in 
 its own, whose peak RSS the kernel reports through ``wait4``)."""
 
 import json
+import math
 import os
 import pickle
+import pickletools
+import resource
 import struct
 import subprocess
 import sys
@@ -17,11 +20,12 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT
 
+from dsac import safe_pickle
 from dsac.algorithms.sac.policy import SACPolicy
 from dsac.artifacts import FORMAT_VERSION, save_weights
 from dsac.config import Config
 from dsac.envs import describe_space
-from dsac.safe_pickle import dumps
+from dsac.safe_pickle import dumps, encode
 
 PEAK_RSS_LIMIT_MB = 1024  # the attacks reached 7.8 GB; an honest refusal needs a few hundred MB
 EVIL_MODULE = "import pathlib\npathlib.Path(__file__).with_name('PWNED').write_text('ran')\n"
@@ -68,9 +72,82 @@ def _forged_dtype(fields_offset: int, flags: int):
                    (3, "|", None, ("a",), {"a": (np.dtype("f8"), fields_offset)}, 8, 1, flags))
 
 
+DOUBLINGS = 29  # levels of shared halves: the deepest value sits at depth 32, the most decode admitted
+FILE_SIZE = 20_000  # about the size of the file issue 29 reported
+
+
+def _doubling(kind: str):
+    """A value whose two halves are one object, 29 times over: 2^29 leaves from one memo
+    reference per level (what decode and the payload checks used to walk at every reference)."""
+    value = {"list": [], "dict": {}, "tuple": (0,)}[kind]
+    for _ in range(DOUBLINGS):
+        value = [value, value] if kind == "list" else {"a": value, "b": value} if kind == "dict" else (value, value)
+    return value
+
+
+def _shared(make, size: int = FILE_SIZE) -> bytes:
+    """A real weights payload (as dumps writes it) whose env_kwargs also hold ``make()``'s
+    values, as many as make the file about ``size`` bytes: pickled with pickle's own memo, so
+    what ``make`` shares is written once and referenced."""
+    payload = encode({"format_version": FORMAT_VERSION, **good_payload()})
+    values = [make()]
+    payload["env_kwargs"] = {"x": values}
+    one = len(pickle.dumps(payload, protocol=5))
+    values.append(make())
+    for _ in range(2):  # extrapolate from the cost per value so far (memo indices grow from 1 to 4 bytes)
+        per_value = (len(pickle.dumps(payload, protocol=5)) - one) / (len(values) - 1)
+        count = 1 + max(1, math.ceil((size - one) / per_value))
+        del values[count:]
+        values += [make() for _ in range(count - len(values))]
+    return pickle.dumps(payload, protocol=5)
+
+
+def _doubling_raw_opcodes() -> bytes:
+    """The doubling list in raw opcodes, with one memo slot: index 0 first holds a short
+    string (a value references may repeat), then BINPUT 0 overwrites it with each level's list."""
+    op = pickletools.opcodes
+    code = {o.name: o.code.encode("latin-1") for o in op}
+    out = [code["PROTO"] + b"\x04", code["SHORT_BINUNICODE"] + b"\x01k", code["BINPUT"] + b"\x00", code["POP"],
+           code["EMPTY_LIST"], code["BINPUT"] + b"\x00", code["POP"]]
+    for _ in range(DOUBLINGS):
+        out += [code["MARK"], code["BINGET"] + b"\x00", code["BINGET"] + b"\x00", code["LIST"],
+                code["BINPUT"] + b"\x00", code["POP"]]
+    out += [code["BINGET"] + b"\x00", code["STOP"]]
+    return b"".join(out)
+
+
+def _shared_bytes_arrays() -> bytes:
+    """One 4 KiB bytes object as the data of hundreds of float32 arrays of the weights."""
+    payload = encode({"format_version": FORMAT_VERSION, **good_payload()})
+    data = bytes(4096)
+    i = 0
+    while len(pickle.dumps(payload, protocol=5)) < FILE_SIZE:
+        payload["weights"][f"actor/shared_{i}"] = {"__ndarray__": ["float32", [1024], data]}
+        i += 1
+    return pickle.dumps(payload, protocol=5)
+
+
+def exponential_files() -> dict[str, bytes]:
+    """name -> a ~20 KB file of admitted builtins only, whose memo references make a tree far
+    larger than the file (issue 29: >60 s and >5 GB for scripts/infer.py)."""
+    long_key = "k" * 1000
+    one_list = list(range(1000))
+    return {
+        "shared_lists_doubling": _shared(lambda: _doubling("list")),
+        "shared_dicts_doubling": _shared(lambda: _doubling("dict")),
+        "shared_tuples_doubling": _shared(lambda: _doubling("tuple")),
+        "shared_lists_raw_opcodes": _doubling_raw_opcodes(),
+        # one list of 1,000 ints referenced ~8,000 times
+        "shared_list_wide_fan": _shared(lambda: one_list),
+        # a 1,000-character string referenced thousands of times, as keys and values
+        "shared_long_string": _shared(lambda: [{long_key: long_key} for _ in range(100)]),
+        "shared_bytes_arrays": _shared_bytes_arrays(),
+    }
+
+
 def hostile_files() -> dict[str, bytes]:
     """name -> file content: each an attack found on the format-1 loader, or on the
-    metadata any format carries."""
+    metadata any format carries, or a tree of shared references (:func:`exponential_files`)."""
     huge = good_payload()
     huge["weights"] = {"actor/hidden_0/kernel": {"__ndarray__": ["float32", [10**6, 10**6], bytearray(16)]}}
     return {
@@ -96,6 +173,7 @@ def hostile_files() -> dict[str, bytes]:
         "atari_framestack_out_of_range": dumps(
             {"format_version": FORMAT_VERSION, **good_payload(atari={"framestack": 10**9})}
         ),
+        **exponential_files(),
     }
 
 
@@ -127,12 +205,15 @@ print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
 """
 
 
-def run_measured(args, cwd, timeout=120) -> tuple[int, str, float]:
-    """Run a process; (exit code, stderr, its own peak RSS in MB as wait4 reports it)."""
+def run_measured(args, cwd, timeout=120, address_space: int | None = None) -> tuple[int, str, float]:
+    """Run a process; (exit code, stderr, its own peak RSS in MB as wait4 reports it). With
+    ``address_space`` (bytes), it runs under that RLIMIT_AS, like ``ulimit -v``."""
     env = {**os.environ, "PYTHONPATH": REPO_ROOT, "RAY_TMPDIR": os.path.join(str(cwd), "ray")}
     with open(os.path.join(str(cwd), "stderr.txt"), "w+b") as err:
+        limit = None if address_space is None else (
+            lambda: resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space)))
         proc = subprocess.Popen([sys.executable, "-c", TRAMPOLINE, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                stderr=err, start_new_session=True)
+                                stderr=err, start_new_session=True, preexec_fn=limit)
         timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, 9))
         timer.start()
         try:
@@ -207,6 +288,53 @@ def test_every_hostile_file_is_refused_with_one_line(entry, tmp_path):
             assert "--trust_code" in lines[0], where
         if kind == "object_array":
             assert "old format 1" in lines[0] and "convert_weights.py" in lines[0], where
+        if kind.startswith("shared_"):  # refused by the opcode walk, before anything is unpickled
+            assert "memo reference to a shared " in lines[0], where
+
+
+def test_an_exponential_file_is_refused_at_once_under_a_4_gb_address_space(tmp_path):
+    """Issue 29: ~20 KB of shared lists made infer.py run past 60 s and 5 GB (MemoryError
+    under ``ulimit -v 4000000``); the opcode walk refuses the first memo reference to a list."""
+    from dsac import load_policy
+    from dsac.errors import DsacError
+
+    content = exponential_files()["shared_lists_doubling"]
+    assert 15_000 < len(content) < 25_000
+    path = tmp_path / "weights.pkl"
+    path.write_bytes(content)
+    code, stderr, rss = run_measured([sys.executable, os.path.join(REPO_ROOT, "scripts", "infer.py"), str(path)],
+                                     tmp_path, timeout=60, address_space=4_000_000 * 1024)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in stderr, f"exit {code}, stderr {stderr[-1500:]!r}"
+    assert lines[0].startswith("infer: error: ") and "memo reference to a shared list" in lines[0], lines[0]
+    assert rss < PEAK_RSS_LIMIT_MB, f"peak RSS {rss:.0f} MB"
+    with pytest.raises(DsacError, match="memo reference to a shared list"):
+        load_policy(str(path))
+
+
+def test_dumps_writes_a_tree_that_loads_even_when_the_payload_shares_values():
+    """What dsac writes must load: encode builds every list and dict anew and copies a bytes
+    object or a long string met twice, so the memo references left repeat short strings."""
+    long, data, inner = "s" * 1000, b"\x01" * 1000, [1, 2]
+    payload = {"a": long, "b": long, long: [long, {long: long}], "c": data, "d": data, "e": b"", "f": b"",
+               "g": inner, "h": (inner, inner), "w": np.arange(3, dtype=np.float32)}
+    loaded = safe_pickle.loads(dumps(payload))
+    assert loaded["b"] == long and loaded[long][1] == {long: long} and loaded["d"] == data and loaded["f"] == b""
+    assert loaded["h"] == [[1, 2], [1, 2]] and loaded["w"].tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(safe_pickle.UnsafePickle, match="memo reference to a shared string of 1,000 characters"):
+        safe_pickle.loads(pickle.dumps({"a": long, "b": long}, protocol=5))  # pickle's own memo shares it
+
+
+def test_decode_visits_at_most_the_values_the_file_can_hold_and_names_a_path_only_on_error():
+    nested = {"k" * 5000: [0, 1, 2]}
+    with pytest.raises(safe_pickle.UnsafePickle, match="more than the 4 values allowed"):
+        safe_pickle.decode(nested, max_values=4)
+    assert safe_pickle.decode(nested, max_values=5) == nested
+    odd_key = {"line\nbreak" * 1000: {"__ndarray__": ["float32", [2], b"\x00" * 4]}}
+    with pytest.raises(safe_pickle.UnsafePickle) as info:
+        safe_pickle.decode(odd_key)
+    message = str(info.value)
+    assert "\n" not in message and len(message) < 300 and message.startswith("payload.'line"), message
 
 
 def test_a_policy_class_that_is_not_a_policy_is_refused_even_when_trusted(tmp_path):
