@@ -285,6 +285,10 @@ class Config:
         10, "times each role (rollout worker, learner, evaluator, replay shard, parameter server) is restarted "
         "after its process died (killed, out of memory, node lost) before the run stops"
     )
+    env_restarts: int = _f(
+        0, "times in the whole run an env that raised (in a rollout worker or the evaluator) is rebuilt, its broken "
+        "episode dropped, before the next such error ends the run (0: the first one ends it)"
+    )
     max_nonfinite_updates: int = _f(
         100, "updates in a row with a non-finite loss or gradient (each skipped) that stop the run"
     )
@@ -296,7 +300,8 @@ class Config:
         False, "import code that a file names: the env module, policy_class, callbacks or custom_model of an "
         "--init_weights file or of the config.json --resume reads (values you type need no consent); never saved"
     )
-    verbose: bool = _f(False, "show TensorFlow's own start-up and log output (hidden by default)")
+    verbose: bool = _f(False, "show TensorFlow's own start-up and log output, and Ray's own paragraphs about dead "
+                              "workers (hidden by default: dsac says in one line what died)")
 
     # --- learning (shared) ---------------------------------------------------------------
     gamma: float = _f(0.99, "discount factor")
@@ -541,8 +546,10 @@ def check_ranges(config: Config) -> None:
         value = getattr(config, name)
         if isinstance(value, bool) or not (isinstance(value, int | float) and 0 <= value <= 60_000):
             raise DsacError(f"--{name} must be a number of milliseconds in [0, 60000], got {value!r}")
-    if isinstance(config.max_restarts, bool) or not isinstance(config.max_restarts, int) or config.max_restarts < 0:
-        raise DsacError(f"--max_restarts must be an integer >= 0, got {config.max_restarts!r}")
+    for name in ("max_restarts", "env_restarts"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise DsacError(f"--{name} must be an integer >= 0, got {value!r}")
     if config.learner_threads is not None and (
         isinstance(config.learner_threads, bool) or not isinstance(config.learner_threads, int) or config.learner_threads <= 0
     ):

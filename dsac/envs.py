@@ -139,6 +139,17 @@ def import_env_module(module_name: str, env_id: str):
         raise DsacError(f"--env {env_id}: importing module {module_name} raised {one_line(exc)}") from None
 
 
+class EnvCrashed(RuntimeError):
+    """An env raised and may not be rebuilt (``--env_restarts`` used up): its message is the
+    env's error as :func:`one_line` puts it."""
+
+
+def env_restart_message(role: str, error: str, number: int, limit: int) -> str:
+    """The one log line of an env rebuilt after it raised (``--env_restarts``)."""
+    return (f"{role}: its env raised {error}; rebuilt it, the episode dropped "
+            f"(env restart {number} of at most {limit} in the run)")
+
+
 def one_line(exc: BaseException) -> str:
     """``Type: first line of the message`` of an exception raised by user code (an env)."""
     lines = [line for line in str(exc).strip().splitlines() if line.strip()]

@@ -6,7 +6,7 @@ import numpy as np
 
 from dsac.atari import AtariSettings
 from dsac.envs import make_env
-from dsac.rollout import ActFn
+from dsac.rollout import ActFn, CrashFn, rebuild_or_raise
 
 # Evaluation episodes never share start states with training: episode j of every evaluation of
 # a run with --seed s resets with s + EVAL_SEED_OFFSET + j.
@@ -21,7 +21,8 @@ def evaluation_seed(run_seed: int) -> int:
 
 
 def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
-             flatten_obs: bool = False, atari: AtariSettings | None = None) -> np.ndarray:
+             flatten_obs: bool = False, atari: AtariSettings | None = None,
+             on_env_crash: CrashFn | None = None) -> np.ndarray:
     """Run ``episodes`` episodes side by side (episode ``j`` reset with ``seed + j``), acting
     on the batch of unfinished ones; return their undiscounted returns.
 
@@ -29,6 +30,9 @@ def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict
     the same numbers and curves compare policies, not luck. Returns are the env's own rewards
     over whole episodes (an Atari game's real score over all its lives: ``atari`` settings
     apply without their training-only parts).
+
+    An env that raises is rebuilt when ``on_env_crash`` allows it and its episode played again
+    from the same start state; otherwise :class:`dsac.envs.EnvCrashed` is raised.
     """
     envs = [make_env(env_id, env_kwargs, flatten_obs, atari) for _ in range(episodes)]
     obs = np.stack([env.reset(seed=seed + j)[0] for j, env in enumerate(envs)])
@@ -38,7 +42,13 @@ def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict
         idx = np.flatnonzero(active)
         actions = act(obs[idx])
         for k, j in enumerate(idx):
-            next_obs, reward, terminated, truncated, _ = envs[j].step(actions[k])
+            try:
+                next_obs, reward, terminated, truncated, _ = envs[j].step(actions[k])
+            except Exception as exc:  # the episode starts again on a new env
+                rebuild_or_raise(on_env_crash, envs[j], exc)
+                envs[j] = make_env(env_id, env_kwargs, flatten_obs, atari)
+                obs[j], returns[j] = envs[j].reset(seed=seed + int(j))[0], 0.0
+                continue
             returns[j] += reward
             obs[j] = next_obs
             if terminated or truncated:

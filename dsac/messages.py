@@ -156,3 +156,4 @@ class Reports(NamedTuple):
     stop: bool
     stop_reason: str
     process: str  # node:pid of the parameter server (a new one: Ray restarted it)
+    env_restarts: list[tuple[str, str]]  # (role, the env's error) of each env rebuilt since the last read

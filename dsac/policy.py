@@ -39,6 +39,12 @@ class Policy:
         """Actions, in the env's action space, for a batch of observations."""
         raise NotImplementedError
 
+    def set_env_steps(self, env_steps: int) -> None:
+        """The run's env-step count (all workers together), for schedules that follow it (DQN's
+        ε): the runner calls it before each chunk with the count the run keeps — the replay's,
+        checkpointed with the run — so a resumed run or a restarted worker carries on with the
+        schedule. The default ignores it."""
+
     def random_actions(self, n: int) -> np.ndarray:
         """``n`` actions drawn uniformly from the action space (warm-up exploration)."""
         space = self.action_space
@@ -177,6 +183,9 @@ class LearnerPolicy(Policy):
         weights = {k: np.asarray(v, np.float32) for k, v in weights.items()}
         if self.learner is not None:
             self.learner.acting_weights.set_weights(weights)
+            # A warm start: the targets of what was given start equal to it, not at their
+            # random initialization (DQN's target network, SAC's image encoder target).
+            self.learner.reset_targets()
         elif self.keras_forward is not None:
             self.keras_forward.set_weights(weights)
         else:

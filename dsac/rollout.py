@@ -11,6 +11,11 @@ A training env may learn from a signal other than what is reported (see :mod:`ds
 a step's ``info["real_reward"]`` is what the episode's return counts instead of the (clipped)
 reward stored, and ``info["episode_continues"]`` marks a termination for learning only (a lost
 life) after which the same game goes on: its transitions end there, its episode does not.
+
+An env that raises (a simulator that crashed) is rebuilt when the run allows it
+(``on_env_crash``, see ``--env_restarts``): its broken episode is dropped — no transition
+crosses the crash, its pending n-step window is discarded, no return is reported — and a new
+episode starts on the new env. Otherwise :class:`dsac.envs.EnvCrashed` ends the collection.
 """
 
 from __future__ import annotations
@@ -23,11 +28,24 @@ import numpy as np
 
 from dsac.atari import EPISODE_CONTINUES, REAL_REWARD, AtariSettings
 from dsac.callbacks import Callbacks, Episode, overrides
-from dsac.envs import make_env, with_simulated_cost
+from dsac.envs import EnvCrashed, make_env, one_line, with_simulated_cost
 from dsac.messages import FinishedEpisode
 from dsac.replay import FIELDS
 
 ActFn = Callable[[np.ndarray], np.ndarray]
+# Asked when an env raised, with the error: True rebuilds the env, False ends the run.
+CrashFn = Callable[[BaseException], bool]
+
+
+def rebuild_or_raise(on_env_crash: CrashFn | None, env, exc: BaseException) -> None:
+    """After ``env`` raised ``exc``: close it and return when ``on_env_crash`` allows a new one,
+    else raise :class:`dsac.envs.EnvCrashed`."""
+    if on_env_crash is None or not on_env_crash(exc):
+        raise EnvCrashed(one_line(exc)) from exc
+    try:
+        env.close()
+    except Exception:  # a crashed simulator may not close cleanly either
+        pass
 
 
 class EnvCollector:
@@ -47,16 +65,20 @@ class EnvCollector:
         env_step_ms, env_reset_ms: each step / reset takes at least this wall time, sleeping
             (:class:`dsac.envs.SimulatedCost`; 0: the env as it is). The envs are stepped one
             after another, so ``num_envs`` envs of 10 ms take 10·``num_envs`` ms a batch.
+        on_env_crash: asked when an env's ``step`` or ``reset`` raised: True rebuilds it (its
+            episode is dropped), False (or None) raises :class:`dsac.envs.EnvCrashed`.
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int, gamma: float = 0.99, n_step: int = 1,
                  callbacks: Callbacks | None = None, worker_index: int | None = None,
                  env_kwargs: dict | None = None, flatten_obs: bool = False, atari: AtariSettings | None = None,
-                 env_step_ms: float = 0.0, env_reset_ms: float = 0.0):
-        self.envs = [
-            with_simulated_cost(make_env(env_id, env_kwargs, flatten_obs, atari, training=True), env_step_ms, env_reset_ms)
-            for _ in range(num_envs)
-        ]
+                 env_step_ms: float = 0.0, env_reset_ms: float = 0.0, on_env_crash: CrashFn | None = None):
+        self._make_env = lambda: with_simulated_cost(
+            make_env(env_id, env_kwargs, flatten_obs, atari, training=True), env_step_ms, env_reset_ms)
+        self.envs = [self._make_env() for _ in range(num_envs)]
+        self.seed = int(seed)
+        self.on_env_crash = on_env_crash
+        self.env_rebuilds = 0
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
@@ -81,6 +103,24 @@ class EnvCollector:
     @property
     def num_envs(self) -> int:
         return len(self.envs)
+
+    def _reset(self, i: int) -> np.ndarray:
+        """Env ``i``'s next first observation; a new env when the reset raised (and the run
+        allows it: see :meth:`_rebuild`)."""
+        try:
+            return self.envs[i].reset()[0]
+        except Exception as exc:
+            return self._rebuild(i, exc)
+
+    def _rebuild(self, i: int, exc: BaseException) -> np.ndarray:
+        """Replace env ``i``, which raised ``exc``, by a new one, or raise EnvCrashed; drops its
+        pending n-step window and returns the new env's first observation (a seed no env of
+        this collector used)."""
+        rebuild_or_raise(self.on_env_crash, self.envs[i], exc)
+        self.env_rebuilds += 1
+        self.pending[i].clear()
+        self.envs[i] = self._make_env()
+        return self.envs[i].reset(seed=self.seed + self.num_envs * self.env_rebuilds + i)[0]
 
     def _emit(self, chunk: dict, n: int, steps, next_obs, terminated: bool) -> int:
         """Write the transition that starts at ``steps[0]`` and ends with ``next_obs``."""
@@ -122,7 +162,12 @@ class EnvCollector:
         for _ in range(steps):
             actions = act(self.obs)
             for i, env in enumerate(self.envs):
-                next_obs, reward, terminated, truncated, info = env.step(actions[i])
+                try:
+                    next_obs, reward, terminated, truncated, info = env.step(actions[i])
+                except Exception as exc:  # the env crashed: its episode is dropped
+                    self.obs[i] = self._rebuild(i, exc)
+                    self.episodes[i] = self._start_episode(i)
+                    continue
                 taken += 1
                 episode = self.episodes[i]
                 episode.length += 1
@@ -143,15 +188,17 @@ class EnvCollector:
                     n = self._emit(chunk, n, pending, next_obs, False)
                     pending.popleft()
                 if terminated and info.get(EPISODE_CONTINUES):  # a lost life: the game goes on
-                    self.obs[i] = env.reset()[0]
+                    rebuilds = self.env_rebuilds
+                    self.obs[i] = self._reset(i)
+                    if self.env_rebuilds != rebuilds:  # the game's reset crashed: a new game
+                        self.episodes[i] = self._start_episode(i)
                 elif terminated or truncated:
                     if self.callbacks is not None:
                         self.callbacks.on_episode_end(
                             episode=episode, terminated=bool(terminated), truncated=bool(truncated)
                         )
                     self.finished_episodes.append(FinishedEpisode(episode.total_reward, episode.length, episode.custom_metrics))
-                    next_obs, _ = env.reset()
-                    self.obs[i] = next_obs
+                    self.obs[i] = self._reset(i)
                     self.episodes[i] = self._start_episode(i)
                 else:
                     self.obs[i] = next_obs

@@ -18,6 +18,7 @@ import numpy as np
 
 from dsac.atari import AtariSettings
 from dsac.config import Config
+from dsac.envs import EnvCrashed, env_restart_message, one_line
 from dsac.evaluation import evaluate, evaluation_seed
 from dsac.frames import FrameEncoder
 from dsac.learning import LearnerLoop, NonFiniteUpdates
@@ -56,11 +57,12 @@ class SerialRun:
         worker_seed = int(np.random.SeedSequence(config.seed).spawn(1)[0].generate_state(1)[0])
         self.eval_seed = evaluation_seed(config.seed)
         self.callbacks = callbacks_for(config)
+        self.env_restarts: dict[str, int] = {}  # "<role>/env" -> envs rebuilt (--env_restarts)
         self.collector = EnvCollector(
             config.env, config.envs_per_worker, worker_seed, config.gamma, config.n_step, callbacks=self.callbacks,
             worker_index=0, env_kwargs=config.env_kwargs, flatten_obs=config.flatten_obs,
             atari=AtariSettings.from_config(config), env_step_ms=config.env_step_ms,
-            env_reset_ms=config.env_reset_ms,
+            env_reset_ms=config.env_reset_ms, on_env_crash=self._env_crash_handler("rollout_worker_0"),
         )
         cls = policy_class_for(config)
         learner_policy = cls(obs_space, act_space, config, build_learner=True, seed=config.seed)
@@ -107,6 +109,17 @@ class SerialRun:
             warmup += storage.added
         return storage, warmup
 
+    def _env_crash_handler(self, role: str):
+        """Whether the run may rebuild ``role``'s env that raised: ``--env_restarts`` in all."""
+        def allowed(exc: BaseException) -> bool:
+            used = sum(self.env_restarts.values())
+            if used >= self.config.env_restarts:
+                return False
+            self.env_restarts[f"{role}/env"] = self.env_restarts.get(f"{role}/env", 0) + 1
+            log.warning(env_restart_message(role, one_line(exc), used + 1, self.config.env_restarts))
+            return True
+        return allowed
+
     # --- the roles, in turn ----------------------------------------------------------------
     def publish(self) -> None:
         """What a push and the workers' pull do: the acting policy takes the learner's weights."""
@@ -124,6 +137,7 @@ class SerialRun:
         if storage.added < config.start_steps:
             act = lambda obs: self.actor.random_actions(len(obs))  # noqa: E731
         else:
+            self.actor.set_env_steps(storage.added)  # schedules follow the run's (checkpointed) count
             act = lambda obs: self.actor.compute_actions(obs, explore=True)  # noqa: E731
         batch = self.actor.postprocess_trajectory(self.collector.collect(act, room))
         if self.callbacks is not None:
@@ -164,13 +178,14 @@ class SerialRun:
         started = time.monotonic()
         returns = evaluate(lambda obs: self.evaluator.compute_actions(obs, explore=False), config.env,
                            config.eval_episodes, self.eval_seed, config.env_kwargs, config.flatten_obs,
-                           AtariSettings.from_config(config))
+                           AtariSettings.from_config(config), self._env_crash_handler("evaluator"))
         self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
         self.evaluated_version = self.version
         line = self.recorder.evaluation(Evaluation(
             self.storage.added, self.loop.updates, self.version, float(returns.mean()), float(returns.std()),
             [float(r) for r in returns], time.monotonic() - started, self.weights,
         ), {"env_steps_collected": self.storage.added,
+            **({"restarts": dict(self.env_restarts)} if self.env_restarts else {}),
             **({"skipped_updates": self.loop.skipped} if self.loop.skipped else {}),
             **custom_metric_means(self.episode_metrics)})
         self.episode_metrics = []
@@ -215,7 +230,11 @@ class SerialRun:
         """One round: collect a chunk, learn what the ratio allows, evaluate if due, and write
         a checkpoint every ``checkpoint_every`` seconds. (``timeout``: the distributed run's
         wait for its tasks; one process has nothing to wait for.)"""
-        episodes = self.collect()
+        try:
+            episodes = self.collect()
+        except EnvCrashed as exc:
+            self.failure = f"rollout_worker_0: {exc}"
+            return Step([], [])
         self.recent_returns.extend(e.episode_return for e in episodes)
         self.episode_metrics.extend(e.custom_metrics for e in episodes if e.custom_metrics)
         try:
@@ -223,7 +242,11 @@ class SerialRun:
         except NonFiniteUpdates as exc:
             self.failure = f"learner failed: NonFiniteUpdates: {exc}"
             return Step([], episodes)
-        lines = self.evaluate_if_due()
+        try:
+            lines = self.evaluate_if_due()
+        except EnvCrashed as exc:
+            self.failure = f"evaluator: {exc}"
+            return Step([], episodes)
         self.recorder.system(self.status(), episodes, self.loop.stats)
         every = self.config.checkpoint_every
         if every is not None and time.monotonic() - self.last_checkpoint >= every:
@@ -234,13 +257,16 @@ class SerialRun:
         """A last evaluation (unless the run just reached its return), the final weights and
         checkpoint, and ``summary.json``; returns the summary."""
         log.info("stopping (%s)", self.failure or reason)
-        if reason != "stop_return":
-            self.evaluate_if_due(final=True)
+        if reason != "stop_return" and not self.failure:
+            try:
+                self.evaluate_if_due(final=True)
+            except EnvCrashed as exc:
+                self.failure = f"evaluator: {exc}"
         self.recorder.save_weights(self.weights, self.version, self.counters)
         self.checkpoint()
         self.collector.close()
         return self.recorder.summary(reason, self.failure, self.counters, {
-            "mode": "serial", "skipped_updates": self.loop.skipped, "replay_add_calls": self.add_calls,
+            "mode": "serial", "restarts": dict(self.env_restarts), "skipped_updates": self.loop.skipped, "replay_add_calls": self.add_calls,
             "transitions_per_add": round(self.storage.added / max(1, self.add_calls), 1),
         })
 

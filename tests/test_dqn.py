@@ -150,7 +150,11 @@ def test_apex_epsilon_schedule():
     worker = DQNPolicy(ENV.observation_space, ENV.action_space, config, worker_index=2, num_workers=4)
     assert worker.epsilon == pytest.approx(0.4 ** (1 + 7 * 2 / 3))
     single = DQNPolicy(ENV.observation_space, ENV.action_space, config, worker_index=0, num_workers=1)
-    assert single.epsilon < 1.0 and single.epsilon > 0.02
+    assert single.epsilon == 1.0
+    single.set_env_steps(config.start_steps)  # the run's count: the warm-up's random steps included
+    assert 0.02 < single.epsilon < 1.0
+    single.set_env_steps(config.total_env_steps)
+    assert single.epsilon == pytest.approx(config.final_epsilon)
 
 
 @pytest.mark.parametrize("dueling", [True, False])

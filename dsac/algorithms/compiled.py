@@ -28,6 +28,10 @@ class CompiledUpdate:
 
     STATS: tuple[str, ...] = ()
 
+    def reset_targets(self) -> None:
+        """Target networks become copies of the networks they track, for the part of them the
+        acting weights set (a warm start). A learner without targets has nothing to do."""
+
     def _apply_if_finite(self, grads):
         """Apply the gradients only when all are finite; returns whether they were."""
         finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])

@@ -282,7 +282,8 @@ class ParameterServer:
     """
 
     def __init__(self, start_version: int = 0, by_reference: bool = True):
-        self.version = int(start_version)  # a resumed run carries on counting
+        self.version = int(start_version)  # the newest version numbered (a resumed run carries on counting)
+        self.weights_version = 0  # the version the weights held carry (below `version` after a restart)
         self.by_reference = bool(by_reference)
         self.weights_ref = None  # the latest weights in the object store (by_reference)
         self.state: LearnerState | None = None  # the learner's full state, when asked for (checkpoints)
@@ -299,6 +300,8 @@ class ParameterServer:
         self.pulls_with_weights = 0
         self.placements: list[Placement] = []
         self.learner_updates: dict[int, int] = {}
+        self.env_restarts_used = 0  # envs rebuilt in the run (--env_restarts: the run-wide budget)
+        self.env_restarts: list[tuple[str, str]] = []  # (role, error) since the last drain_reports
         # Weight sync times: a version's push time until every worker holds it (or newer).
         self.push_times: collections.OrderedDict[int, float] = collections.OrderedDict()
         self.synced: collections.deque[float] = collections.deque(maxlen=10_000)
@@ -311,13 +314,18 @@ class ParameterServer:
         self.pull_lags: dict[int, list[int]] = {}  # worker -> [pulls, sum of lags, max lag]
         self.recent_lags: collections.deque[int] = collections.deque(maxlen=100_000)
 
-    async def restore(self, version: int, weights: dict | None, stopped: bool) -> None:
+    async def restore(self, version: int, weights: dict | None, weights_version: int, stopped: bool,
+                      env_restarts_used: int = 0) -> None:
         """After a restart: versions carry on above ``version`` (the last the run saw); the
-        snapshot's ``weights`` unless the learner pushed newer ones since the restart."""
+        ``weights`` last saved, under the version they had (``weights_version``), unless the
+        learner pushed newer ones since the restart. A worker already holding that version or a
+        newer one is never handed them: pulls compare with the version the weights carry."""
         self.version = int(version) + self.pushes
+        self.env_restarts_used += int(env_restarts_used)
         self.push_times.clear()
         if self.weights is None and weights is not None:
             self._set_weights(weights)
+            self.weights_version = int(weights_version)
         self.stopped = self.stopped or stopped
         await self._notify()
 
@@ -326,6 +334,7 @@ class ParameterServer:
         """Store new weights (versions only increase) with the learner's report."""
         self.version += 1
         self._set_weights(weights)
+        self.weights_version = self.version
         self.report = report or LearnerReport()
         self.pushes += 1
         self.push_times[self.version] = time.monotonic()
@@ -343,7 +352,7 @@ class ParameterServer:
             self.changed.notify_all()
 
     def _has_newer(self, version: int) -> bool:
-        return self.weights is not None and self.version > version
+        return self.weights is not None and self.weights_version > version
 
     @hot_path
     async def pull(self, newer_than: int = 0, worker: int | None = None, wait_s: float = 0.0) -> PullReply:
@@ -372,10 +381,10 @@ class ParameterServer:
         reply = PullReply(self.stopped, self.version)
         if self._has_newer(newer_than):
             weights = self.weights_ref if self.by_reference else self.weights
-            reply = PullReply(self.stopped, self.version, weights, self.report)
+            reply = PullReply(self.stopped, self.weights_version, weights, self.report)
             self.pulls_with_weights += 1
             if worker is not None:  # the version the worker acts with once this reply lands
-                self.worker_versions[worker] = self.version
+                self.worker_versions[worker] = self.weights_version
         return reply
 
     def _note_synced(self) -> None:
@@ -422,6 +431,15 @@ class ParameterServer:
         """A data-parallel learner's update count."""
         self.learner_updates[learner] = max(updates, self.learner_updates.get(learner, 0))
 
+    async def env_crashed(self, role: str, error: str, limit: int) -> bool:
+        """An env of ``role`` raised ``error``: whether the run may rebuild it (at most
+        ``limit`` rebuilds in the whole run, all roles together)."""
+        if self.env_restarts_used >= limit:
+            return False
+        self.env_restarts_used += 1
+        self.env_restarts.append((role, error))
+        return True
+
     async def report_placement(self, placement: Placement) -> None:
         self.placements.append(placement)
 
@@ -438,13 +456,14 @@ class ParameterServer:
         evaluations, self.evaluations = self.evaluations, []
         episodes, self.episodes = self.episodes, []
         placements, self.placements = self.placements, []
+        env_restarts, self.env_restarts = self.env_restarts, []
         return Reports(placements, evaluations, episodes, self.version, self.report, dict(self.worker_versions),
-                       dict(self.learner_updates), self.stopped, self.stop_reason, self.process)
+                       dict(self.learner_updates), self.stopped, self.stop_reason, self.process, env_restarts)
 
     @hot_path
     async def latest(self) -> Latest:
         """The latest weights, their version and the learner's report."""
-        return Latest(self.version, self.weights, self.report)
+        return Latest(self.weights_version, self.weights, self.report)
 
     async def stop(self, reason: str = "") -> None:
         """Raise the stop flag every task watches."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import socket
 import sys
 
@@ -15,6 +17,15 @@ from dsac.errors import DsacError
 from dsac.preparation import in_ray_job
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(dsac.__file__)))
+log = logging.getLogger("dsac")
+
+# Ray's own paragraphs about a process that died (worker and node ids, IP, port, exit detail,
+# OOM advice), which it prints on the driver's console as "(raylet) ...": dsac says in one
+# line what died and what it did about it (recovery.py), so without --verbose they go to the
+# debug log only.
+RAY_DEATH_NOTICE = re.compile(
+    r"A worker died or was killed|Worker exit type|worker .* died|has been marked dead|"
+    r"killed due to the node running low on memory|The actor died|actor is dead", re.IGNORECASE)
 
 
 def connect_ray(config: Config) -> bool:
@@ -37,7 +48,35 @@ def connect_ray(config: Config) -> bool:
             start_local_ray(pythonpath)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
         raise DsacError(f"cannot join a Ray cluster at {address}: {ray_error_line(exc)}") from None
+    if not config.verbose:
+        quiet_ray_death_notices()
     return True
+
+
+def quiet_ray_death_notices() -> None:
+    """Send Ray's console notices of dead processes (:data:`RAY_DEATH_NOTICE`) to the debug
+    log instead of the console; every other message Ray prints still reaches it. Ray's driver
+    prints the errors its cluster publishes through ``ray._private.worker.print_to_stdstream``
+    (looked up at each call), which this wraps once per process."""
+    from ray._private import worker as ray_worker
+
+    print_to_stdstream = getattr(ray_worker, "print_to_stdstream", None)
+    if print_to_stdstream is None or getattr(print_to_stdstream, "dsac_quiet", False):
+        return  # another Ray version, or already wrapped
+
+    def filtered(data, *args, **kwargs):
+        if data.get("pid") == "raylet":
+            lines = [line for line in data.get("lines", []) if not RAY_DEATH_NOTICE.search(str(line))]
+            for line in data.get("lines", []):
+                if line not in lines:
+                    log.debug("ray: %s", line)
+            if not lines:
+                return None
+            data = {**data, "lines": lines}
+        return print_to_stdstream(data, *args, **kwargs)
+
+    filtered.dsac_quiet = True
+    ray_worker.print_to_stdstream = filtered
 
 
 def start_local_ray(pythonpath: str) -> None:

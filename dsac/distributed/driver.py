@@ -82,7 +82,7 @@ class DistributedRun:
         learner_checkpoint = (
             LearnerCheckpoint(checkpoint["state"], meta["updates"], time.monotonic()) if checkpoint else None)
         self.recovery = Recovery(self.system, {n: w["process"] for n, w in wheres.items()}, meta.get("env_steps", 0),
-                                 learner_checkpoint, (checkpoint or {}).get("weights"))
+                                 learner_checkpoint, (checkpoint or {}).get("weights"), meta.get("version", 0))
         self.stopping = False
         self.counters: dict = {
             "env_steps": meta.get("env_steps", 0), "updates": meta.get("updates", 0),
@@ -156,7 +156,7 @@ class DistributedRun:
             if exc is None:
                 self.failure = self.failure or f"{role} ended before the run was stopped"
             elif not self.recovery.restart_task(role, exc, quiet=node in dead):
-                self.failure = self.failure or f"{role} failed: {ray_error_line(exc)}"
+                self.failure = self.failure or f"{role}: {ray_error_line(exc)}"
             elif node in dead:
                 lost.setdefault(node, []).append(role)
         announce_lost_nodes(lost, self.placements, dead)
@@ -173,6 +173,7 @@ class DistributedRun:
         """Count what was read; record one progress line per evaluation, the best weights,
         TensorBoard scalars, and a checkpoint when the learner sent its state."""
         self._note_placements(reports)
+        self.recovery.note_env_restarts(reports.env_restarts)
         self.recent_returns.extend(e.episode_return for e in reports.episodes)
         self._metrics_since_eval.extend(e.custom_metrics for e in reports.episodes if e.custom_metrics)
         self._count(reports, shard_stats, version)
@@ -265,7 +266,7 @@ class DistributedRun:
         latest = self.latest()
         if latest.weights is None:
             return None
-        self.recovery.last_weights = latest.weights
+        self.recovery.last_weights, self.recovery.last_weights_version = latest.weights, latest.version
         return self.recorder.save_weights(latest.weights, latest.version, self.counters, path)
 
     def request_checkpoint_if_due(self) -> None:
@@ -313,7 +314,7 @@ class DistributedRun:
         try:
             for role, result, exc in self.system.stop(reason):
                 if exc is not None:
-                    self.failure = self.failure or f"{role} failed: {ray_error_line(exc)}"
+                    self.failure = self.failure or f"{role}: {ray_error_line(exc)}"
                 elif role.startswith("learner"):
                     self.learner_results[role] = result
             self.read_and_record()

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import ray
 
 from dsac.distributed.topology import per_shard
+from dsac.envs import EnvCrashed, env_restart_message
 
 log = logging.getLogger("dsac")
 
@@ -66,16 +67,19 @@ class Recovery:
         start_added: transitions the run had at the start (a resumed run's).
         checkpoint: the learner's state to restart it from (a resumed run's checkpoint), or None.
         last_weights: the weights a restarted parameter server gets, or None.
+        last_weights_version: their version.
     """
 
     def __init__(self, system, actor_processes: dict[str, str], start_added: int = 0,
-                 checkpoint: LearnerCheckpoint | None = None, last_weights: dict | None = None):
+                 checkpoint: LearnerCheckpoint | None = None, last_weights: dict | None = None,
+                 last_weights_version: int = 0):
         self.system = system
         self.restarts = Restarts(system.config.max_restarts)
         self.actor_processes = dict(actor_processes)
         self.shard_added = [start_added // system.num_shards] * system.num_shards  # as of the last read
         self.checkpoint = checkpoint
         self.last_weights = last_weights
+        self.last_weights_version = int(last_weights_version)
 
     def restart_task(self, role: str, exc: BaseException, quiet: bool = False) -> bool:
         """Resubmit a task whose process died; False when it did not die that way, cannot be
@@ -104,6 +108,16 @@ class Recovery:
         self.restarts.record(role, ray_error_line(exc), how, quiet)
         return True
 
+    def note_env_restarts(self, env_restarts: list[tuple[str, str]]) -> None:
+        """Count and say the envs rebuilt (the parameter server granted each: ``--env_restarts``)."""
+        limit = self.system.config.env_restarts
+        for role, error in env_restarts:
+            self.restarts.counts[f"{role}/env"] = self.restarts.counts.get(f"{role}/env", 0) + 1
+            log.warning(env_restart_message(role, error, self.env_restarts_used(), limit))
+
+    def env_restarts_used(self) -> int:
+        return sum(n for role, n in self.restarts.counts.items() if role.endswith("/env"))
+
     def restore_actors(self, reports, shard_stats: list, known_version: int, insert_limit: int | None,
                        stopping: bool, replay_snapshot=None) -> int:
         """Give actors that Ray restarted what the run had: the parameter server its version
@@ -116,7 +130,8 @@ class Recovery:
             version = max(known_version, reports.version)
             self.restarts.record("parameter_server", "its process exited; Ray restarted the actor",
                                  f"versions carry on above v{version}, with the weights last saved")
-            ray.get(system.ps.restore.remote(version, self.last_weights, stopping))
+            ray.get(system.ps.restore.remote(version, self.last_weights, self.last_weights_version, stopping,
+                                             self.env_restarts_used()))
             self.actor_processes["parameter_server"] = reports.process
         for k, stats in enumerate(shard_stats):
             if stats.process == self.actor_processes[f"replay_shard_{k}"]:
@@ -149,8 +164,10 @@ class LearnerCheckpoint(NamedTuple):
 
 def ray_error_line(exc: BaseException) -> str:
     """An exception from Ray (or the error under a Ray task error) as ``Type: last line``: Ray
-    puts the traceback first. An exception from the user's env is
-    :func:`dsac.envs.one_line`'s ``Type: first line``."""
+    puts the traceback first. An env that raised (:class:`dsac.envs.EnvCrashed`) is the env's
+    own error, as :func:`dsac.envs.one_line` gives it."""
     cause = getattr(exc, "cause", None) or exc
+    if isinstance(cause, EnvCrashed):
+        return str(cause)
     lines = [line for line in str(cause).strip().splitlines() if line.strip()]
     return f"{type(cause).__name__}: {lines[-1] if lines else ''}"

@@ -18,6 +18,7 @@ import ray
 
 from dsac.atari import AtariSettings
 from dsac.distributed.topology import describe_process
+from dsac.envs import one_line
 from dsac.evaluation import evaluate
 from dsac.frames import FrameEncoder, frame_layout
 from dsac.learning import LearnerLoop, NonFiniteUpdates
@@ -153,6 +154,14 @@ class WeightsClient:
             self._thread.join(timeout=1.0)
 
 
+def env_crash_handler(ps, role: str, limit: int):
+    """Asks the parameter server, which keeps the run-wide count, whether ``role`` may rebuild
+    an env that raised (``--env_restarts``): one call per crash, never per step."""
+    def allowed(exc: BaseException) -> bool:
+        return limit > 0 and ray.get(ps.env_crashed.remote(role, one_line(exc), limit))
+    return allowed
+
+
 @ray.remote
 def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 1,
                    chunk_seconds: float | None = None) -> dict:
@@ -170,6 +179,7 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
         worker_index=index, env_kwargs=config.env_kwargs, flatten_obs=config.flatten_obs,
         atari=AtariSettings.from_config(config), env_step_ms=config.env_step_ms,
         env_reset_ms=config.env_reset_ms,
+        on_env_crash=env_crash_handler(ps, f"rollout_worker_{index}", config.env_restarts),
     )
     policy = policy_class_for(config)(
         collector.observation_space, collector.action_space, config, seed=seed,
@@ -188,6 +198,7 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
                 if status.added * num_shards < config.start_steps:
                     act = lambda obs: policy.random_actions(len(obs))  # noqa: E731
                 else:
+                    policy.set_env_steps(status.added * num_shards)  # schedules follow the run's count
                     weights.wait_for_weights()
                     if not policy.has_weights:  # stopped before the learner's first weights
                         break
@@ -422,6 +433,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
         returns = evaluate(
             lambda obs: policy.compute_actions(obs, explore=False), config.env, config.eval_episodes, seed,
             config.env_kwargs, config.flatten_obs, AtariSettings.from_config(config),
+            env_crash_handler(ps, "evaluator", config.env_restarts),
         )
         # Waited for: the final report must reach the parameter server before this task ends.
         ray.get(ps.report_eval.remote(Evaluation(

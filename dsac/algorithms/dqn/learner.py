@@ -137,6 +137,10 @@ class DQNLearner(CompiledUpdate):
             lambda: None,
         )
 
+    def reset_targets(self) -> None:
+        """Q_target ← Q_online (the acting weights are the online network)."""
+        self._copy_target()
+
     def _copy_target(self):
         for target, online in zip(self.q_target.weights, self.q_online.weights, strict=True):
             target.assign(online)

@@ -50,7 +50,9 @@ class DQNPolicy(LearnerPolicy):
         self.action_start = int(action_space.start)
         self.torso, self.heads = q_layer_names(len(config.fcnet_hiddens), config.dueling)
         self.support = c51_support(config)
-        self.steps = 0  # exploring actions taken by this policy
+        # The run's env-step count as the runner last gave it (set_env_steps), plus the
+        # exploring actions taken since: one worker's ε decays along it.
+        self.env_steps = 0
         # Image observations: Q(s, ·) of the observations acted on since the last chunk, by
         # content (see postprocess_trajectory).
         self.acted_q: dict[bytes, np.ndarray] = {}
@@ -72,9 +74,10 @@ class DQNPolicy(LearnerPolicy):
         c = self.config
         if self.num_workers > 1:
             return apex_epsilon(self.worker_index or 0, self.num_workers, c.epsilon, c.epsilon_alpha)
-        return linear_epsilon(
-            c.start_steps + self.steps, c.exploration_fraction * c.total_env_steps, c.final_epsilon
-        )
+        return linear_epsilon(self.env_steps, c.exploration_fraction * c.total_env_steps, c.final_epsilon)
+
+    def set_env_steps(self, env_steps: int) -> None:
+        self.env_steps = int(env_steps)
 
     def q_values(self, obs_batch) -> np.ndarray:
         """Q(s, ·) for a batch of observations (numpy forward pass)."""
@@ -99,7 +102,7 @@ class DQNPolicy(LearnerPolicy):
         if explore:
             explore_mask = self.rng.random(len(greedy)) < self.epsilon
             greedy = np.where(explore_mask, self.rng.integers(0, self.num_actions, len(greedy)), greedy)
-            self.steps += len(greedy)
+            self.env_steps += len(greedy)
         return greedy + self.action_start
 
     def postprocess_trajectory(self, batch):

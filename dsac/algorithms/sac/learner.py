@@ -180,6 +180,12 @@ class SACLearner(CompiledUpdate):
         del tape
         return stats, [*critic_grads, *actor_grads, *alpha_grads]
 
+    def reset_targets(self) -> None:
+        """φ_targ ← φ for images (the acting weights hold the encoder); the critics are not
+        acting weights, and their targets already equal them until the first update."""
+        if self.encoder_target is not None:
+            self.encoder_target.set_weights(self.encoder.get_weights())
+
     def _apply_gradients(self, grads):
         """One optimizer step of critics, actor and α, then the target update."""
         critic, actor = len(self.critic_variables), len(self.actor.trainable_variables)
