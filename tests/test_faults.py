@@ -130,6 +130,8 @@ def test_killed_roles_are_replaced_one_after_another_and_the_run_reaches_its_thr
     output = "\n".join(run.lines)
     assert code == 0, output[-4000:] + run.stderr[-2000:]
     assert "Traceback" not in run.stderr
+    # One line per fault: dsac's; Ray's own paragraph (ids, IP, port, exit detail) stays out of the console.
+    assert "A worker died or was killed" not in output + run.stderr, output[-4000:]
     summary = run.summary()
     assert summary["restarts"] == dict.fromkeys(ROLES, 1) and summary["failure"] is None, summary
     assert summary["stop_reason"] == "stop_return", summary
