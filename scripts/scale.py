@@ -453,10 +453,13 @@ class Client:
         import ray
 
         gradient = np.ones(int(megabytes * 1e6 / 4), np.float32)
+        group, state = ray.get(averager.join.remote(index, 0))  # the learner group forms first
+        if state is None:  # this client's (empty) state is the group's
+            ray.get(averager.share.remote(index, group, {}))
         time.sleep(max(0.0, start_at - time.time()))
         step, end = 0, start_at + seconds
         while time.time() < end:
-            if ray.get(averager.average.remote(index, step, gradient, 1.0)) is None:
+            if ray.get(averager.average.remote(index, group, step, gradient, 1.0)) is None:
                 break
             step += 1
         return step

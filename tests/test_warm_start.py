@@ -94,3 +94,35 @@ def test_a_restarted_parameter_server_never_hands_out_older_weights(ray_local):
     newer = ray.get(ps.pull.remote(3, 0))
     assert newer.version == 4 and pulled_weights(newer.weights)["w"][0] == 4.0
     ray.kill(ps)
+
+
+def test_a_learner_group_re_forms_from_the_learner_with_the_most_updates(ray_local):
+    """The gradient averager's group protocol: all learners join, the one with the most updates
+    shares its state, the others take it; a learner joining again (restarted) makes the others'
+    rounds answer REGROUP, and the new group starts from the survivor's state, not the newcomer's."""
+    from dsac.distributed.actors import REGROUP, GradientAverager
+
+    ray = ray_local
+    averager = GradientAverager.options(num_cpus=0).remote(2)
+    first, second = averager.join.remote(0, 5), averager.join.remote(1, 9)
+    group, state = ray.get(second)
+    assert state is None  # learner 1 has the most updates: the group starts from its state
+    assert ray.get(averager.share.remote(1, group, {"updates": 9}))
+    assert ray.get(first) == (group, {"updates": 9})
+    ones = np.ones(3, np.float32)
+    rounds = [averager.average.remote(j, group, 9, ones * (j + 1), 10.0) for j in (0, 1)]
+    for mean, total in ray.get(rounds):
+        np.testing.assert_array_equal(mean, ones * 1.5)
+        assert total == 20.0
+    waiting = averager.average.remote(1, group, 10, ones)  # learner 0 "died" before sending step 10
+    rejoined = averager.join.remote(0, 2)  # its replacement, from an old checkpoint
+    assert ray.get(waiting) == REGROUP
+    survivor = averager.join.remote(1, 10)
+    new_group, state = ray.get(survivor)
+    assert new_group > group and state is None
+    assert ray.get(averager.share.remote(1, new_group, {"updates": 10}))
+    assert ray.get(rejoined) == (new_group, {"updates": 10})
+    assert ray.get(averager.average.remote(0, group, 10, ones)) == REGROUP  # the old group is gone
+    ray.get(averager.stop.remote())
+    assert ray.get(averager.average.remote(0, new_group, 10, ones)) is None
+    ray.kill(averager)

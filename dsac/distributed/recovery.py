@@ -82,20 +82,24 @@ class Recovery:
         self.last_weights_version = int(last_weights_version)
 
     def restart_task(self, role: str, exc: BaseException, quiet: bool = False) -> bool:
-        """Resubmit a task whose process died; False when it did not die that way, cannot be
-        restarted (data-parallel learners wait for each other) or its restarts are used up."""
-        if not process_died(exc) or not self.restarts.allowed(role) or role.startswith("learner_"):
+        """Resubmit a task whose process died; False when it did not die that way or its
+        restarts are used up. A data-parallel learner (``learner_<j>``) rejoins the learner
+        group, which continues from the state of the learner with the most updates."""
+        if not process_died(exc) or not self.restarts.allowed(role):
             return False
         system = self.system
-        if role == "learner":
+        if role == "learner" or role.startswith("learner_"):
+            j = int(role.rsplit("_", 1)[1]) if role.startswith("learner_") else 0
             if self.checkpoint is not None:
-                system.submit_learner(0, None, self.checkpoint.state)
+                system.submit_learner(j, None, self.checkpoint.state)
                 how = (f"resumes from the checkpoint at {self.checkpoint.updates:,} updates "
                        f"({time.monotonic() - self.checkpoint.taken_at:.1f} s old)")
             else:
                 latest = system.latest()
-                system.submit_learner(0, latest.weights, None)
+                system.submit_learner(j, latest.weights, None)
                 how = f"no checkpoint yet: acts from weights v{latest.version}, critics and optimizer start afresh"
+            if role.startswith("learner_"):  # its start only matters when every learner died at once
+                how = "rejoins the learner group, which goes on from the state of the learner with the most updates"
         elif role == "evaluator":
             system.submit_evaluator()
             how = "a new process"
@@ -133,6 +137,13 @@ class Recovery:
             ray.get(system.ps.restore.remote(version, self.last_weights, self.last_weights_version, stopping,
                                              self.env_restarts_used()))
             self.actor_processes["parameter_server"] = reports.process
+        averager = system.averager_process()
+        if averager is not None and averager != self.actor_processes["gradient_averager"]:
+            self.restarts.record("gradient_averager", "its process exited; Ray restarted the actor",
+                                 "the learners form their group again, from the state of the one with the most updates")
+            if stopping:  # restarted after stop(): its stop flag went with the old process
+                ray.get(system.averager.stop.remote())
+            self.actor_processes["gradient_averager"] = averager
         for k, stats in enumerate(shard_stats):
             if stats.process == self.actor_processes[f"replay_shard_{k}"]:
                 self.shard_added[k] = stats.added

@@ -83,18 +83,34 @@ class System:
         self.eval_seed = evaluation_seed(config.seed)  # evaluation episodes reset with eval_seed + j
         # Several learners: synchronous data-parallel SGD through a GradientAverager; learner j
         # samples shards j, j + N, ... (each shard is read by one learner: no shared hot spot).
+        # Ray restarts it when its process dies; the calls then in flight fail (max_task_retries=0),
+        # which tells the learners to form their group again (see GradientAverager).
         learners = config.num_learners
-        self.averager = GradientAverager.options(num_cpus=0).remote(learners) if learners > 1 else None
+        self.averager = GradientAverager.options(
+            **{**restartable, "max_task_retries": 0}
+        ).remote(learners) if learners > 1 else None
         self.roles: dict = {}  # task ref -> role
         self.pending: list = []  # refs of the tasks still running
 
     def actor_names(self) -> list[str]:
-        return ["parameter_server", *(f"replay_shard_{k}" for k in range(self.num_shards))]
+        return ["parameter_server", *(f"replay_shard_{k}" for k in range(self.num_shards)),
+                *(["gradient_averager"] if self.averager is not None else [])]
 
     def where_actors(self) -> dict[str, dict]:
         """``{actor name: where it runs}`` (host, node, pid, ``process`` = node:pid)."""
-        wheres = ray.get([self.ps.where.remote(), *(shard.where.remote() for shard in self.shards)])
+        averager = [self.averager.where.remote()] if self.averager is not None else []
+        wheres = ray.get([self.ps.where.remote(), *(shard.where.remote() for shard in self.shards), *averager])
         return dict(zip(self.actor_names(), wheres, strict=True))
+
+    def averager_process(self) -> str | None:
+        """The gradient averager's node:pid (a new one: Ray restarted it); None without one, or
+        while Ray restarts it (its calls then fail at once: it takes no retries)."""
+        if self.averager is None:
+            return None
+        try:
+            return ray.get(self.averager.where.remote())["process"]
+        except ray.exceptions.ActorUnavailableError:
+            return None
 
     # --- tasks ---------------------------------------------------------------------------
     # max_retries=0: Ray would rerun a task whose process died silently; the driver restarts

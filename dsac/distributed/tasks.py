@@ -17,6 +17,7 @@ import numpy as np
 import ray
 
 from dsac.atari import AtariSettings
+from dsac.distributed.actors import REGROUP
 from dsac.distributed.topology import describe_process
 from dsac.envs import one_line
 from dsac.evaluation import evaluate
@@ -38,6 +39,8 @@ MIN_PULL_INTERVAL_S = 0.02
 PULL_WAIT_S = 10.0
 # While a call waits (the replay shard holding a worker back), new weights are applied this often.
 POLL_WHILE_WAITING_S = 0.02
+# How long a learner waits for the gradient averager to come back after its process died.
+REJOIN_TIMEOUT_S = 120.0
 
 
 def pulled_weights(weights):
@@ -247,42 +250,67 @@ class ShardedSampler:
 
 
 class GradientSync:
-    """A learner's side of :class:`dsac.distributed.actors.GradientAverager`: flattens the
-    policy's gradients into one array, averages it with the other learners', applies the mean."""
+    """A learner's side of :class:`dsac.distributed.actors.GradientAverager`: joins the learner
+    group (every replica takes the state of the one with the most updates), then flattens the
+    policy's gradients into one array, averages it with the other learners', applies the mean.
+    When the group re-forms (a learner or the averager was restarted) it joins again.
+    """
 
     def __init__(self, averager, index: int):
         self.averager = averager
         self.index = index
         self.env_steps = 0  # run-wide, summed over the learners' shards at the last step
+        self.group = 0
+        self.regroup = False  # the last update found the group gone: join() before the next
 
-    def start(self, loop: LearnerLoop) -> bool:
-        """Every replica starts from learner 0's state, whatever its own initialization was;
-        False when the run stopped first."""
-        state = ray.get(self.averager.broadcast.remote(self.index, loop.state() if self.index == 0 else None))
-        if state is None:
-            return False
-        loop.set_state(state)
-        return True
+    def join(self, loop: LearnerLoop) -> bool:
+        """Join the learner group and continue from its state (this one's own, when it has the
+        most updates); False when the run stopped first. Waits out a restart of the averager."""
+        deadline = time.monotonic() + REJOIN_TIMEOUT_S
+        while True:
+            try:
+                reply = ray.get(self.averager.join.remote(self.index, loop.updates))
+                if reply is None:
+                    return False
+                group, state = reply
+                if state is None and not ray.get(self.averager.share.remote(self.index, group, loop.state())):
+                    continue  # a newer group started forming meanwhile
+                if state is not None:
+                    loop.set_state(state)
+                self.group, self.regroup = group, False
+                return True
+            except ray.exceptions.RayActorError:  # the averager's process died: Ray restarts it
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(IDLE_SLEEP_S * 10)
 
     def learner(self, policy, first_step: int, own_env_steps: int):
         """A ``learn`` function for :meth:`LearnerLoop.step`: every update is the mean of all
-        learners' gradients (the results so far when the run stopped meanwhile)."""
+        learners' gradients (the results so far when the run stopped meanwhile, or the group
+        has to re-form: :attr:`regroup`)."""
         def learn(batches: list[dict]) -> list[dict]:
             results = []
             for i, batch in enumerate(batches):
                 result = self.learn(policy, batch, first_step + i, own_env_steps)
-                if result is None:  # the run stopped while the others were waited for
+                if result is None:  # the run stopped, or the group is gone
                     break
                 results.append(result)
             return results
         return learn
 
     def learn(self, policy, batch: dict, step: int, own_env_steps: int) -> dict | None:
-        """One synchronous update; its stats, or None when the run stopped meanwhile."""
+        """One synchronous update; its stats, or None when the run stopped meanwhile or the
+        group has to re-form (:attr:`regroup` set; nothing applied)."""
         grads, stats = policy.compute_gradients(batch)
         shapes = [np.shape(g) for g in grads]
         flat = np.concatenate([np.asarray(g, np.float32).ravel() for g in grads])
-        reply = ray.get(self.averager.average.remote(self.index, step, flat, own_env_steps))
+        try:
+            reply = ray.get(self.averager.average.remote(self.index, self.group, step, flat, own_env_steps))
+        except ray.exceptions.RayActorError:  # the averager's process died: Ray restarts it
+            reply = REGROUP
+        if isinstance(reply, str) and reply == REGROUP:
+            self.regroup = True
+            return None
         if reply is None:
             return None
         mean, self.env_steps = reply
@@ -337,6 +365,10 @@ class LearnerLink:
         if self.sync is not None:
             learn = self.sync.learner(self.loop.policy, self.loop.updates, sum(self.env_steps_by_shard))
         step = self.loop.step(sampled.batches, learn)
+        if self.sync is not None and self.sync.regroup:  # a learner or the averager was restarted
+            if not self.sync.join(self.loop):
+                self.orders = self.orders._replace(stop=True)
+            return
         if step.stopped:
             self.orders = self.orders._replace(stop=True)
         elif step.push:
@@ -401,7 +433,7 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     if initial_state is not None:
         loop.set_state(initial_state)
     sync = GradientSync(averager, index) if averager is not None else None
-    if sync is not None and not sync.start(loop):
+    if sync is not None and not sync.join(loop):
         return {"learner": index, "updates": loop.updates}
     sampler = ShardedSampler(shards, config.batch_size, config.batches_per_sample, config.prefetch)
     link = LearnerLink(loop, ps, shards, sampler, index, sync)
