@@ -294,7 +294,8 @@ class Config:
     )
     resume: str | None = _f(None, "continue the run in this directory from its checkpoint")
     init_weights: str | None = _f(
-        None, "start acting from a weights.pkl dsac wrote (e.g. a best_weights.pkl); critics and optimizer start fresh"
+        None, "start acting from a weights.pkl dsac wrote (e.g. a best_weights.pkl), the target networks of what it holds "
+        "copied from it; critics and optimizer start fresh"
     )
     trust_code: bool = _f(
         False, "import code that a file names: the env module, policy_class, callbacks or custom_model of an "
