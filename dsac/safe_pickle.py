@@ -139,6 +139,60 @@ def dumps(obj) -> bytes:
     return pickle.dumps(encode(obj), protocol=5)
 
 
+class _StackKinds:
+    """The unpickler's stack as :func:`check_opcodes` follows it: what kind of value each entry
+    is (None for one a memo reference may repeat: a short string, ``b""``), the stacks a MARK
+    set aside, and what each memo index holds. ``problem``: the first memo reference to a shared
+    value. Raises IndexError where the unpickler's stack would underflow."""
+
+    def __init__(self):
+        self.stack: list = []
+        self.marks: list[list] = []
+        self.memo: dict[int, str | None] = {}
+        self.problem: str | None = None
+
+    def step(self, name: str, arg, pos: int, index) -> None:
+        """Follow one allowed opcode (``index``: the memo index it stores or reads)."""
+        stack = self.stack
+        if name in _PUSH:
+            stack.append(_PUSH[name])
+        elif name in _STRING_OPCODES:
+            stack.append(None if len(arg) <= MAX_SHARED_STR else f"string of {len(arg):,} characters")
+        elif name in _BYTES_OPCODES:  # an empty one is harmless (and b"" is a singleton pickle shares)
+            stack.append(f"{_BYTES_OPCODES[name]} of {len(arg):,} bytes" if arg else None)
+        elif name in _GETS:
+            kind = self.memo.get(index, "value of unknown kind")
+            if kind is not None and self.problem is None:
+                self.problem = (f"memo reference to a shared {kind} at byte {pos}: a weights file holds a tree, "
+                                f"whose memo references repeat only strings of at most {MAX_SHARED_STR} characters")
+            stack.append(kind)
+        elif name in _PUTS:
+            if not stack:
+                raise IndexError
+            self.memo[index] = stack[-1]
+        elif name == "MARK":
+            self.marks.append(stack)
+            self.stack = []
+        elif name == "POP":
+            if stack:
+                stack.pop()
+            else:
+                self.stack = self.marks.pop()
+        elif name in ("POP_MARK", "SETITEMS", "APPENDS") or name in _FROM_MARK:
+            self.stack = self.marks.pop()
+            if name in _FROM_MARK:
+                self.stack.append(_FROM_MARK[name])
+            elif name != "POP_MARK" and not self.stack:  # the dict or list the items go in
+                raise IndexError
+        elif name in _POP_N:
+            n = _POP_N[name]
+            if len(stack) < n + (name not in _AFTER_POP):
+                raise IndexError
+            del stack[-n:]
+            if name in _AFTER_POP:
+                stack.append(_AFTER_POP[name])
+
+
 def check_opcodes(data: bytes) -> None:
     """Raise :class:`UnsafePickle` unless ``data`` is a builtins-only pickle whose memo
     references and sizes stay within itself, and whose memo references repeat short strings
@@ -151,12 +205,7 @@ def check_opcodes(data: bytes) -> None:
     named: list[str] = []
     count = 0
     refused = None
-    # The stack as the unpickler will build it (see _PUSH), the stacks a MARK set aside, and
-    # what each memo index holds; None once an opcode that is refused anyway makes it unknown.
-    stack: list | None = []
-    marks: list[list] = []
-    memo_kinds: dict[int, str | None] = {}
-    problem = None  # the first memo reference to a shared value, or a stack underflow
+    kinds: _StackKinds | None = _StackKinds()  # None once an opcode refused anyway makes it unknown
     try:
         for opcode, arg, pos in pickletools.genops(io.BytesIO(data)):
             count += 1
@@ -177,7 +226,7 @@ def check_opcodes(data: bytes) -> None:
                 named.append(f"{strings[0]}.{strings[1]}")
             if name not in _ALLOWED_OPCODES:
                 refused = refused or name
-                stack = None
+                kinds = None
                 continue
             index = memo_size if name == "MEMOIZE" else arg
             if name == "MEMOIZE":
@@ -188,58 +237,20 @@ def check_opcodes(data: bytes) -> None:
                 memo_size = max(memo_size, arg + 1)
             elif name in _GETS and arg >= memo_size:
                 raise UnsafePickle(f"memo index {arg} refers to nothing stored")
-            if stack is None:
-                continue
-            # Follow the stack: what is pushed, popped and stored in the memo.
-            if name in _PUSH:
-                stack.append(_PUSH[name])
-            elif name in _STRING_OPCODES:
-                stack.append(None if len(arg) <= MAX_SHARED_STR else f"string of {len(arg):,} characters")
-            elif name in _BYTES_OPCODES:  # an empty one is harmless (and b"" is a singleton pickle shares)
-                stack.append(f"{_BYTES_OPCODES[name]} of {len(arg):,} bytes" if arg else None)
-            elif name in _GETS:
-                kind = memo_kinds.get(index, "value of unknown kind")
-                if kind is not None and problem is None:
-                    problem = (f"memo reference to a shared {kind} at byte {pos}: a weights file holds a tree, "
-                               f"whose memo references repeat only strings of at most {MAX_SHARED_STR} characters")
-                stack.append(kind)
-            elif name in _PUTS:
-                if not stack:
-                    raise IndexError
-                memo_kinds[index] = stack[-1]
-            elif name == "MARK":
-                marks.append(stack)
-                stack = []
-            elif name == "POP":
-                if stack:
-                    stack.pop()
-                else:
-                    stack = marks.pop()
-            elif name in ("POP_MARK", "SETITEMS", "APPENDS") or name in _FROM_MARK:
-                stack = marks.pop()
-                if name in _FROM_MARK:
-                    stack.append(_FROM_MARK[name])
-                elif name != "POP_MARK" and not stack:  # the dict or list the items go in
-                    raise IndexError
-            elif name in _POP_N:
-                n = _POP_N[name]
-                if len(stack) < n + (name not in _AFTER_POP):
-                    raise IndexError
-                del stack[-n:]
-                if name in _AFTER_POP:
-                    stack.append(_AFTER_POP[name])
+            if kinds is not None:
+                kinds.step(name, arg, pos, index)
     except UnsafePickle:
         raise
     except IndexError:  # from the stack the walk follows: the unpickler would fail here too
-        problem = problem or f"not a complete pickle (stack underflow at {name} at byte {pos})"
+        kinds.problem = kinds.problem or f"not a complete pickle (stack underflow at {name} at byte {pos})"
     except (ValueError, EOFError, UnicodeDecodeError, OverflowError, MemoryError) as exc:
         raise UnsafePickle(f"not a complete pickle ({type(exc).__name__}: {exc})") from None
     if named:
         raise UnsafePickle(f"refusing to load global {named[0]}", tuple(named))
     if refused:
         raise UnsafePickle(f"refusing pickle opcode {refused} (only builtins may be stored)")
-    if problem:
-        raise UnsafePickle(problem)
+    if kinds is not None and kinds.problem:
+        raise UnsafePickle(kinds.problem)
 
 
 class _NoGlobals(pickle.Unpickler):
