@@ -219,10 +219,10 @@ def test_non_finite_updates_are_skipped_then_stop_the_run_with_good_weights(tmp_
 def test_every_role_of_a_two_learner_run_survives_a_kill(tmp_path):
     """Learner 1 and then the gradient averager are SIGKILLed: the learner is restarted and the
     group re-forms from the survivor's state, Ray restarts the averager and the learners form
-    their group again; the run goes on to its end with both replicas identical and an update
-    count that never went back."""
+    their group again; the run trains on until it is stopped, with both replicas identical and
+    an update count that never went back."""
     run = Run(tmp_path / "run", "--num_workers", "2", "--num_learners", "2", "--fcnet_hiddens", "32", "32",
-              "--eval_every", "1000", "--eval_episodes", "2", "--total_env_steps", "7000", "--checkpoint_every", "2",
+              "--eval_every", "1000", "--eval_episodes", "2", "--total_env_steps", "50000", "--checkpoint_every", "2",
               "--log_every", "2", "--seed", "0", "--no-tensorboard")
     try:
         averager = run.pid_of("gradient_averager")
@@ -233,21 +233,24 @@ def test_every_role_of_a_two_learner_run_survives_a_kill(tmp_path):
         os.kill(learner_1, signal.SIGKILL)
         run.wait_for(re.compile(r"learner_1 died .*restart 1 .*rejoins the learner group").search, start=seen)
         run.pid_of("learner_1", start=seen)  # the replacement is up
-        run.wait_for(checkpoint_with_updates_at_least(killed_at_updates + 200), start=seen)  # and the group trains
+        line = run.wait_for(checkpoint_with_updates_at_least(killed_at_updates + 100), start=seen)  # the group trains
+        killed_at_updates = int(CHECKPOINT.search(line).group(2).replace(",", ""))
         seen = len(run.lines)
         os.kill(averager, signal.SIGKILL)
         run.wait_for(re.compile(r"gradient_averager died .*restart 1 .*form their group again").search, start=seen)
+        run.wait_for(checkpoint_with_updates_at_least(killed_at_updates + 100), start=seen)
+        run.proc.send_signal(signal.SIGTERM)  # a graceful stop: every learner hands over
         code = run.finish()
     finally:
         run.proc.kill()
     output = "\n".join(run.lines)
-    assert code == 0, output[-4000:] + run.stderr[-2000:]
+    assert code == 143, output[-4000:] + run.stderr[-2000:]
     summary = run.summary()
     assert summary["restarts"] == {"learner_1": 1, "gradient_averager": 1}, summary
-    assert summary["stop_reason"] == "total_env_steps" and summary["failure"] is None, summary
+    assert summary["stop_reason"] == "sigterm" and summary["failure"] is None, summary
     learners = summary["learners"]
     assert learners["learner_0"]["weights_digest"] == learners["learner_1"]["weights_digest"], learners
     assert learners["learner_0"]["updates"] == learners["learner_1"]["updates"] == summary["updates"], learners
-    assert summary["updates"] > killed_at_updates + 200
+    assert summary["updates"] >= killed_at_updates + 100
     updates = [json.loads(x)["updates"] for x in (run.out / "progress.jsonl").read_text().splitlines()]
     assert updates == sorted(updates), updates
