@@ -106,6 +106,8 @@ def load_weights(path: str) -> dict:
             ) from None
         if exc.globals_named:
             raise DsacError(f"weights file {path} is not a dsac weights file: {exc}") from None
+        if str(exc).startswith("memo reference to a shared"):  # built to decode into far more than its size
+            raise DsacError(f"weights file {path} is refused: {exc}") from None
         raise DsacError(f"weights file {path} is truncated or corrupt ({exc})") from None
     check_payload(payload, path)
     return payload
