@@ -45,6 +45,12 @@ class Chunk(NamedTuple):
     def size(self) -> int:
         return len(self.transitions["reward"])
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the arrays it carries (what crosses to the shard)."""
+        arrays = [*self.transitions.values(), *([] if self.priorities is None else [self.priorities])]
+        return sum(int(getattr(a, "nbytes", 0)) for a in arrays)
+
 
 class Grant(NamedTuple):
     """The replay shard's reply to ``add``: the writer's next insert budget and the counters."""

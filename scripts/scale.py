@@ -72,15 +72,15 @@ CLUSTER_NODE_CPUS = 2
 # --- collection ----------------------------------------------------------------------------
 
 
-def acting_policy(seed: int):
-    """The numpy actor dsac's rollout workers act with here (SAC, 2x256, on ``ENV``), with
+def acting_policy(seed: int, env_id: str = ENV):
+    """The numpy actor dsac's rollout workers act with here (SAC, 2x256, on ``env_id``), with
     random weights: what acting costs any system that uses this network."""
     from dsac.config import Config
     from dsac.envs import make_env
     from dsac.registry import policy_class_for
 
-    config = Config(env=ENV, fcnet_hiddens=[256, 256]).validate()
-    env = make_env(ENV)
+    config = Config(env=env_id, fcnet_hiddens=[256, 256]).validate()
+    env = make_env(env_id)
     policy = policy_class_for(config)(env.observation_space, env.action_space, config, seed=seed)
     rng = np.random.default_rng(seed)
     policy.set_weights({name: (0.05 * rng.normal(size=shape)).astype(np.float32)
@@ -95,12 +95,12 @@ class BareWorker:
     stepping alone, not process start-up (64 Python processes take tens of seconds to start
     on 2 cores)."""
 
-    def __init__(self, step_ms: float, envs_per_worker: int, seed: int):
+    def __init__(self, step_ms: float, envs_per_worker: int, seed: int, env_id: str = ENV):
         from dsac.envs import make_env, with_simulated_cost
 
-        self.envs = [with_simulated_cost(make_env(ENV), step_ms) for _ in range(envs_per_worker)]
+        self.envs = [with_simulated_cost(make_env(env_id), step_ms) for _ in range(envs_per_worker)]
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
-        self.policy = acting_policy(seed)
+        self.policy = acting_policy(seed, env_id)
 
     def ready(self) -> bool:
         return True
@@ -127,14 +127,15 @@ def started(actors: list, timeout: float = 600.0) -> list:
     return actors
 
 
-def bare_rate(workers: int, step_ms: float, seconds: float, envs_per_worker: int = 1) -> tuple[float, float]:
+def bare_rate(workers: int, step_ms: float, seconds: float, envs_per_worker: int = 1,
+              env_id: str = ENV) -> tuple[float, float]:
     """Env steps/s of ``workers`` :class:`BareWorker` actors with the CPU share dsac gives a
     rollout worker, all started (envs made) before the window, which they all begin together;
     and their CPU (% of one core) together."""
     import ray
 
     bare = ray.remote(BareWorker).options(num_cpus=cpus_per_worker(workers))
-    actors = started([bare.remote(step_ms, envs_per_worker, 1000 * i) for i in range(workers)])
+    actors = started([bare.remote(step_ms, envs_per_worker, 1000 * i, env_id) for i in range(workers)])
     try:
         start_at = time.time() + 1.0
         runs = ray.get([a.run.remote(start_at, seconds) for a in actors])
@@ -237,18 +238,34 @@ def learner_updates(trainer) -> int:
     return int(ray.get(trainer.actor_handles["parameter_server"].latest.remote()).report.updates)
 
 
+def cross_node_add_bytes(trainer) -> int:
+    """Bytes of chunks the rollout workers sent to a replay shard on another node."""
+    import ray
+
+    system = trainer._system
+    nodes = {role: node for role, node in system.placements.items()}
+    total = 0
+    for shard in trainer.actor_handles["replay_shards"]:
+        shard_node = ray.get(shard.where.remote())["node"]
+        for writer, nbytes in ray.get(shard.writer_bytes.remote()).items():
+            if nodes.get(f"rollout_worker_{writer}", shard_node) != shard_node:
+                total += nbytes
+    return total
+
+
 def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, envs_per_worker: int = 1,
-              address: str | None = None) -> dict:
+              address: str | None = None, env_id: str = ENV) -> dict:
     """Env steps/s into replay from ``workers`` dsac rollout workers, weight sync and lag,
     per-role CPU/RSS, and the workers per node (see the module)."""
     import ray
 
     from dsac import Trainer
 
-    ideal = workers * envs_per_worker * 1000.0 / step_ms
+    # A CPU-bound env (no sleep): sized for ~20k env steps/s per worker.
+    ideal = workers * envs_per_worker * (1000.0 / step_ms if step_ms else 20_000.0)
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer({
-            "env": ENV, "env_step_ms": step_ms, "num_workers": workers, "envs_per_worker": envs_per_worker,
+            "env": env_id, "env_step_ms": step_ms, "num_workers": workers, "envs_per_worker": envs_per_worker,
             "fcnet_hiddens": [256, 256], "updates_per_step": UPDATES_PER_STEP, "push_every": PUSH_EVERY,
             "learning_starts": 100, "start_steps": 100,
             "steps_per_iteration": max(200, int(ideal * seconds)), "eval_every": 10**9, "tensorboard": False,
@@ -271,10 +288,12 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
             time.sleep(RAMP_S)  # every worker granted budget again
             ray.get(ps.sync_latencies.remote())  # from here on
             lag_before, updates_before = ray.get(ps.weights_lag.remote()), learner_updates(trainer)
+            cross_before = cross_node_add_bytes(trainer)
             usage = RoleUsage()
             usage.start()
             rates = []
             (added, calls_before), at = replay_added(trainer), time.monotonic()
+            added_before = added
             for _ in range(iterations):
                 time.sleep(max(0.0, at + seconds - time.monotonic()))
                 (now_added, calls), now = replay_added(trainer), time.monotonic()
@@ -282,6 +301,8 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
                 added, at = now_added, now
             add_calls = calls - calls_before
             roles = usage.stop()
+            steps_in_windows = added - added_before
+            cross_bytes = cross_node_add_bytes(trainer) - cross_before
             updates_after, elapsed = learner_updates(trainer), iterations * seconds
             sync = np.asarray(ray.get(ps.sync_latencies.remote()))
             lag = ray.get(ps.weights_lag.remote())
@@ -298,25 +319,40 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
         "weight_sync_p50_ms": percentile_ms(sync, 50),
         "weight_sync_p95_ms": percentile_ms(sync, 95),
         "weight_syncs": len(sync), "pushes": lag["version"] - lag_before["version"],
+        "ps_pulls_per_version": round((lag["pulls_answered"] - lag_before["pulls_answered"])
+                                      / max(1, lag["version"] - lag_before["version"]), 2),
+        "env_steps_in_windows": steps_in_windows, "cross_node_add_mb": round(cross_bytes / 1e6, 2),
         "weights_lag_mean": None if lag["mean"] is None else round(lag["mean"], 3), "weights_lag_p95": lag["p95"],
         "weights_lag_max": lag["max"], "workers_delivering": len(delivered),
         "workers_per_node": sorted(per_node.values(), reverse=True), "roles": roles,
     }
 
 
+def cpu_per_step_ratios(measured: dict, bare: float, bare_cpu: float, seconds: float, iterations: int) -> dict:
+    """Rollout worker processes' CPU seconds per env step ÷ the bare loop's, and all dsac
+    processes' (every role, the driver included) ÷ the bare loop's, over the measured windows."""
+    steps_per_s = measured["env_steps_in_windows"] / (seconds * iterations)
+    bare_per_step = bare_cpu / 100.0 / max(bare, 1e-9)
+    workers = measured["roles"].get("rollout_worker", {}).get("cpu_percent", 0.0)
+    everything = sum(u["cpu_percent"] for u in measured["roles"].values())
+    per_step = lambda cpu: cpu / 100.0 / max(steps_per_s, 1e-9) / max(bare_per_step, 1e-12)  # noqa: E731
+    return {"cpu_per_step_vs_bare": round(per_step(workers), 3), "cpu_per_step_vs_bare_all": round(per_step(everything), 3)}
+
+
 def collection_rows(workers: list[int], step_ms: float, seconds: float, iterations: int, envs_per_worker: int,
-                    nodes: int = 1, address: str | None = None) -> list[dict]:
+                    nodes: int = 1, address: str | None = None, env_id: str = ENV) -> list[dict]:
     rows = []
     for w in workers:
-        ideal = w * envs_per_worker * 1000.0 / step_ms
-        bare, bare_cpu = bare_rate(w, step_ms, seconds, envs_per_worker)
-        measured = dsac_rate(w, step_ms, seconds, iterations, envs_per_worker, address)
+        ideal = w * envs_per_worker * 1000.0 / step_ms if step_ms else None
+        bare, bare_cpu = bare_rate(w, step_ms, seconds, envs_per_worker, env_id)
+        measured = dsac_rate(w, step_ms, seconds, iterations, envs_per_worker, address, env_id)
+        ratios = cpu_per_step_ratios(measured, bare, bare_cpu, seconds, iterations)
         rate = measured.pop("env_steps_per_s")
         row = {
-            "workers": w, "nodes": nodes, "envs_per_worker": envs_per_worker, "env_step_ms": step_ms,
-            "env_steps_per_s": round(rate, 1), "ideal_env_steps_per_s": ideal, "bare_env_steps_per_s": round(bare, 1),
-            "efficiency": round(rate / ideal, 3), "bare_efficiency": round(bare / ideal, 3),
-            "of_bare": round(rate / bare, 3), "bare_cpu_percent": round(bare_cpu, 1), **measured,
+            "workers": w, "nodes": nodes, "env": env_id, "envs_per_worker": envs_per_worker, "env_step_ms": step_ms,
+            "env_steps_per_s": round(rate, 1), "ideal_env_steps_per_s": ideal or bare, "bare_env_steps_per_s": round(bare, 1),
+            "efficiency": round(rate / (ideal or bare), 3), "bare_efficiency": round(bare / (ideal or bare), 3),
+            "of_bare": round(rate / bare, 3), "bare_cpu_percent": round(bare_cpu, 1), **ratios, **measured,
             "cpu_percent": round(sum(u["cpu_percent"] for u in measured["roles"].values()), 1),
         }
         print(json.dumps(row), file=sys.stderr, flush=True)
@@ -324,7 +360,8 @@ def collection_rows(workers: list[int], step_ms: float, seconds: float, iteratio
     return rows
 
 
-def cluster_rows(workers: list[int], step_ms: float, seconds: float, iterations: int, envs_per_worker: int) -> list[dict]:
+def cluster_rows(workers: list[int], step_ms: float, seconds: float, iterations: int, envs_per_worker: int,
+                 env_id: str = ENV) -> list[dict]:
     """The collection rows on a local multi-node cluster (this machine's Ray must be down)."""
     import ray
     from ray.cluster_utils import Cluster
@@ -339,7 +376,7 @@ def cluster_rows(workers: list[int], step_ms: float, seconds: float, iterations:
                  runtime_env={"env_vars": {"PYTHONPATH": REPO_ROOT}})
         try:
             return collection_rows(workers, step_ms, seconds, iterations, envs_per_worker, nodes=CLUSTER_NODES,
-                                   address=cluster.address)
+                                   address=cluster.address, env_id=env_id)
         finally:
             ray.shutdown()
     finally:
@@ -561,8 +598,9 @@ def averager_capacity(seconds: float, learners=(2, 4), megabytes: float = 0.9) -
 
 def collection_markdown(rows: list[dict]) -> str:
     lines = ["| workers | nodes | env steps/s | ideal | bare ceiling | efficiency | bare / ideal | of bare | "
-             "sync p50 / p95 ms | lag mean / p95 | delivering | per node | CPU % dsac / bare | updates/s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "sync p50 / p95 ms | lag mean / p95 | delivering | per node | CPU % dsac / bare | updates/s | "
+             "CPU/step workers / all vs bare | PS pulls/version | cross-node add MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
             f"| {r['workers']} | {r['nodes']} | {r['env_steps_per_s']:,.0f} | {r['ideal_env_steps_per_s']:,.0f} | "
@@ -570,7 +608,8 @@ def collection_markdown(rows: list[dict]) -> str:
             f"{r['of_bare']:.2f} | {r['weight_sync_p50_ms']} / {r['weight_sync_p95_ms']} | "
             f"{r['weights_lag_mean']} / {r['weights_lag_p95']} | {r['workers_delivering']} | "
             f"{'/'.join(map(str, r['workers_per_node']))} | {r['cpu_percent']:.0f} / {r['bare_cpu_percent']:.0f} | "
-            f"{r['updates_per_s']} |")
+            f"{r['updates_per_s']} | {r.get('cpu_per_step_vs_bare')} / {r.get('cpu_per_step_vs_bare_all')} | "
+            f"{r.get('ps_pulls_per_version')} | {r.get('cross_node_add_mb')} |")
     roles = [f"- W={r['workers']}, {r['nodes']} node(s): " + ", ".join(
         f"{role} ×{u['processes']} {u['cpu_percent']:.0f}% CPU {u['rss_mib']:,.0f} MiB" for role, u in r["roles"].items())
         for r in rows]
@@ -602,7 +641,8 @@ def main(argv=None) -> int:
     parser.add_argument("--only", choices=["collection", "cluster", "capacity"], nargs="+")
     parser.add_argument("--workers", type=int, nargs="+", default=WORKERS)
     parser.add_argument("--cluster_workers", type=int, nargs="+", default=None, help="default: 16 64 (--quick: 64)")
-    parser.add_argument("--env_step_ms", type=float, default=10.0)
+    parser.add_argument("--env", default=ENV, help="env id (e.g. HalfCheetah-v5 with --env_step_ms 0: CPU-bound)")
+    parser.add_argument("--env_step_ms", type=float, default=10.0, help="each env step sleeps this long (0: none)")
     parser.add_argument("--envs_per_worker", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=10.0, help="length of one measured window")
     parser.add_argument("--iterations", type=int, default=3, help="measured Trainer.train() windows (median)")
@@ -628,12 +668,12 @@ def main(argv=None) -> int:
                 report["capacity"] += averager_capacity(window)
             if "collection" in parts:
                 report["collection"] += collection_rows(args.workers, args.env_step_ms, args.seconds, args.iterations,
-                                                        args.envs_per_worker)
+                                                        args.envs_per_worker, env_id=args.env)
         finally:
             ray.shutdown()
     if "cluster" in parts:
         report["collection"] += cluster_rows(cluster_workers, args.env_step_ms, args.seconds, args.iterations,
-                                             args.envs_per_worker)
+                                             args.envs_per_worker, args.env)
     if report["collection"]:
         print(collection_markdown(report["collection"]))
     if report["capacity"]:

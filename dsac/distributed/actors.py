@@ -130,6 +130,7 @@ class ReplayBuffer:
         self.sample_wait_s = 0.0
         self.add_calls = 0
         self.added_by_writer: collections.Counter[int] = collections.Counter()
+        self.bytes_by_writer: collections.Counter[int] = collections.Counter()
         log.info("ReplayBuffer: %d transitions, %.1f MiB when full", capacity, nbytes / 2**20)
 
     async def _wait_for_change(self, deadline: float) -> bool:
@@ -167,6 +168,7 @@ class ReplayBuffer:
                     self.storage.add(chunk.transitions)
                 self.add_calls += 1
                 self.added_by_writer[writer] += chunk.size
+                self.bytes_by_writer[writer] += chunk.nbytes
                 self.changed.notify_all()
             self.outstanding[writer] = 0
             self.queue[writer] = time.monotonic()  # a writer already in line keeps its place
@@ -193,6 +195,10 @@ class ReplayBuffer:
     async def writer_counts(self) -> dict[int, int]:
         """``{writer: transitions it delivered}`` since this actor started."""
         return dict(self.added_by_writer)
+
+    async def writer_bytes(self) -> dict[int, int]:
+        """``{writer: bytes of the chunks it delivered}`` since this actor started."""
+        return dict(self.bytes_by_writer)
 
     @hot_path
     async def sample(self, batch_size: int, num_batches: int) -> SampledBatches | None:
@@ -297,6 +303,7 @@ class ParameterServer:
         self.worker_versions: dict[int, int] = {}
         self.held_versions: dict[int, int] = {}  # what each worker said it acts with
         self.pushes = 0
+        self.pulls_answered = 0
         self.pulls_with_weights = 0
         self.placements: list[Placement] = []
         self.learner_updates: dict[int, int] = {}
@@ -378,6 +385,7 @@ class ParameterServer:
                     )
                 except TimeoutError:
                     pass
+        self.pulls_answered += 1
         reply = PullReply(self.stopped, self.version)
         if self._has_newer(newer_than):
             weights = self.weights_ref if self.by_reference else self.weights
@@ -410,6 +418,7 @@ class ParameterServer:
         return {
             "version": self.version, "held": dict(self.worker_versions),
             "per_worker": {w: {"pulls": n, "mean": total / n, "max": top} for w, (n, total, top) in self.pull_lags.items()},
+            "pulls_answered": self.pulls_answered,
             "pulls": len(lags), "mean": float(lags.mean()) if len(lags) else None,
             "p95": float(np.percentile(lags, 95)) if len(lags) else None, "max": int(lags.max()) if len(lags) else None,
         }
