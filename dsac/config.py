@@ -456,9 +456,10 @@ class Config:
         spec = algorithm(self.algo)
         defaults = {**spec.defaults, **(spec.atari_defaults if is_atari_id(self.env) else {})}
         fills = {k: v for k, v in defaults.items() if getattr(self, k) is None}
-        fills["defaulted"] = sorted({*self.defaulted, *fills})
-        if self.num_replay_shards is None:  # one per learner, and one per 64 rollout workers
+        if self.num_replay_shards is None:  # one per learner, and one per 64 rollout workers (a plan of
+            # several nodes may add some: dsac.distributed.topology.shards_for_nodes)
             fills["num_replay_shards"] = max(self.num_learners, -(-self.num_workers // WORKERS_PER_REPLAY_SHARD))
+        fills["defaulted"] = sorted({*self.defaulted, *fills})
         if self.num_workers == 0:  # RLlib's num_env_runners=0: everything in the driver
             fills["local"] = True
         # Ship the registered custom models (and any module:builder named) with the config.

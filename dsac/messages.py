@@ -163,3 +163,4 @@ class Reports(NamedTuple):
     stop_reason: str
     process: str  # node:pid of the parameter server (a new one: Ray restarted it)
     env_restarts: list[tuple[str, str]]  # (role, the env's error) of each env rebuilt since the last read
+    caches: dict[str, str]  # weights cache -> its node:pid as last reported (a new one: Ray restarted it)

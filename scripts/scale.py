@@ -328,13 +328,18 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
     }
 
 
+# The processes of a run that are dsac's (not Ray's own agents): "all dsac processes".
+DSAC_ROLES = ("rollout_worker", "ReplayBuffer", "ParameterServer", "WeightsCache", "GradientAverager", "learner",
+              "evaluator", "driver")
+
+
 def cpu_per_step_ratios(measured: dict, bare: float, bare_cpu: float, seconds: float, iterations: int) -> dict:
     """Rollout worker processes' CPU seconds per env step ÷ the bare loop's, and all dsac
     processes' (every role, the driver included) ÷ the bare loop's, over the measured windows."""
     steps_per_s = measured["env_steps_in_windows"] / (seconds * iterations)
     bare_per_step = bare_cpu / 100.0 / max(bare, 1e-9)
     workers = measured["roles"].get("rollout_worker", {}).get("cpu_percent", 0.0)
-    everything = sum(u["cpu_percent"] for u in measured["roles"].values())
+    everything = sum(u["cpu_percent"] for role, u in measured["roles"].items() if role in DSAC_ROLES)
     per_step = lambda cpu: cpu / 100.0 / max(steps_per_s, 1e-9) / max(bare_per_step, 1e-12)  # noqa: E731
     return {"cpu_per_step_vs_bare": round(per_step(workers), 3), "cpu_per_step_vs_bare_all": round(per_step(everything), 3)}
 

@@ -10,9 +10,12 @@ local Ray and any other Ray on the machine.
 
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -122,19 +125,23 @@ def test_ray_job_stop_saves_loadable_final_weights(cluster, tmp_path):
     assert payload["version"] == summary["weights_version"] > 0  # the final weights, not only an early save
 
 
-def test_losing_a_node_of_rollout_workers_keeps_the_run_and_its_replay(tmp_path):
-    """A node that holds only rollout workers dies mid-run (its processes killed): the run goes
-    on with the other node, says in one line what was lost, and the replay keeps everything."""
+def test_replay_beside_its_writers_and_losing_a_weights_cache_and_a_node(tmp_path):
+    """Two nodes: each node's rollout workers write to a replay shard on their own node and read
+    weights from their node's cache. The worker node's cache is SIGKILLed (Ray restarts it; the
+    run says so), then the whole node dies mid-run: the run goes on with the other node, says
+    in one line what it lost — that node's shard's transitions — and its counts stay consistent:
+    the replay holds exactly what was collected less what was lost."""
     from ray.cluster_utils import Cluster
 
-    # The head gets the learner, the evaluator, the actors (on the head node) and some
-    # workers; the second node only workers.
+    # The head gets the learner, the evaluator, the parameter server and some workers; the
+    # second node workers, their shard and their weights cache.
     nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 3, "include_dashboard": False})
     try:
         worker_node = nodes.add_node(num_cpus=1)
         nodes.wait_for_nodes()
+        lost = worker_node.node_id[:8]
         out = tmp_path / "run"
-        total = 4_000
+        total = 8_000
         env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "TF_CPP_MIN_LOG_LEVEL": "3"}
         run = subprocess.Popen(
             [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--address", nodes.address, "--num_workers", "4",
@@ -143,23 +150,51 @@ def test_losing_a_node_of_rollout_workers_keeps_the_run_and_its_replay(tmp_path)
              "--no-progress_bar", "--output_dir", str(out)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO_ROOT,
         )
-        deadline = time.monotonic() + 240
-        progress = out / "progress.jsonl"
-        while not (progress.exists() and progress.read_text().strip()):  # the first evaluation: mid-run
-            assert run.poll() is None and time.monotonic() < deadline, run.stdout.read()[-3000:]
-            time.sleep(0.5)
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(run.stdout), daemon=True)
+        reader.start()
+
+        def wait_for(pattern: str, timeout: float = 240.0) -> re.Match:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                for line in list(lines):
+                    if match := re.search(pattern, line):
+                        return match
+                assert run.poll() is None, "".join(lines)[-3000:]
+                time.sleep(0.2)
+            raise AssertionError(f"no line matching {pattern!r}:\n" + "".join(lines)[-3000:])
+
+        cache_pid = int(wait_for(rf"placed weights_cache_\d on .*\(node {lost}, pid (\d+)\)").group(1))
+        wait_for(r"eval at \d+ env steps")  # mid-run
+        os.kill(cache_pid, signal.SIGKILL)
+        wait_for(r"weights_cache_\d died .*restarting it")
         nodes.remove_node(worker_node)  # kills the node's raylet and every process on it
-        log, _ = run.communicate(timeout=300)
+        run.wait(timeout=300)
+        reader.join(timeout=10)
+        log = "".join(lines)
         (tmp_path / "log.txt").write_text(log)
     finally:
         nodes.shutdown()
     assert run.returncode == 0, log[-3000:]
-    assert f"node {worker_node.node_id[:8]} lost with rollout_worker_" in log, log[-3000:]
     assert "Traceback" not in log
+    shards_line = re.search(r"replay shards beside their writers: (.*)", log).group(1)
+    assert "shard 0 on" in shards_line and f"(node {lost})" in shards_line, shards_line  # one on each node
+    planned: dict[str, str] = {}  # where each worker first ran
+    for m in re.finditer(r"placed (rollout_worker_\d) on .*\(node (\w+), pid", log):
+        planned.setdefault(m.group(1), m.group(2))
+    assert f"node {lost} lost with rollout_worker_" in log, log[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["failure"] is None and summary["env_steps"] >= total
-    assert set(summary["restarts"]) <= {f"rollout_worker_{i}" for i in range(4)}, summary["restarts"]  # actors kept
-    placed = [line for line in log.splitlines() if " placed " in line or " died " in line or " lost " in line]
-    assert summary["replay_size"] == summary["env_steps"], placed  # nothing collected was lost
-    assert any(role.startswith("rollout_worker_") for role in summary["restarts"])
+    # The head node's shard only ever had the head node's workers as writers.
+    head_shard = next(s for s in summary["replay_shards"] if not s["node"].startswith(lost))
+    head_workers = {role.rsplit("_", 1)[1] for role, node in planned.items() if not node.startswith(lost)}
+    assert head_shard["writers"] and set(head_shard["writers"]) <= head_workers, (summary["replay_shards"], planned)
+    # The lost node's shard was restarted on the node left, empty: said in one line, and counted.
+    lost_line = re.search(r"replay_shard_(\d) died .*its ([\d,]+) transitions are lost", log)
+    assert lost_line, log[-3000:]
+    lost_transitions = int(lost_line.group(2).replace(",", ""))
+    assert 0 < lost_transitions and summary["replay_size"] == summary["env_steps"] - lost_transitions, summary
+    assert set(summary["restarts"]) <= {f"rollout_worker_{i}" for i in range(4)} | {
+        f"replay_shard_{lost_line.group(1)}", "weights_cache_0", "weights_cache_1"}, summary["restarts"]
+    assert any(role.startswith("weights_cache_") for role in summary["restarts"])
     assert list(summary["rollout_workers_per_node"].values()) == [4]  # all on the node left

@@ -48,3 +48,26 @@ def test_many_workers_get_more_replay_shards_and_longer_chunks():
     assert chunk_period(few) == few.chunk_seconds  # 8 workers: 80 calls/s, under the bound
     assert chunk_period(one_shard) == chunk_period(two_shards) == 64 / SHARD_ADD_CALLS_PER_S
     assert plan_resources(one_shard, {"CPU": 64.0}).chunk_seconds == chunk_period(one_shard)
+
+
+def test_several_nodes_get_replay_beside_their_writers_and_a_weights_cache_each():
+    nodes = [node("a", 4), node("b", 4), node("c", 2)]
+    plan = plan_resources(Config(num_workers=8).validate(), {"CPU": 10.0}, nodes)
+    worker_nodes = set(plan.worker_nodes)
+    assert plan.num_shards == len(worker_nodes) == 3  # the default grows to one per node with workers
+    assert sorted(plan.shard_nodes) == sorted(worker_nodes)
+    for i, node_id in enumerate(plan.worker_nodes):  # every worker writes beside itself
+        assert plan.shard_nodes[plan.shard_of(i)] == node_id
+    assert sum(plan.writers_of(k) for k in range(plan.num_shards)) == 8
+    assert set(plan.cache_nodes) == worker_nodes | {plan.evaluator_node}
+    assert plan.cache_index(plan.worker_nodes[0]) is not None
+    # A number of shards the user chose is kept: fewer shards than nodes leave some nodes
+    # writing elsewhere, more give the busiest nodes several.
+    one = plan_resources(Config(num_workers=8, num_replay_shards=1).validate(), {"CPU": 10.0}, nodes)
+    assert one.num_shards == 1 and set(one.worker_shards) == {0}
+    five = plan_resources(Config(num_workers=8, num_replay_shards=5).validate(), {"CPU": 10.0}, nodes)
+    assert five.num_shards == 5 and set(five.shard_nodes) == worker_nodes
+    assert all(five.shard_nodes[five.shard_of(i)] == n for i, n in enumerate(five.worker_nodes))
+    # One node: the shards stay beside the parameter server, workers pull it directly.
+    single = plan_resources(Config(num_workers=8).validate(), {"CPU": 2.0}, [node("a", 2)])
+    assert single.shard_nodes == [] and single.cache_nodes == [] and single.shard_of(5) == 5 % single.num_shards

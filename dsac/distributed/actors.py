@@ -320,6 +320,7 @@ class ParameterServer:
         # while acting (its waiting pulls), per worker and over the last pulls of all.
         self.pull_lags: dict[int, list[int]] = {}  # worker -> [pulls, sum of lags, max lag]
         self.recent_lags: collections.deque[int] = collections.deque(maxlen=100_000)
+        self.cache_processes: dict[str, str] = {}  # weights cache -> node:pid, as its last report said
 
     async def restore(self, version: int, weights: dict | None, weights_version: int, stopped: bool,
                       env_restarts_used: int = 0) -> None:
@@ -368,14 +369,9 @@ class ParameterServer:
         ``MAX_PULL_WAIT_S``) for the next push or the stop flag and answers at once: new weights
         reach a waiting worker by notice, one call per version, with no polling in between."""
         if worker is not None:  # what the worker acts with now (for the sync latencies)
-            self.held_versions[worker] = newer_than
-            self.worker_versions[worker] = newer_than
-            self._note_synced()
+            self._note_held({worker: newer_than})
             if wait_s > 0 and self.weights is not None:
-                lag = max(0, self.version - newer_than)
-                stats = self.pull_lags.setdefault(worker, [0, 0, 0])
-                stats[0], stats[1], stats[2] = stats[0] + 1, stats[1] + lag, max(stats[2], lag)
-                self.recent_lags.append(lag)
+                self._note_lag(worker, max(0, self.version - newer_than))
         if wait_s > 0 and not self.stopped and not self._has_newer(newer_than):
             async with self.changed:
                 try:
@@ -394,6 +390,26 @@ class ParameterServer:
             if worker is not None:  # the version the worker acts with once this reply lands
                 self.worker_versions[worker] = self.weights_version
         return reply
+
+    def _note_held(self, held: dict[int, int]) -> None:
+        self.held_versions.update(held)
+        self.worker_versions.update(held)
+        self._note_synced()
+
+    def _note_lag(self, worker: int, lag: int) -> None:
+        stats = self.pull_lags.setdefault(worker, [0, 0, 0])
+        stats[0], stats[1], stats[2] = stats[0] + 1, stats[1] + lag, max(stats[2], lag)
+        self.recent_lags.append(lag)
+
+    @hot_path
+    async def report_readers(self, cache: str, process: str, held: dict[int, int], lags: list) -> None:
+        """A node's weights cache (:mod:`dsac.distributed.weights_cache`): the version each of
+        its readers acts with, and how far behind they were at their waiting pulls."""
+        self.cache_processes[cache] = process
+        for worker, lag in lags:
+            self._note_lag(worker, lag)
+        if held:
+            self._note_held(held)
 
     def _note_synced(self) -> None:
         slowest = min(self.held_versions.values())
@@ -467,7 +483,8 @@ class ParameterServer:
         placements, self.placements = self.placements, []
         env_restarts, self.env_restarts = self.env_restarts, []
         return Reports(placements, evaluations, episodes, self.version, self.report, dict(self.worker_versions),
-                       dict(self.learner_updates), self.stopped, self.stop_reason, self.process, env_restarts)
+                       dict(self.learner_updates), self.stopped, self.stop_reason, self.process, env_restarts,
+                       dict(self.cache_processes))
 
     @hot_path
     async def latest(self) -> Latest:

@@ -10,6 +10,7 @@ about a second, not a cluster start-up.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -61,6 +62,8 @@ class DistributedRun:
         self.output_dir, self.started_at, self.insert_limit = prepared.output_dir, started_at, insert_limit
         self.observation_space, self.action_space = prepared.observation_space, prepared.action_space
         self.plan = plan_resources(config, ray.cluster_resources(), ray.nodes(), ray.get_runtime_context().get_node_id())
+        if self.plan.num_shards != config.num_replay_shards:  # by default, replay beside the writers of each node
+            config = self.config = dataclasses.replace(config, num_replay_shards=self.plan.num_shards)
         self._log_plan()
         ship_user_code(config)
         self.callbacks = callbacks_for(config)
@@ -72,11 +75,15 @@ class DistributedRun:
                                  self.system.eval_seed, meta)
         self.weights_path = self.recorder.weights_path
         # The tasks go first: the learner's start-up (TensorFlow's import) is the longest, and
-        # it need not wait for the actors to answer.
+        # it need not wait for the actors to answer. On several nodes the actors go first: a
+        # replay shard or weights cache is placed beside its node's workers softly, and Ray puts
+        # it elsewhere while that node is busy starting the tasks' processes.
+        spread = bool(self.plan.shard_nodes or self.plan.cache_nodes)
+        wheres = self.system.where_actors() if spread else None
         self.system.start_tasks(initial_weights, (checkpoint or {}).get("state"))
         # The actors' own placement (the tasks report theirs through the parameter server).
         # A different process behind an actor later means Ray restarted it (Recovery.restore_actors).
-        wheres = self.system.where_actors()
+        wheres = wheres or self.system.where_actors()
         for name, where in wheres.items():
             log.info("placed %s on %s (node %s, pid %s)", name, where["host"], where["node"][:8], where["pid"])
         learner_checkpoint = (
@@ -103,6 +110,10 @@ class DistributedRun:
                  socket.gethostname())
         if self.plan.node_names:
             log.info("rollout workers per node (planned): %s", self.plan.workers_per_node())
+        if self.plan.shard_nodes:
+            names = [self.plan.node_names.get(node, str(node)[:8]) for node in self.plan.shard_nodes]
+            log.info("replay shards beside their writers: %s", ", ".join(
+                f"shard {k} on {name} ({self.plan.writers_of(k)} workers)" for k, name in enumerate(names)))
         if self.plan.learner_gpus == 0:
             log.info("no GPU requested or available: the learner runs on CPU (num_gpus=0)")
         specs, frames = replay_specs(self.observation_space, self.action_space)
@@ -333,6 +344,7 @@ class DistributedRun:
             "transitions_per_add": round(counters["env_steps"] / max(1, counters["add_calls"]), 1),
             "rollout_workers_per_node": self.workers_per_node(),
             "placement": self.plan.describe(),
+            "replay_shards": self.system.replay_writers(),
             **({"learners": self.learner_results, "gradients_per_learner": self.system.averager_contributions()}
                if self.system.averager is not None else {}),
         })
@@ -343,8 +355,7 @@ def announce_lost_nodes(lost: dict[str, list[str]], placements: dict[str, str], 
     (their replacements report where they run)."""
     for node, roles in lost.items():
         alive = len({n for n in placements.values() if n not in dead})
-        log.warning("node %s lost with %s; restarted on the %d node(s) left (the actors keep what was collected)",
-                    node[:8], ", ".join(roles), alive)
+        log.warning("node %s lost with %s; restarted on the %d node(s) left", node[:8], ", ".join(roles), alive)
         for role in roles:
             placements.pop(role, None)
 

@@ -137,6 +137,11 @@ class Recovery:
             ray.get(system.ps.restore.remote(version, self.last_weights, self.last_weights_version, stopping,
                                              self.env_restarts_used()))
             self.actor_processes["parameter_server"] = reports.process
+        for name, process in reports.caches.items():
+            if process != self.actor_processes.get(name, process):
+                self.restarts.record(name, "its process exited; Ray restarted the actor",
+                                     "its node's readers pull from the new one, which starts from the latest weights")
+            self.actor_processes[name] = process
         averager = system.averager_process()
         if averager is not None and averager != self.actor_processes["gradient_averager"]:
             self.restarts.record("gradient_averager", "its process exited; Ray restarted the actor",

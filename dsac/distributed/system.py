@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 
 import numpy as np
 import ray
@@ -15,7 +16,8 @@ import ray
 from dsac.config import Config
 from dsac.distributed.actors import GradientAverager, ParameterServer, ReplayBuffer
 from dsac.distributed.tasks import evaluator, learner, learner_role, rollout_worker
-from dsac.distributed.topology import ResourcePlan, per_shard
+from dsac.distributed.topology import SOFT_ACTOR_CPUS, ResourcePlan, per_shard
+from dsac.distributed.weights_cache import WeightsCache
 from dsac.evaluation import evaluation_seed
 from dsac.messages import Latest, LearnerState, Reports, ShardStats
 from dsac.replay import replay_specs
@@ -41,7 +43,7 @@ class System:
                  start: dict, replay_snapshots: list | None):
         self.config, self.plan = config, plan
         self.observation_space, self.action_space = observation_space, action_space
-        self.num_shards = num_shards = config.num_replay_shards
+        self.num_shards = num_shards = plan.num_shards
         specs, frames = replay_specs(observation_space, action_space)
         # Actors Ray restarts when their process dies; calls to them wait for the new one.
         restartable = {"num_cpus": 0, "max_restarts": config.max_restarts, "max_task_retries": -1,
@@ -50,19 +52,30 @@ class System:
         # Every rollout worker keeps one pull waiting on the parameter server (and may have a
         # refresh beside it); Ray's default of 1,000 concurrent calls of an async actor would
         # queue them past ~450 workers.
+        # Named, so that a weights cache finds it by name when Ray restarts the cache (a handle
+        # among its constructor arguments would keep an object-store reference alive instead).
+        self.ps_name = f"dsac_parameter_server_{uuid.uuid4().hex[:12]}"
         self.ps = ParameterServer.options(
-            **restartable, max_concurrency=max(1000, 4 * config.num_workers + 100)
+            **restartable, name=self.ps_name, max_concurrency=max(1000, 4 * config.num_workers + 100)
         ).remote(start.get("version", 0))
-        # Shard k takes the transitions of workers k, k + K, ...; each keeps the update ratio
-        # for its own share of the data, so together they keep it for all of it.
+        # Weights per node (several nodes): each node's readers pull from its cache, which keeps
+        # one pull waiting on the parameter server. Ray restarts a cache on its own node.
+        self.caches = [
+            WeightsCache.options(num_cpus=SOFT_ACTOR_CPUS, max_restarts=config.max_restarts, max_task_retries=-1,
+                                 scheduling_strategy=plan.scheduling(node, soft=True)).remote(self.ps_name, name)
+            for name, node in zip(self.cache_names(), plan.cache_nodes, strict=True)
+        ]
+        # Shard k takes the transitions of the workers plan.shard_of() names (workers k, k + K, ...
+        # on one node; the workers of its node on several); each keeps the update ratio for its
+        # own share of the data, so together they keep it for all of it.
         self.shards = [
-            ReplayBuffer.options(**restartable).remote(
+            ReplayBuffer.options(**{**restartable, **self._shard_placement(k)}).remote(
                 specs,
                 per_shard(config.buffer_size, num_shards),
                 updates_per_step=config.updates_per_step,
                 learning_starts=per_shard(config.learning_starts, num_shards),
                 max_steps_ahead=max(1, config.max_steps_ahead // num_shards),
-                num_writers=len(range(k, config.num_workers, num_shards)),
+                num_writers=plan.writers_of(k),
                 max_chunk=config.max_chunk,
                 seed=config.seed + k,
                 frames=frames,
@@ -92,14 +105,26 @@ class System:
         self.roles: dict = {}  # task ref -> role
         self.pending: list = []  # refs of the tasks still running
 
+    def _shard_placement(self, k: int) -> dict:
+        """Beside the parameter server (one node); or on the node of its writers, softly (Ray
+        restarts it on another node when that one is lost), with the token CPU share a soft
+        affinity needs to be honoured."""
+        if self.plan.shard_nodes:
+            return {"num_cpus": SOFT_ACTOR_CPUS, "scheduling_strategy": self.plan.scheduling(self.plan.shard_node(k))}
+        return {"scheduling_strategy": self.plan.scheduling(self.plan.actor_node, soft=False)}
+
+    def cache_names(self) -> list[str]:
+        return [f"weights_cache_{k}" for k in range(len(self.plan.cache_nodes))]
+
     def actor_names(self) -> list[str]:
         return ["parameter_server", *(f"replay_shard_{k}" for k in range(self.num_shards)),
-                *(["gradient_averager"] if self.averager is not None else [])]
+                *(["gradient_averager"] if self.averager is not None else []), *self.cache_names()]
 
     def where_actors(self) -> dict[str, dict]:
         """``{actor name: where it runs}`` (host, node, pid, ``process`` = node:pid)."""
         averager = [self.averager.where.remote()] if self.averager is not None else []
-        wheres = ray.get([self.ps.where.remote(), *(shard.where.remote() for shard in self.shards), *averager])
+        wheres = ray.get([self.ps.where.remote(), *(shard.where.remote() for shard in self.shards), *averager,
+                          *(cache.where.remote() for cache in self.caches)])
         return dict(zip(self.actor_names(), wheres, strict=True))
 
     def averager_process(self) -> str | None:
@@ -139,11 +164,17 @@ class System:
         )
         return self._track(ref, learner_role(j, config.num_learners))
 
+    def weights_source(self, node: str | None):
+        """Where a reader on ``node`` pulls weights: its node's cache, or the parameter server."""
+        k = self.plan.cache_index(node)
+        return self.caches[k] if k is not None else self.ps
+
     def submit_evaluator(self):
         plan = self.plan
         ref = evaluator.options(
             num_cpus=plan.evaluator_cpus, max_retries=0, scheduling_strategy=plan.scheduling(plan.evaluator_node)
-        ).remote(self.config, self.observation_space, self.action_space, self.ps, self.eval_seed)
+        ).remote(self.config, self.observation_space, self.action_space, self.ps, self.eval_seed,
+                 self.weights_source(plan.evaluator_node))
         return self._track(ref, "evaluator")
 
     def submit_worker(self, i: int, seed: int | None = None):
@@ -151,8 +182,8 @@ class System:
         node = plan.worker_nodes[i] if plan.worker_nodes else None
         strategy = plan.scheduling(node) if node else "SPREAD"
         ref = rollout_worker.options(num_cpus=plan.worker_cpus, max_retries=0, scheduling_strategy=strategy).remote(
-            i, config, self.shards[i % self.num_shards], self.ps, self.worker_seeds[i] if seed is None else seed,
-            self.num_shards, plan.chunk_seconds,
+            i, config, self.shards[plan.shard_of(i)], self.ps, self.worker_seeds[i] if seed is None else seed,
+            self.num_shards, plan.chunk_seconds, self.weights_source(node),
         )
         return self._track(ref, f"rollout_worker_{i}")
 
@@ -194,6 +225,17 @@ class System:
         """Let collection go up to ``total_env_steps`` transitions (all shards together)."""
         limit = per_shard(total_env_steps, self.num_shards)
         ray.get([shard.set_insert_limit.remote(limit) for shard in self.shards])
+
+    def replay_writers(self) -> list[dict] | None:
+        """Per replay shard: its node, and the transitions each rollout worker delivered to it
+        (since the shard's process started)."""
+        try:
+            wheres = ray.get([shard.where.remote() for shard in self.shards], timeout=10)
+            counts = ray.get([shard.writer_counts.remote() for shard in self.shards], timeout=10)
+        except (ray.exceptions.RayError, TimeoutError):
+            return None
+        return [{"node": where["node"], "writers": {str(w): n for w, n in sorted(c.items())}}
+                for where, c in zip(wheres, counts, strict=True)]
 
     def averager_contributions(self) -> list[int] | None:
         """Gradients the averager received from each learner."""

@@ -39,6 +39,14 @@ MIN_PULL_INTERVAL_S = 0.02
 PULL_WAIT_S = 10.0
 # While a call waits (the replay shard holding a worker back), new weights are applied this often.
 POLL_WHILE_WAITING_S = 0.02
+# A chunk waits for at least this many transitions (up to MAX_CHUNK_S) before it is sent: with a
+# slow env, a chunk every --chunk_seconds would be a few transitions per add call, and the call,
+# not the env, would be most of a worker's CPU (scripts/scale.py, docs/scaling.md).
+MIN_CHUNK_TRANSITIONS = 32
+MAX_CHUNK_S = 1.0
+# The evaluator's pull waits this long for new weights (it wakes on each version; an idle
+# evaluator makes one call a second, not ten).
+EVALUATOR_WAIT_S = 1.0
 # How long a learner waits for the gradient averager to come back after its process died.
 REJOIN_TIMEOUT_S = 120.0
 
@@ -60,10 +68,15 @@ class WeightsClient:
     version costs one call, whatever the env's speed.
 
     Without :meth:`start` (the evaluator), :meth:`take` applies replies the caller pulled.
+
+    ``ps`` is where weights come from: the parameter server, or its node's weights cache
+    (:mod:`dsac.distributed.weights_cache`) with ``fallback`` the server, pulled instead once
+    the cache is gone for good (its node's cache could not be restarted).
     """
 
-    def __init__(self, ps, policy, worker: int | None = None, wait_s: float = PULL_WAIT_S):
+    def __init__(self, ps, policy, worker: int | None = None, wait_s: float = PULL_WAIT_S, fallback=None):
         self.ps = ps
+        self.fallback = fallback
         self.policy = policy
         self.worker = worker
         self.wait_s = wait_s
@@ -105,7 +118,15 @@ class WeightsClient:
                 if self._closed or self.stop:
                     return
                 pulled_at = time.monotonic()
-                reply = ray.get(self.ps.pull.remote(self.version, self.worker, self.wait_s))
+                try:
+                    reply = ray.get(self.ps.pull.remote(self.version, self.worker, self.wait_s))
+                except ray.exceptions.ActorDiedError:
+                    if self.fallback is None or self.ps is self.fallback:
+                        raise
+                    log.warning("worker %s: its node's weights cache is gone; pulling the parameter server",
+                                self.worker)
+                    self.ps = self.fallback
+                    continue
                 if reply.stop:
                     self.stop = True
                 if reply.weights is not None and reply.version > self.version:
@@ -157,6 +178,25 @@ class WeightsClient:
             self._thread.join(timeout=1.0)
 
 
+def chunk_period(chunk_seconds: float, steps: int, seconds: float) -> float:
+    """How long the next chunk collects: ``chunk_seconds``, or long enough for
+    ``MIN_CHUNK_TRANSITIONS`` at the rate of the last chunk (``steps`` in ``seconds``), at most
+    ``MAX_CHUNK_S``."""
+    if steps <= 0 or seconds <= 0:
+        return chunk_seconds
+    return min(max(chunk_seconds, MIN_CHUNK_TRANSITIONS * seconds / steps), max(chunk_seconds, MAX_CHUNK_S))
+
+
+def pull_or_fall_back(source, ps, version: int, wait_s: float):
+    """A waiting pull on ``source`` (a node's weights cache), on the server once it is gone."""
+    if source is not ps:
+        try:
+            return ray.get(source.pull.remote(version, None, wait_s))
+        except ray.exceptions.ActorDiedError:
+            pass
+    return ray.get(ps.pull.remote(version, None, wait_s))
+
+
 def env_crash_handler(ps, role: str, limit: int):
     """Asks the parameter server, which keeps the run-wide count, whether ``role`` may rebuild
     an env that raised (``--env_restarts``): one call per crash, never per step."""
@@ -167,10 +207,11 @@ def env_crash_handler(ps, role: str, limit: int):
 
 @ray.remote
 def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 1,
-                   chunk_seconds: float | None = None) -> dict:
+                   chunk_seconds: float | None = None, weights_source=None) -> dict:
     """Steps ``config.envs_per_worker`` envs, acting on their batch of observations, and sends
     what it gathered to its replay shard in chunks (at least every ``chunk_seconds``, default
-    ``config.chunk_seconds``), within the insert budget the shard grants.
+    ``config.chunk_seconds``), within the insert budget the shard grants. Weights come from
+    ``weights_source`` (its node's weights cache), by default the parameter server.
 
     Uniform random actions while fewer than ``config.start_steps`` transitions have reached
     the replay buffer (counted over all workers; with shards, estimated from this one).
@@ -191,8 +232,9 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     frames = frame_layout(collector.observation_space.shape, collector.observation_space.dtype)
     encoder = FrameEncoder(frames, config.envs_per_worker, config.n_step) if frames else None
     chunk_seconds = chunk_seconds or config.chunk_seconds
-    weights = WeightsClient(ps, policy, worker=index).start()
+    weights = WeightsClient(weights_source or ps, policy, worker=index, fallback=ps).start()
     chunks_sent = 0
+    chunk_s = chunk_seconds
     try:
         status = ray.get(replay.add.remote(index, None))
         while not (status.stop or weights.stop):
@@ -208,8 +250,11 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
                     act = lambda obs: policy.compute_actions(obs, explore=True)  # noqa: E731
                 # New weights are applied as they land, also inside a chunk: a chunk of 256
                 # steps must not delay them.
+                started, steps_before = time.monotonic(), collector.total_steps
                 batch = policy.postprocess_trajectory(
-                    collector.collect(act, status.grant, time.monotonic() + chunk_seconds, weights.poll))
+                    collector.collect(act, status.grant, started + chunk_s, weights.poll))
+                chunk_s = chunk_period(chunk_seconds, collector.total_steps - steps_before,
+                                       time.monotonic() - started)
                 if callbacks is not None:
                     batch = callbacks.on_sample_end(worker_index=index, batch=batch)
                 chunk = Chunk.from_batch(batch)
@@ -451,13 +496,16 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
 
 
 @ray.remote
-def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
+def evaluator(config, observation_space, action_space, ps, seed: int, weights_source=None) -> int:
     """Every ``config.eval_every`` env steps, runs ``config.eval_episodes`` deterministic
     episodes with the latest weights and reports the returns; a last evaluation of the final
-    weights when the run stops. Returns the number of evaluations."""
+    weights when the run stops. Returns the number of evaluations. Weights come from
+    ``weights_source`` (its node's weights cache), by default the parameter server; it waits
+    for each new version there rather than polling."""
     ps.report_placement.remote(Placement("evaluator", **describe_process()))
     policy = policy_class_for(config)(observation_space, action_space, config, seed=seed)
-    weights = WeightsClient(ps, policy)
+    source = weights_source or ps
+    weights = WeightsClient(source, policy)
     next_eval, evaluated_version, count = config.eval_every, 0, 0
 
     def run_evaluation():
@@ -480,7 +528,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
         )))
 
     while True:
-        weights.take(ray.get(ps.pull.remote(weights.version)))
+        weights.take(pull_or_fall_back(source, ps, weights.version, EVALUATOR_WAIT_S))
         if weights.stop:
             break
         env_steps = weights.report.env_steps
@@ -488,15 +536,13 @@ def evaluator(config, observation_space, action_space, ps, seed: int) -> int:
             run_evaluation()
             evaluated_version, count = weights.version, count + 1
             next_eval = (env_steps // config.eval_every + 1) * config.eval_every
-        else:
-            time.sleep(IDLE_SLEEP_S * 2)
     # The final weights: the learner's last push may land just after the stop flag.
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
         if ray.get(ps.latest.remote()).report.final:
             break
         time.sleep(IDLE_SLEEP_S)
-    weights.take(ray.get(ps.pull.remote(weights.version)))
+    weights.take(ray.get(ps.pull.remote(weights.version)))  # the server's own: the cache may be behind
     if policy.has_weights and weights.version != evaluated_version:
         run_evaluation()
         count += 1

@@ -23,6 +23,11 @@ LEARNER_PROCESS_BYTES = 700 * 2**20
 # a second, so that many workers of a fast-stepping env leave it room to sample
 # (docs/scaling.md): 64 workers on a shard send every 0.32 s instead of every 0.1 s.
 SHARD_ADD_CALLS_PER_S = 200
+# What a replay shard or weights cache placed beside a node's workers asks for: Ray ignores a
+# soft node affinity of an actor that asks for no resources at all (it lands on any node), so
+# these ask for a token share, and each node keeps SOFT_ACTORS_RESERVE of its CPUs for them.
+SOFT_ACTOR_CPUS = 0.001
+SOFT_ACTORS_RESERVE = 0.01
 
 
 @dataclass
@@ -50,6 +55,30 @@ class ResourcePlan:
     # driver reads all the time and a run cannot lose anyway, so a node of rollout workers holds
     # nothing else and can be lost without losing what was collected.
     actor_node: str | None = None
+    # One weights cache per node that reads weights (rollout workers, the evaluator) in a run of
+    # several nodes (dsac.distributed.weights_cache); none on one node, where they pull the
+    # parameter server directly.
+    cache_nodes: list = field(default_factory=list)
+    # Replay beside its writers (several nodes): the node of each replay shard and the shard
+    # each rollout worker writes to, one on its own node where there is one (place_shards).
+    shard_nodes: list = field(default_factory=list)
+    worker_shards: list = field(default_factory=list)
+    num_shards: int = 1
+
+    def shard_of(self, worker: int) -> int:
+        """The replay shard rollout worker ``worker`` writes to."""
+        return self.worker_shards[worker] if self.worker_shards else worker % self.num_shards
+
+    def writers_of(self, k: int) -> int:
+        """How many rollout workers write to replay shard ``k``."""
+        return sum(1 for i in range(self.num_workers) if self.shard_of(i) == k)
+
+    def shard_node(self, k: int) -> str | None:
+        return self.shard_nodes[k] if self.shard_nodes else self.actor_node
+
+    def cache_index(self, node: str | None) -> int | None:
+        """The weights cache of ``node``, or None (one node, or a node without one)."""
+        return self.cache_nodes.index(node) if node in self.cache_nodes else None
 
     def describe(self) -> str:
         device = f"{self.learner_gpus:g} GPU" if self.learner_gpus else "CPU (no GPU in the cluster)"
@@ -59,8 +88,10 @@ class ResourcePlan:
             f"{self.num_learners} learner(s) x {self.learner_cpus:g} CPU on {device}; "
             f"{self.num_workers} rollout workers x {self.worker_cpus:g} CPU, a chunk every {self.chunk_seconds:g} s; "
             f"evaluator {self.evaluator_cpus:g} CPU; "
-            "replay buffer and parameter server 0 CPU"
+            + ("replay buffer and parameter server 0 CPU" if not self.shard_nodes else
+               f"parameter server 0 CPU, {self.num_shards} replay shards beside their writers")
             + (f" on {self.node_names.get(self.actor_node, self.actor_node[:8])}" if self.actor_node else "")
+            + (f"; a weights cache on each of {len(self.cache_nodes)} nodes" if self.cache_nodes else "")
         )
 
     def workers_per_node(self) -> dict[str, int]:
@@ -121,7 +152,9 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
     # laptop the learners and the workers share what there is.
     learner_cpus = 1.0 if total_cpus >= learners + 1 else _floor4(total_cpus / (learners + 1))
     evaluator_cpus = min(EVALUATOR_CPUS, _floor4(total_cpus / 10))
-    left = total_cpus - learner_cpus * learners - evaluator_cpus
+    alive = [n for n in nodes or [] if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+    reserve = SOFT_ACTORS_RESERVE * len(alive) if len(alive) > 1 else 0.0
+    left = total_cpus - learner_cpus * learners - evaluator_cpus - reserve
     if config.worker_cpus is not None:
         worker_cpus = float(config.worker_cpus)
     else:
@@ -141,21 +174,66 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
             f"cluster has {memory / 2**30:.1f} GiB for tasks: lower --num_workers"
         )
     plan = ResourcePlan(total_cpus, total_gpus, learner_cpus, learner_gpus, worker_cpus, evaluator_cpus,
-                        config.num_workers, learners, chunk_period(config))
-    alive = [n for n in nodes or [] if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+                        config.num_workers, learners, chunk_period(config), num_shards=config.num_replay_shards)
     if len(alive) > 1:  # one node: nothing to decide
         _place(plan, alive)
         head = [n["NodeID"] for n in alive if "node:__internal_head__" in n.get("Resources", {})]
         # The head node (where `ray job submit` runs the driver); the driver's own otherwise. A
         # driver on a host with several nodes' raylets may attach to any of them.
         plan.actor_node = head[0] if head else driver_node
+        plan.num_shards = shards_for_nodes(config, plan)
+        place_shards(plan, plan.num_shards)
+        plan.chunk_seconds = chunk_period(config, max(plan.writers_of(k) for k in range(plan.num_shards)))
+        readers = [*plan.worker_nodes, plan.evaluator_node]
+        plan.cache_nodes = [node for k, node in enumerate(readers) if node is not None and node not in readers[:k]]
     return plan
 
 
-def chunk_period(config) -> float:
+def shards_for_nodes(config, plan: ResourcePlan) -> int:
+    """Replay shards for a run: ``--num_replay_shards`` as given; by default (one per learner,
+    one per 64 workers) at least one per node with rollout workers, so that each node's workers
+    write beside them."""
+    nodes = len({node for node in plan.worker_nodes if node is not None})
+    if "num_replay_shards" not in config.defaulted or nodes <= 1:
+        return config.num_replay_shards
+    return min(config.num_workers, max(config.num_replay_shards, nodes))
+
+
+def place_shards(plan: ResourcePlan, num_shards: int) -> None:
+    """On several nodes: put the replay shards on the nodes of the rollout workers, in
+    proportion to their workers (every such node one at least, while there are enough shards),
+    and have each worker write to a shard on its node (round-robin among them); the workers of
+    a node left without one write to all shards in turn. One node: nothing to do
+    (the shards stay beside the parameter server)."""
+    if not plan.worker_nodes or len(set(plan.worker_nodes)) <= 1:
+        return
+    workers_on: dict = {}
+    for i, node in enumerate(plan.worker_nodes):
+        workers_on.setdefault(node, []).append(i)
+    ranked = sorted(workers_on, key=lambda node: -len(workers_on[node]))
+    shards_on = {node: 1 if k < num_shards else 0 for k, node in enumerate(ranked)}
+    for _ in range(num_shards - sum(shards_on.values())):  # the rest: most workers per shard first
+        node = max(ranked, key=lambda n: (len(workers_on[n]) / (shards_on[n] + 1), -ranked.index(n)))
+        shards_on[node] += 1
+    plan.shard_nodes = [node for node in ranked for _ in range(shards_on[node])]
+    plan.worker_shards = [0] * len(plan.worker_nodes)
+    homeless = []
+    for node, workers in workers_on.items():
+        own = [k for k, n in enumerate(plan.shard_nodes) if n == node]
+        if not own:
+            homeless.extend(workers)
+        for j, i in enumerate(workers):
+            if own:
+                plan.worker_shards[i] = own[j % len(own)]
+    for j, i in enumerate(homeless):
+        plan.worker_shards[i] = j % num_shards
+
+
+def chunk_period(config, writers: int | None = None) -> float:
     """Seconds between a rollout worker's chunks at least: ``--chunk_seconds``, or longer so
-    that the workers sharing a replay shard send it at most ``SHARD_ADD_CALLS_PER_S`` calls/s."""
-    writers = per_shard(config.num_workers, config.num_replay_shards)
+    that the ``writers`` sharing a replay shard (default: an even share of the workers) send it
+    at most ``SHARD_ADD_CALLS_PER_S`` calls/s."""
+    writers = writers or per_shard(config.num_workers, config.num_replay_shards)
     return max(float(config.chunk_seconds), round(writers / SHARD_ADD_CALLS_PER_S, 3))
 
 
@@ -179,7 +257,7 @@ def local_cluster_resources() -> dict:
 def _place(plan: ResourcePlan, nodes: list[dict]) -> None:
     """Greedy placement: each role goes to the node with the most CPUs left (GPU roles to a
     node with a GPU left), so the rollout workers spread evenly."""
-    cpus = {n["NodeID"]: float(n["Resources"].get("CPU", 0)) for n in nodes}
+    cpus = {n["NodeID"]: float(n["Resources"].get("CPU", 0)) - SOFT_ACTORS_RESERVE for n in nodes}
     gpus = {n["NodeID"]: float(n["Resources"].get("GPU", 0)) for n in nodes}
     plan.node_names = {n["NodeID"]: node_name(n) for n in nodes}
 
