@@ -64,7 +64,7 @@ class DistributedRun:
         self.plan = plan_resources(config, ray.cluster_resources(), ray.nodes(), ray.get_runtime_context().get_node_id())
         if self.plan.num_shards != config.num_replay_shards:  # by default, replay beside the writers of each node
             config = self.config = dataclasses.replace(config, num_replay_shards=self.plan.num_shards)
-        self._log_plan()
+        log_plan(self.plan, config, self.output_dir, self.observation_space, self.action_space)
         ship_user_code(config)
         self.callbacks = callbacks_for(config)
         meta = (checkpoint or {}).get("meta", {})
@@ -102,25 +102,6 @@ class DistributedRun:
         self.failure: str | None = None
         self.recent_returns: deque[float] = deque(maxlen=20)
         self._metrics_since_eval: list[dict] = []
-
-    def _log_plan(self) -> None:
-        config = self.config
-        log.info("placement plan: %s", self.plan.describe())
-        log.info("run directory: %s on %s (the driver's machine)", os.path.abspath(self.output_dir),
-                 socket.gethostname())
-        if self.plan.node_names:
-            log.info("rollout workers per node (planned): %s", self.plan.workers_per_node())
-        if self.plan.shard_nodes:
-            names = [self.plan.node_names.get(node, str(node)[:8]) for node in self.plan.shard_nodes]
-            log.info("replay shards beside their writers: %s", ", ".join(
-                f"shard {k} on {name} ({self.plan.writers_of(k)} workers)" for k, name in enumerate(names)))
-        if self.plan.learner_gpus == 0:
-            log.info("no GPU requested or available: the learner runs on CPU (num_gpus=0)")
-        specs, frames = replay_specs(self.observation_space, self.action_space)
-        log.info("replay buffer: %d transitions, %.1f MiB when full%s", config.buffer_size,
-                 storage_bytes(config.buffer_size, specs, frames) / 2**20,
-                 f" (image observations stored frame by frame: {frames.stack} frames of {frames.frame_shape} "
-                 "each, every frame once)" if frames else "")
 
     def _replay_to_restore(self, checkpoint: dict | None) -> list | None:
         """A resumed run's replay snapshots, when they fit the run's shards; logs the resume."""
@@ -348,6 +329,26 @@ class DistributedRun:
             **({"learners": self.learner_results, "gradients_per_learner": self.system.averager_contributions()}
                if self.system.averager is not None else {}),
         })
+
+
+def log_plan(plan, config: Config, output_dir: str, observation_space, action_space) -> None:
+    """Say where everything goes: the placement plan, the run directory, the workers and
+    replay shards per node, the learner's device and the replay's size."""
+    log.info("placement plan: %s", plan.describe())
+    log.info("run directory: %s on %s (the driver's machine)", os.path.abspath(output_dir), socket.gethostname())
+    if plan.node_names:
+        log.info("rollout workers per node (planned): %s", plan.workers_per_node())
+    if plan.shard_nodes:
+        names = [plan.node_names.get(node, str(node)[:8]) for node in plan.shard_nodes]
+        log.info("replay shards beside their writers: %s", ", ".join(
+            f"shard {k} on {name} ({plan.writers_of(k)} workers)" for k, name in enumerate(names)))
+    if plan.learner_gpus == 0:
+        log.info("no GPU requested or available: the learner runs on CPU (num_gpus=0)")
+    specs, frames = replay_specs(observation_space, action_space)
+    log.info("replay buffer: %d transitions, %.1f MiB when full%s", config.buffer_size,
+             storage_bytes(config.buffer_size, specs, frames) / 2**20,
+             f" (image observations stored frame by frame: {frames.stack} frames of {frames.frame_shape} "
+             "each, every frame once)" if frames else "")
 
 
 def announce_lost_nodes(lost: dict[str, list[str]], placements: dict[str, str], dead: set[str]) -> None:
