@@ -142,11 +142,11 @@ def test_simulated_cost_makes_steps_take_their_time_and_changes_nothing_else():
     assert time.perf_counter() - started >= 0.020
     np.testing.assert_array_equal(obs, plain.reset(seed=3)[0])
     started = time.perf_counter()
-    for _ in range(10):
+    for _ in range(5):  # pushing left from seed 3 ends the episode at step 9: stay inside it
         got, want = slow.step(0), plain.step(0)
         np.testing.assert_array_equal(got[0], want[0])
         assert got[1:3] == want[1:3]
-    assert time.perf_counter() - started >= 10 * 0.005
+    assert time.perf_counter() - started >= 5 * 0.005
     for bad in (-1, float("nan"), 1e9, True):
         with pytest.raises(DsacError, match="--env_step_ms must be a number"):
             Config(env_step_ms=bad).validate()
