@@ -59,6 +59,16 @@ MAX_PULL_WAIT_S = 30.0
 hot_path = ray.method(enable_task_events=False)
 
 
+async def wait_until(changed: asyncio.Condition, predicate, seconds: float) -> None:
+    """Wait, holding nothing, until ``predicate()`` holds (checked whenever ``changed`` is
+    notified) or ``seconds`` have passed."""
+    async with changed:
+        try:
+            await asyncio.wait_for(changed.wait_for(predicate), seconds)
+        except TimeoutError:
+            pass
+
+
 def process_id() -> str:
     """This process, as node:pid. A restarted actor has a new one: the driver compares it
     with the one it met first to know that the actor needs the run's state back."""
@@ -373,14 +383,8 @@ class ParameterServer:
             if wait_s > 0 and self.weights is not None:
                 self._note_lag(worker, max(0, self.version - newer_than))
         if wait_s > 0 and not self.stopped and not self._has_newer(newer_than):
-            async with self.changed:
-                try:
-                    await asyncio.wait_for(
-                        self.changed.wait_for(lambda: self.stopped or self._has_newer(newer_than)),
-                        min(wait_s, MAX_PULL_WAIT_S),
-                    )
-                except TimeoutError:
-                    pass
+            await wait_until(self.changed, lambda: self.stopped or self._has_newer(newer_than),
+                             min(wait_s, MAX_PULL_WAIT_S))
         self.pulls_answered += 1
         reply = PullReply(self.stopped, self.version)
         if self._has_newer(newer_than):

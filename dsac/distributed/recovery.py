@@ -89,16 +89,8 @@ class Recovery:
             return False
         system = self.system
         if role == "learner" or role.startswith("learner_"):
-            j = int(role.rsplit("_", 1)[1]) if role.startswith("learner_") else 0
-            if self.checkpoint is not None:
-                system.submit_learner(j, None, self.checkpoint.state)
-                how = (f"resumes from the checkpoint at {self.checkpoint.updates:,} updates "
-                       f"({time.monotonic() - self.checkpoint.taken_at:.1f} s old)")
-            else:
-                latest = system.latest()
-                system.submit_learner(j, latest.weights, None)
-                how = f"no checkpoint yet: acts from weights v{latest.version}, critics and optimizer start afresh"
-            if role.startswith("learner_"):  # its start only matters when every learner died at once
+            how = self._restart_learner(int(role.rsplit("_", 1)[1]) if role.startswith("learner_") else 0)
+            if role.startswith("learner_"):  # where it starts matters only when every learner died at once
                 how = "rejoins the learner group, which goes on from the state of the learner with the most updates"
         elif role == "evaluator":
             system.submit_evaluator()
@@ -111,6 +103,16 @@ class Recovery:
             how = "a new process with a fresh env seed"
         self.restarts.record(role, ray_error_line(exc), how, quiet)
         return True
+
+    def _restart_learner(self, j: int) -> str:
+        """Resubmit learner ``j`` from the latest checkpoint (else the latest weights); says how."""
+        if self.checkpoint is not None:
+            self.system.submit_learner(j, None, self.checkpoint.state)
+            return (f"resumes from the checkpoint at {self.checkpoint.updates:,} updates "
+                    f"({time.monotonic() - self.checkpoint.taken_at:.1f} s old)")
+        latest = self.system.latest()
+        self.system.submit_learner(j, latest.weights, None)
+        return f"no checkpoint yet: acts from weights v{latest.version}, critics and optimizer start afresh"
 
     def note_env_restarts(self, env_restarts: list[tuple[str, str]]) -> None:
         """Count and say the envs rebuilt (the parameter server granted each: ``--env_restarts``)."""

@@ -90,6 +90,19 @@ class WeightsClient:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
+    def pull(self, wait_s: float = 0.0) -> PullReply:
+        """A pull on the weights source, waiting up to ``wait_s`` for a newer version; on the
+        fallback (the parameter server) from then on once the source (a node's cache) is gone."""
+        while True:
+            try:
+                return ray.get(self.ps.pull.remote(self.version, self.worker, wait_s))
+            except ray.exceptions.ActorDiedError:
+                if self.fallback is None or self.ps is self.fallback:
+                    raise
+                log.warning("%s: its node's weights cache is gone; pulling the parameter server",
+                            "evaluator" if self.worker is None else f"rollout_worker_{self.worker}")
+                self.ps = self.fallback
+
     def take(self, reply: PullReply) -> None:
         """Apply a ``pull`` reply: new weights if it carries them, and the stop flag."""
         self.stop = self.stop or reply.stop
@@ -118,15 +131,7 @@ class WeightsClient:
                 if self._closed or self.stop:
                     return
                 pulled_at = time.monotonic()
-                try:
-                    reply = ray.get(self.ps.pull.remote(self.version, self.worker, self.wait_s))
-                except ray.exceptions.ActorDiedError:
-                    if self.fallback is None or self.ps is self.fallback:
-                        raise
-                    log.warning("worker %s: its node's weights cache is gone; pulling the parameter server",
-                                self.worker)
-                    self.ps = self.fallback
-                    continue
+                reply = self.pull(self.wait_s)
                 if reply.stop:
                     self.stop = True
                 if reply.weights is not None and reply.version > self.version:
@@ -178,23 +183,13 @@ class WeightsClient:
             self._thread.join(timeout=1.0)
 
 
-def chunk_period(chunk_seconds: float, steps: int, seconds: float) -> float:
+def next_chunk_seconds(chunk_seconds: float, steps: int, seconds: float) -> float:
     """How long the next chunk collects: ``chunk_seconds``, or long enough for
     ``MIN_CHUNK_TRANSITIONS`` at the rate of the last chunk (``steps`` in ``seconds``), at most
     ``MAX_CHUNK_S``."""
     if steps <= 0 or seconds <= 0:
         return chunk_seconds
     return min(max(chunk_seconds, MIN_CHUNK_TRANSITIONS * seconds / steps), max(chunk_seconds, MAX_CHUNK_S))
-
-
-def pull_or_fall_back(source, ps, version: int, wait_s: float):
-    """A waiting pull on ``source`` (a node's weights cache), on the server once it is gone."""
-    if source is not ps:
-        try:
-            return ray.get(source.pull.remote(version, None, wait_s))
-        except ray.exceptions.ActorDiedError:
-            pass
-    return ray.get(ps.pull.remote(version, None, wait_s))
 
 
 def env_crash_handler(ps, role: str, limit: int):
@@ -253,7 +248,7 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
                 started, steps_before = time.monotonic(), collector.total_steps
                 batch = policy.postprocess_trajectory(
                     collector.collect(act, status.grant, started + chunk_s, weights.poll))
-                chunk_s = chunk_period(chunk_seconds, collector.total_steps - steps_before,
+                chunk_s = next_chunk_seconds(chunk_seconds, collector.total_steps - steps_before,
                                        time.monotonic() - started)
                 if callbacks is not None:
                     batch = callbacks.on_sample_end(worker_index=index, batch=batch)
@@ -504,8 +499,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_so
     for each new version there rather than polling."""
     ps.report_placement.remote(Placement("evaluator", **describe_process()))
     policy = policy_class_for(config)(observation_space, action_space, config, seed=seed)
-    source = weights_source or ps
-    weights = WeightsClient(source, policy)
+    weights = WeightsClient(weights_source or ps, policy, fallback=ps)
     next_eval, evaluated_version, count = config.eval_every, 0, 0
 
     def run_evaluation():
@@ -528,7 +522,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_so
         )))
 
     while True:
-        weights.take(pull_or_fall_back(source, ps, weights.version, EVALUATOR_WAIT_S))
+        weights.take(weights.pull(EVALUATOR_WAIT_S))
         if weights.stop:
             break
         env_steps = weights.report.env_steps

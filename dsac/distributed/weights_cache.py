@@ -19,7 +19,7 @@ import asyncio
 
 import ray
 
-from dsac.distributed.actors import MAX_PULL_WAIT_S, hot_path, process_id
+from dsac.distributed.actors import MAX_PULL_WAIT_S, hot_path, process_id, wait_until
 from dsac.distributed.topology import describe_process
 from dsac.messages import PullReply
 
@@ -70,14 +70,8 @@ class WeightsCache:
         if worker is not None:
             self._note_reader(worker, newer_than, wait_s > 0)
         if wait_s > 0 and not self.reply.stop and not self._has_newer(newer_than):
-            async with self.changed:
-                try:
-                    await asyncio.wait_for(
-                        self.changed.wait_for(lambda: self.reply.stop or self._has_newer(newer_than)),
-                        min(wait_s, MAX_PULL_WAIT_S),
-                    )
-                except TimeoutError:
-                    pass
+            await wait_until(self.changed, lambda: self.reply.stop or self._has_newer(newer_than),
+                             min(wait_s, MAX_PULL_WAIT_S))
         reply = self.reply
         return reply if self._has_newer(newer_than) else PullReply(reply.stop, reply.version)
 
