@@ -378,7 +378,7 @@ class Config:
     batches_per_sample: int = _f(16, "batches one replay sample call returns")
     prefetch: int = _f(2, "replay sample calls the learner keeps in flight")
     push_every: int = _f(20, "learner pushes weights every this many updates (after the sample call's batches that pass it)")
-    chunk_seconds: float = _f(0.1, "a rollout worker sends what it gathered this often, or once it holds 32 "
+    chunk_seconds: float = _f(0.1, "a rollout worker sends what it gathered this often, or once it holds 128 "
                                     "transitions if that takes longer (at most 1 s)")
     max_chunk: int = _f(256, "most transitions in one replay add call")
 

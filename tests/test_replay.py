@@ -107,6 +107,35 @@ def test_replay_actor_grants_budgets_and_throttles(ray_local):
     assert ray.get(waiting).stop is True
 
 
+def test_a_writer_that_keeps_budget_is_answered_at_once_and_its_budget_counts(ray_local):
+    """A writer goes on collecting with the budget it kept while its add call is in flight: the
+    shard answers it at once, tops it up to at most ``max_chunk`` from headroom nobody waits for,
+    and counts what it kept as outstanding, so the ratio holds over all writers."""
+    ray = ray_local
+    from dsac.distributed.actors import ReplayBuffer
+
+    # 100 to start, 20 ahead: 120 steps of headroom before the first sample; min grant 5.
+    replay = ReplayBuffer.remote(
+        SPECS, 1000, updates_per_step=1.0, learning_starts=100, max_steps_ahead=20, num_writers=2,
+        max_chunk=64,
+    )
+    assert ray.get(replay.add.remote(0, None)).grant == 60  # half the headroom
+    status = ray.get(replay.add.remote(0, Chunk(chunk(0, 10)), 50))  # keeps 50: topped up to 64
+    assert (status.added, status.grant) == (10, 14)
+    assert ray.get(replay.add.remote(1, None)).grant == 23  # 120 - 10 in - 64 held: half of 46
+    assert ray.get(replay.add.remote(1, Chunk(chunk(10, 23)))).grant == 11  # 120 - 33 - 64 = 23
+    assert ray.get(replay.add.remote(0, Chunk(chunk(33, 60)), 4)).grant == 6  # 120 - 93 - 4 - 11 = 12
+    assert ray.get(replay.add.remote(1, Chunk(chunk(93, 11)))).grant == 5  # 120 - 104 - 10 = 6
+    blocked = replay.add.remote(1, Chunk(chunk(104, 5)))  # 120 - 109 - 10 = 1: waits in line
+    time.sleep(0.2)
+    started = time.monotonic()
+    assert ray.get(replay.add.remote(0, Chunk(chunk(109, 4)), 6)).grant == 0  # someone waits: no top-up
+    assert time.monotonic() - started < 0.5  # answered at once: it still collects with its 6
+    ray.get(replay.sample.remote(4, 13))  # 113 in: 13 batches, 13 more steps of headroom
+    assert ray.get(blocked).grant == 7  # 133 - 113 - 6 held = 14, half of it
+    assert ray.get(replay.stats.remote()).added == 113
+
+
 def test_parameter_server_versions_and_pull_newer_than(ray_local):
     ray = ray_local
     from dsac.distributed.actors import ParameterServer

@@ -164,12 +164,17 @@ class ReplayBuffer:
         return Grant(grant, self.stopped, self.storage.added, self.storage.sampled_batches)
 
     @hot_path
-    async def add(self, writer: int, chunk: Chunk | None = None) -> Grant:
-        """Store a chunk (many transitions) and return the writer's next insert budget.
+    async def add(self, writer: int, chunk: Chunk | None = None, keep: int = 0) -> Grant:
+        """Store a chunk (many transitions) and top up the writer's insert budget.
 
-        Waits (up to ``MAX_WAIT_S``) while collection is ahead of the update ratio: this is
-        the backpressure that keeps 8 workers on 2 cores from flooding the learner.
+        ``keep`` is the budget the writer still holds from earlier grants, which it goes on
+        collecting with while this call is in flight; the reply's ``grant`` comes on top of it
+        (together at most ``max_chunk``). Such a writer is answered at once, topped up only from
+        headroom no waiting writer is in line for. A writer without budget waits (up to
+        ``MAX_WAIT_S``, first come first served) while collection is ahead of the update ratio:
+        this is the backpressure that keeps 8 workers on 2 cores from flooding the learner.
         """
+        keep = max(0, int(keep))
         async with self.changed:
             if chunk is not None and chunk.size:
                 if self.prioritized:
@@ -180,27 +185,38 @@ class ReplayBuffer:
                 self.added_by_writer[writer] += chunk.size
                 self.bytes_by_writer[writer] += chunk.nbytes
                 self.changed.notify_all()
-            self.outstanding[writer] = 0
+            self.outstanding[writer] = keep
+            room = self.max_chunk - keep  # the most this writer may still be granted
+            if keep > 0:  # it goes on collecting meanwhile: answered at once
+                self.queue.pop(writer, None)
+                return self._status(0 if self.queue else self._grant(writer, keep, room))
             self.queue[writer] = time.monotonic()  # a writer already in line keeps its place
             deadline = time.monotonic() + MAX_WAIT_S
             while not self.stopped:
                 self._forget_gone_writers()
-                outstanding = sum(self.outstanding.values())
-                headroom = self.limiter.insert_headroom(self.storage.added, self.storage.sampled_batches, outstanding)
-                limit_left = None
-                if self.insert_limit is not None:
-                    limit_left = max(0, self.insert_limit - self.storage.added - outstanding)
-                if headroom >= self.min_grant and limit_left != 0 and next(iter(self.queue)) == writer:
-                    grant = min(self.max_chunk, max(self.min_grant, headroom // self.num_writers))
-                    if limit_left is not None:  # the last steps before a limit may be fewer
-                        grant = min(grant, limit_left)
-                    self.outstanding[writer] = grant
-                    del self.queue[writer]
-                    self.changed.notify_all()  # the next in line may fit in what is left
-                    return self._status(grant)
+                if next(iter(self.queue)) == writer:
+                    grant = self._grant(writer, keep, room)
+                    if grant:
+                        del self.queue[writer]
+                        self.changed.notify_all()  # the next in line may fit in what is left
+                        return self._status(grant)
                 if not await self._wait_for_change(deadline):
                     break
             return self._status(0)
+
+    def _grant(self, writer: int, keep: int, room: int) -> int:
+        """Budget granted now to ``writer``, which holds ``keep`` and may get up to ``room``
+        more: a share of the headroom the update ratio leaves (at least ``min_grant``), within
+        the insert limit; 0 when there is too little."""
+        outstanding = sum(self.outstanding.values())
+        headroom = self.limiter.insert_headroom(self.storage.added, self.storage.sampled_batches, outstanding)
+        if headroom < self.min_grant or room < 1:
+            return 0
+        grant = min(room, max(self.min_grant, headroom // self.num_writers))
+        if self.insert_limit is not None:  # the last steps before a limit may be fewer
+            grant = min(grant, max(0, self.insert_limit - self.storage.added - outstanding))
+        self.outstanding[writer] = keep + grant
+        return grant
 
     async def writer_counts(self) -> dict[int, int]:
         """``{writer: transitions it delivered}`` since this actor started."""

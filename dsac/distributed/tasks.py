@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import logging
+import math
 import threading
 import time
 
@@ -42,7 +43,7 @@ POLL_WHILE_WAITING_S = 0.02
 # A chunk waits for at least this many transitions (up to MAX_CHUNK_S) before it is sent: with a
 # slow env, a chunk every --chunk_seconds would be a few transitions per add call, and the call,
 # not the env, would be most of a worker's CPU (scripts/scale.py, docs/scaling.md).
-MIN_CHUNK_TRANSITIONS = 32
+MIN_CHUNK_TRANSITIONS = 128
 MAX_CHUNK_S = 1.0
 # The evaluator's pull waits this long for new weights (it wakes on each version; an idle
 # evaluator makes one call a second, not ten).
@@ -200,6 +201,17 @@ def env_crash_handler(ps, role: str, limit: int):
     return allowed
 
 
+def to_chunk(batch: dict, callbacks, encoder: FrameEncoder | None, index: int) -> Chunk:
+    """A rollout worker's batch as the chunk it sends: through the callbacks' ``on_sample_end``,
+    image observations frame by frame (each frame crosses once, see :mod:`dsac.frames`)."""
+    if callbacks is not None:
+        batch = callbacks.on_sample_end(worker_index=index, batch=batch)
+    chunk = Chunk.from_batch(batch)
+    if encoder is not None:
+        chunk = chunk._replace(transitions=encoder.encode(chunk.transitions))
+    return chunk
+
+
 @ray.remote
 def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 1,
                    chunk_seconds: float | None = None, weights_source=None) -> dict:
@@ -231,10 +243,16 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     chunks_sent = 0
     chunk_s = chunk_seconds
     try:
+        # The insert budget in hand: granted by the shard, not yet collected. A chunk's add call
+        # is in flight while the next chunk is collected with a budget kept from earlier grants,
+        # and its reply (more budget) is taken once that chunk is done: a worker waits for the
+        # shard only when it kept no budget (the ratio holding it back, or a fast env that
+        # fills its whole grant in one chunk).
         status = ray.get(replay.add.remote(index, None))
+        budget, in_flight = status.grant, None
         while not (status.stop or weights.stop):
             chunk = None
-            if status.grant > 0:
+            if budget > 0:
                 if status.added * num_shards < config.start_steps:
                     act = lambda obs: policy.random_actions(len(obs))  # noqa: E731
                 else:
@@ -247,19 +265,27 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
                 # steps must not delay them.
                 started, steps_before = time.monotonic(), collector.total_steps
                 batch = policy.postprocess_trajectory(
-                    collector.collect(act, status.grant, started + chunk_s, weights.poll))
-                chunk_s = next_chunk_seconds(chunk_seconds, collector.total_steps - steps_before,
-                                       time.monotonic() - started)
-                if callbacks is not None:
-                    batch = callbacks.on_sample_end(worker_index=index, batch=batch)
-                chunk = Chunk.from_batch(batch)
-                if encoder is not None:  # image observations: each frame crosses once (see dsac.frames)
-                    chunk = chunk._replace(transitions=encoder.encode(chunk.transitions))
+                    collector.collect(act, budget, started + chunk_s, weights.poll))
+                steps, seconds = collector.total_steps - steps_before, time.monotonic() - started
+                budget -= steps
+                chunk_s = next_chunk_seconds(chunk_seconds, steps, seconds)
+                wanted = math.ceil(steps * chunk_s / max(seconds, 1e-6))  # the next chunk's steps, about
+                chunk = to_chunk(batch, callbacks, encoder, index)
                 episodes = collector.drain_episodes()
                 if episodes:
                     ps.report_episodes.remote(episodes)
                 chunks_sent += 1
-            status = weights.get(replay.add.remote(index, chunk))
+            if in_flight is not None:  # the last chunk's reply, sent a chunk ago: mostly here already
+                status = weights.get(in_flight)
+                budget += status.grant
+            # Keep what the next chunk is likely to take; the rest goes back to the shard.
+            budget = min(budget, wanted) if chunk is not None else min(budget, 0)
+            in_flight = replay.add.remote(index, chunk, max(0, budget))
+            if budget <= 0 or status.stop:  # nothing left to collect with: wait for the shard
+                status = weights.get(in_flight)
+                budget, in_flight = budget + status.grant, None
+        if in_flight is not None:  # the last chunk is stored before the worker ends
+            weights.get(in_flight)
     finally:
         weights.close()
         collector.close()
