@@ -276,18 +276,23 @@ class RateLimiter:
 
     The learner may sample when that keeps it at most one call ahead of the ratio; writers
     get insert *budgets* (credits) so that, all writers together, collection runs at most
-    ``max_steps_ahead`` env steps ahead of it.
+    ``max_steps_ahead`` env steps, plus one sample call's worth, ahead of it. That call's worth
+    is the learner's own slack mirrored: without it, at the end of each call's window the
+    writers that delivered their budget wait until the last writers deliver theirs.
 
     Args:
         updates_per_step: gradient updates (batches) per env step.
         learning_starts: transitions to insert before the first sample.
         max_steps_ahead: env steps collection may run ahead of the ratio.
+        batches_per_call: batches the learner takes per sample call (0: no call's worth).
     """
 
-    def __init__(self, updates_per_step: float, learning_starts: int, max_steps_ahead: int):
+    def __init__(self, updates_per_step: float, learning_starts: int, max_steps_ahead: int,
+                 batches_per_call: int = 0):
         self.updates_per_step = float(updates_per_step)
         self.learning_starts = int(learning_starts)
         self.max_steps_ahead = int(max_steps_ahead)
+        self.batches_per_call = int(batches_per_call)
 
     def can_sample(self, inserted: int, sampled: int, num_batches: int) -> bool:
         """Whether ``num_batches`` more batches keep sampling within one call of the ratio."""
@@ -298,5 +303,5 @@ class RateLimiter:
 
     def insert_headroom(self, inserted: int, sampled: int, outstanding: int) -> int:
         """Env steps that may still be granted to writers (never negative)."""
-        limit = self.learning_starts + sampled / self.updates_per_step + self.max_steps_ahead
+        limit = self.learning_starts + (sampled + self.batches_per_call) / self.updates_per_step + self.max_steps_ahead
         return max(0, math.floor(limit - inserted - outstanding))

@@ -61,6 +61,13 @@ def test_rate_limiter_keeps_the_ratio():
     assert limiter.insert_headroom(inserted=0, sampled=0, outstanding=0) == 150
     assert limiter.insert_headroom(inserted=150, sampled=0, outstanding=0) == 0
     assert limiter.insert_headroom(inserted=150, sampled=10, outstanding=5) == 15
+    # Collection may also run one learner call ahead (4 batches = 8 steps at 0.5), as the
+    # learner may: writers keep collecting while the call's window closes.
+    ahead = RateLimiter(updates_per_step=0.5, learning_starts=100, max_steps_ahead=50, batches_per_call=4)
+    assert ahead.insert_headroom(inserted=150, sampled=0, outstanding=0) == 8
+    assert ahead.insert_headroom(inserted=150, sampled=10, outstanding=5) == 23
+    assert ahead.can_sample(inserted=108, sampled=4, num_batches=4) and not ahead.can_sample(
+        inserted=107, sampled=4, num_batches=4)  # the learner's side is unchanged
 
 
 def test_memory_check_refuses_what_cannot_fit():

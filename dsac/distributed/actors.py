@@ -86,6 +86,8 @@ class ReplayBuffer:
         updates_per_step: batches sampled per env step inserted (``--updates_per_step``).
         learning_starts: env steps before the first sample (``--learning_starts``).
         max_steps_ahead: env steps collection may run ahead of the ratio.
+        batches_per_call: batches the learner takes per sample call: collection may also run
+            one such call ahead (see :class:`dsac.replay.RateLimiter`).
         num_writers: rollout workers sharing the insert budget.
         max_chunk: largest budget one writer is granted.
         seed: sampling seed.
@@ -102,7 +104,7 @@ class ReplayBuffer:
     """
 
     def __init__(self, specs, capacity, *, updates_per_step, learning_starts, max_steps_ahead,
-                 num_writers, max_chunk, seed=0, prioritized=False, priority_alpha=0.6, priority_beta=0.4,
+                 num_writers, max_chunk, batches_per_call=0, seed=0, prioritized=False, priority_alpha=0.6, priority_beta=0.4,
                  beta_anneal_steps=1, insert_limit=None, restore: dict | None = None, start_added: int = 0,
                  frames=None):
         nbytes = storage_bytes(capacity, specs, frames)
@@ -125,7 +127,7 @@ class ReplayBuffer:
         self.priority_beta = float(priority_beta)
         self.beta_anneal_steps = max(1, int(beta_anneal_steps))
         self.insert_limit = insert_limit  # no budget past this many transitions (None: unbounded)
-        self.limiter = RateLimiter(updates_per_step, learning_starts, max_steps_ahead)
+        self.limiter = RateLimiter(updates_per_step, learning_starts, max_steps_ahead, batches_per_call)
         self.num_writers = int(num_writers)
         self.max_chunk = int(max_chunk)
         # Smallest budget worth a call: a few dozen steps with few writers, so a throttled

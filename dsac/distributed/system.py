@@ -77,6 +77,7 @@ class System:
                 max_steps_ahead=max(1, config.max_steps_ahead // num_shards),
                 num_writers=plan.writers_of(k),
                 max_chunk=config.max_chunk,
+                batches_per_call=config.batches_per_sample,
                 seed=config.seed + k,
                 frames=frames,
                 prioritized=config.prioritized,
