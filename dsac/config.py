@@ -205,7 +205,7 @@ def _cli_framestack(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _read_mapping(path: str, source: str) -> dict:
+def read_mapping(path: str, source: str) -> dict:
     """A YAML (``.yaml``/``.yml``) or JSON file holding a mapping, with one-line errors."""
     yaml_file = path.endswith((".yaml", ".yml"))
     text = read_text(path, source)
@@ -409,7 +409,7 @@ class Config:
             DsacError: one line naming the file and the problem.
         """
         source = source or path
-        values = _read_mapping(path, source)
+        values = read_mapping(path, source)
         overrides = dict(overrides or {})
         values.pop("custom_models", None)  # builders come from the registry or module:Name
         values.pop("defaulted", None)

@@ -1,0 +1,5 @@
+import sys
+
+from dsac.tune.cli import main
+
+sys.exit(main())

@@ -1,0 +1,107 @@
+"""``dsac-tune`` / ``python -m dsac.tune``: a hyperparameter search of dsac trials with Ray Tune.
+
+    python -m dsac.tune --space space.yaml --scheduler asha --num_samples 8 --max_seconds 300
+
+Prints Tune's table of trials while it runs and, at the end, the best trial's flags as a YAML
+file that ``launch.py --config`` takes and its weights; the last two lines are
+``best config: PATH`` and ``best weights: PATH``. Bad input: one line on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from dsac.errors import DsacError
+
+log = logging.getLogger("dsac")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dsac-tune", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--space", required=True, help="a .yaml or .json file: flag -> value or "
+                        "{grid|choice|uniform|loguniform: ...}")
+    parser.add_argument("--num_samples", type=int, default=1, help="samples of the space (each grid point this often)")
+    parser.add_argument("--scheduler", choices=("fifo", "asha", "pbt"), default="fifo")
+    parser.add_argument("--metric", default="eval_return_mean", help="the result key maximized")
+    parser.add_argument("--max_seconds", type=float, help="each trial's wall-clock budget")
+    parser.add_argument("--total_env_steps", type=int, help="each trial's env-step budget")
+    parser.add_argument("--max_concurrent", type=int, default=0, help="trials at once (0: as many as fit)")
+    parser.add_argument("--storage_path", default=os.path.abspath("tune_results"),
+                        help="where Tune writes results, checkpoints and each trial's dsac output")
+    parser.add_argument("--name", default="dsac_tune", help="the experiment's directory under --storage_path")
+    parser.add_argument("--address", help="a Ray cluster's address (default: a local Ray)")
+    return parser
+
+
+def scheduler_for(name: str, space: dict):
+    from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
+
+    from dsac.tune.space import mutations
+
+    if name == "asha":
+        return ASHAScheduler(time_attr="training_iteration", grace_period=2, reduction_factor=2)
+    if name == "pbt":
+        if not mutations(space):
+            raise DsacError("--scheduler pbt needs at least one choice/uniform/loguniform entry in --space to mutate")
+        return PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
+                                       hyperparam_mutations=mutations(space))
+    return None
+
+
+def run(args) -> tuple[str, str]:
+    """The search; returns the best config file's path and the best weights' path."""
+    import ray
+    import yaml
+    from ray import tune
+
+    from dsac.tune.space import read_space, tune_space
+    from dsac.tune.trainable import DsacTrainable
+
+    space = read_space(args.space)
+    budget = {k: v for k, v in (("max_seconds", args.max_seconds), ("total_env_steps", args.total_env_steps)) if v}
+    space.update({k: (None, v) for k, v in budget.items()})
+    scheduler = scheduler_for(args.scheduler, space)
+    os.makedirs(args.storage_path, exist_ok=True)
+    if not os.access(args.storage_path, os.W_OK):
+        raise DsacError(f"--storage_path {args.storage_path} is not writable")
+    ray.init(address=args.address, include_dashboard=False) if args.address else ray.init(include_dashboard=False)
+    log.info("dsac-tune: %s trial CPUs on the cluster; each trial asks for 1 CPU (its driver), so up to %d "
+             "run at once", ray.cluster_resources().get("CPU", 0), int(ray.cluster_resources().get("CPU", 1)))
+    tuner = tune.Tuner(
+        DsacTrainable, param_space=tune_space(space),
+        tune_config=tune.TuneConfig(metric=args.metric, mode="max", num_samples=args.num_samples,
+                                    scheduler=scheduler, max_concurrent_trials=args.max_concurrent or None),
+        run_config=tune.RunConfig(name=args.name, storage_path=os.path.abspath(args.storage_path),
+                                  checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=True, num_to_keep=2)),
+    )
+    results = tuner.fit()
+    for result in results:
+        if result.error is not None:
+            line = str(result.error).strip().splitlines()[-1].removeprefix("dsac.errors.DsacError: ")
+            log.warning("trial %s failed: %s", os.path.basename(result.path), line)
+    try:
+        best = results.get_best_result(metric=args.metric, mode="max", scope="last")
+    except RuntimeError:
+        raise DsacError(f"no trial reported {args.metric}: every trial failed") from None
+    config_path = os.path.join(os.path.abspath(args.storage_path), args.name, "best_config.yaml")
+    with open(config_path, "w") as f:
+        yaml.safe_dump(dict(best.config), f, sort_keys=True)
+    weights = os.path.join(best.config.get("output_dir") or os.path.join(best.path, "dsac"), "weights.pkl")
+    return config_path, os.path.abspath(weights)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s dsac %(message)s", datefmt="%H:%M:%S",
+                        stream=sys.stdout)
+    try:
+        config_path, weights = run(args)
+    except DsacError as exc:
+        print(f"dsac-tune: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"best config: {config_path}")
+    print(f"best weights: {weights}")
+    return 0

@@ -1,0 +1,102 @@
+"""A dsac run as a Ray Tune trial: :class:`DsacTrainable`.
+
+    from ray import tune
+    from dsac.tune import DsacTrainable
+
+    tuner = tune.Tuner(DsacTrainable, param_space={"env": "CartPole-v1", "local": True,
+                                                   "lr": tune.grid_search([1e-3, 3e-4])},
+                       tune_config=tune.TuneConfig(metric="eval_return_mean", mode="max"))
+    best = tuner.fit().get_best_result()
+
+A trial is a :class:`dsac.Trainer` built from the trial's flags (the ``launch.py`` flag names);
+one Tune step is one ``Trainer.train()``; Tune's checkpoints are ``Trainer.save``'s full
+training state (networks, targets, optimizer, counters), so Population Based Training's exploit
+continues a better trial where it was. A ``local`` trial (the serial runner) asks Tune for one
+CPU; a distributed trial asks for its driver's CPU and runs its roles on the cluster's free
+resources (placement inside the trial's placement group is not built yet).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+from ray import tune
+
+from dsac.config import Config
+from dsac.trainer import Trainer
+
+# What every result carries under Tune's own names, besides dsac's.
+METRIC = "eval_return_mean"
+# A trial's first step trains until its first evaluation, at most this many iterations, so that
+# the metric is in every result.
+FIRST_EVAL_MAX_ITERATIONS = 1_000
+
+
+class DsacTrainable(tune.Trainable):
+    """A dsac run as a Tune trial (the class API: Tune can checkpoint, pause and resume it).
+
+    The trial's ``config`` holds ``launch.py`` flag names and values; unknown keys and bad
+    values fail this trial with dsac's one-line message. ``output_dir`` defaults to ``dsac``
+    inside the trial's directory.
+    """
+
+    def setup(self, config: dict) -> None:
+        self.trainer = Trainer(self._config(config))
+        self.last_eval: dict = {}
+
+    def _config(self, values: dict) -> Config:
+        values = {"output_dir": os.path.join(self.trial_dir(), "dsac"), "progress_bar": False,
+                  "tensorboard": False, **values}
+        return Config.from_dict(values).validate()
+
+    def trial_dir(self) -> str:
+        """The trial's directory under the experiment's storage path (Tune's ``result.json`` is
+        there too), or its working directory when the storage is not a local path."""
+        storage = getattr(self, "_storage", None)
+        path = storage.trial_fs_path if storage is not None else None
+        return path if path and os.path.isabs(path) else self.logdir
+
+    def step(self) -> dict:
+        """One ``Trainer.train()`` (the first: until the first evaluation), its result with the
+        latest evaluation carried over and Tune's ``timesteps_total``."""
+        for _ in range(FIRST_EVAL_MAX_ITERATIONS):
+            result = self.trainer.train()
+            if METRIC in result:
+                self.last_eval = {k: result[k] for k in (METRIC, "eval_return_std") if k in result}
+            if self.last_eval:
+                break
+        result = {k: v for k, v in result.items() if v is not None}
+        return {**result, **self.last_eval, "timesteps_total": result["env_steps"],
+                "done": self._finished(result)}
+
+    def _finished(self, result: dict) -> bool:
+        """The trial's own budget (``total_env_steps``, ``max_seconds``, ``stop_return``) is spent."""
+        config = self.trainer.config
+        return bool(
+            (config.total_env_steps and result["env_steps"] >= config.total_env_steps)
+            or (config.max_seconds and time.time() - self.trainer.started_at >= config.max_seconds)
+            or (config.stop_return is not None and self.last_eval.get(METRIC, -math.inf) >= config.stop_return)
+        )
+
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        self.trainer.save(checkpoint_dir)
+
+    def load_checkpoint(self, checkpoint) -> None:
+        """Continue from a checkpoint (this trial's, or with PBT a better trial's), with this
+        trial's own flags."""
+        path = checkpoint if isinstance(checkpoint, str) else checkpoint.path
+        self.trainer.stop()
+        overrides = {**self.config, "output_dir": self.trainer.config.output_dir, "progress_bar": False}
+        self.trainer = Trainer.restore(path, overrides, trust_code=True)
+
+    def cleanup(self) -> None:
+        self.trainer.stop()
+
+    @classmethod
+    def default_resource_request(cls, config: dict) -> tune.PlacementGroupFactory:
+        """One CPU for the trial's driver, where a ``local`` trial does all its work. (A
+        distributed trial's roles are not yet counted in its request: they take the cluster's
+        free resources, as a lone run does.)"""
+        return tune.PlacementGroupFactory([{"CPU": 1}])
