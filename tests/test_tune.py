@@ -1,6 +1,7 @@
 """dsac as Ray Tune trials: a real Tune experiment of local DQN trials on a real local Ray,
 through the ``python -m dsac.tune`` command; and its one-line errors."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -21,10 +22,12 @@ def tune_command(args, tmp_path, timeout=600):
 def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weights(tmp_path):
     """Four local trials (2 learning rates x 2 seeds) of DQN on CartPole: every trial reports
     results with the metric in each; the best config is a file launch.py --config takes; the
-    best weights load with dsac.load_policy."""
+    best weights load with dsac.load_policy. A grid point dsac refuses (a negative learning
+    rate) fails its trials alone, each with dsac's one-line message."""
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({
-        "env": "CartPole-v1", "algo": "dqn", "local": True, "lr": {"grid": [1e-3, 3e-4]}, "seed": {"grid": [0, 1]},
+        "env": "CartPole-v1", "algo": "dqn", "local": True, "lr": {"grid": [1e-3, 3e-4, -1.0]},
+        "seed": {"grid": [0, 1]},
         "steps_per_iteration": 1000, "eval_every": 1000, "eval_episodes": 2, "learning_starts": 500,
         "fcnet_hiddens": [32, 32],
     }))
@@ -34,7 +37,9 @@ def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weight
     last = proc.stdout.strip().splitlines()[-2:]
     assert last[0].startswith("best config: /") and last[1].startswith("best weights: /"), last
     config_path, weights_path = (line.split(": ", 1)[1] for line in last)
-    trials = [d for d in (tmp_path / "tr" / "dsac_tune").iterdir() if d.is_dir() and d.name.startswith("DsacTrainable")]
+    failed = [line for line in proc.stdout.splitlines() if " failed: " in line]
+    assert len(failed) == 2 and all(line.endswith("failed: --lr must be a positive number, got -1.0") for line in failed)
+    trials = [d for d in (tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*") if (d / "result.json").exists()]
     assert len(trials) == 4
     seen = set()
     for trial in trials:
@@ -71,18 +76,26 @@ def test_a_bad_space_is_one_line_and_exit_2_before_ray_starts(tmp_path, space, m
     assert "Started a local Ray" not in proc.stdout + proc.stderr
 
 
-def test_a_trial_with_a_bad_value_fails_alone_with_one_line(tmp_path):
-    """A grid point dsac refuses (a negative learning rate) fails that trial with dsac's
-    one-line message; the other trial runs, and the experiment names its best config."""
+def test_pbt_exploit_continues_the_donors_training_state(tmp_path):
+    """Population Based Training over two local trials: when a trial exploits the other, it is
+    restored from the donor's checkpoint (Trainer.save's full state) and its update count
+    carries on from the donor's, in a new dsac output directory beside its first."""
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({
-        "env": "CartPole-v1", "algo": "dqn", "local": True, "lr": {"grid": [1e-3, -1.0]},
+        "env": "CartPole-v1", "algo": "dqn", "local": True, "lr": {"loguniform": [1e-4, 3e-3]},
         "steps_per_iteration": 1000, "eval_every": 1000, "eval_episodes": 2, "learning_starts": 500,
         "fcnet_hiddens": [32, 32],
     }))
-    proc = tune_command(["--space", str(space), "--total_env_steps", "2000", "--storage_path", str(tmp_path / "tr")],
-                        tmp_path)
-    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
-    failed = [line for line in proc.stdout.splitlines() if " failed: " in line]
-    assert len(failed) == 1 and failed[0].endswith("failed: --lr must be a positive number, got -1.0"), failed
-    assert yaml.safe_load(open(proc.stdout.strip().splitlines()[-2].split(": ", 1)[1]))["lr"] == 1e-3
+    proc = tune_command(["--space", str(space), "--scheduler", "pbt", "--num_samples", "2", "--total_env_steps", "5000",
+                         "--storage_path", str(tmp_path / "tr")], tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert "[Exploit] Cloning trial" in proc.stderr + proc.stdout
+    restored = 0
+    for result_file in (tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*/result.json"):
+        rows = [json.loads(line) for line in result_file.read_text().splitlines()]
+        for before, after in itertools.pairwise(rows):
+            if after["dsac_output_dir"] != before["dsac_output_dir"]:  # a new process of this trial
+                restored += 1
+                # It continues from a checkpoint: counters carry on from there (not from zero).
+                assert after["env_steps"] > 1000 and after["updates"] > after["env_steps"] - 1000 - 500, (before, after)
+    assert restored >= 1

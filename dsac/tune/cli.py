@@ -89,7 +89,7 @@ def run(args) -> tuple[str, str]:
     config_path = os.path.join(os.path.abspath(args.storage_path), args.name, "best_config.yaml")
     with open(config_path, "w") as f:
         yaml.safe_dump(dict(best.config), f, sort_keys=True)
-    weights = os.path.join(best.config.get("output_dir") or os.path.join(best.path, "dsac"), "weights.pkl")
+    weights = os.path.join(best.metrics.get("dsac_output_dir") or os.path.join(best.path, "dsac"), "weights.pkl")
     return config_path, os.path.abspath(weights)
 
 

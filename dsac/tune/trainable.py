@@ -43,12 +43,19 @@ class DsacTrainable(tune.Trainable):
     """
 
     def setup(self, config: dict) -> None:
-        self.trainer = Trainer(self._config(config))
+        self.trainer: Trainer | None = None  # built at the first step, or by load_checkpoint
         self.last_eval: dict = {}
+        self._values(config)  # bad flags fail the trial here, with dsac's one-line message
 
-    def _config(self, values: dict) -> Config:
-        values = {"output_dir": os.path.join(self.trial_dir(), "dsac"), "progress_bar": False,
-                  "tensorboard": False, **values}
+    def _values(self, flags: dict) -> Config:
+        """The trial's config; its dsac output in ``dsac/`` inside the trial's directory, or
+        ``dsac-<k>`` when an earlier process of this trial (PBT's exploit, a restore) wrote there."""
+        base = os.path.join(self.trial_dir(), "dsac")
+        output_dir, k = base, 0
+        while os.path.exists(os.path.join(output_dir, "progress.jsonl")):
+            k += 1
+            output_dir = f"{base}-{k}"
+        values = {"output_dir": output_dir, "progress_bar": False, "tensorboard": False, **flags}
         return Config.from_dict(values).validate()
 
     def trial_dir(self) -> str:
@@ -61,6 +68,8 @@ class DsacTrainable(tune.Trainable):
     def step(self) -> dict:
         """One ``Trainer.train()`` (the first: until the first evaluation), its result with the
         latest evaluation carried over and Tune's ``timesteps_total``."""
+        if self.trainer is None:
+            self.trainer = Trainer(self._values(self.config))
         for _ in range(FIRST_EVAL_MAX_ITERATIONS):
             result = self.trainer.train()
             if METRIC in result:
@@ -69,7 +78,7 @@ class DsacTrainable(tune.Trainable):
                 break
         result = {k: v for k, v in result.items() if v is not None}
         return {**result, **self.last_eval, "timesteps_total": result["env_steps"],
-                "done": self._finished(result)}
+                "dsac_output_dir": self.trainer.output_dir, "done": self._finished(result)}
 
     def _finished(self, result: dict) -> bool:
         """The trial's own budget (``total_env_steps``, ``max_seconds``, ``stop_return``) is spent."""
@@ -87,12 +96,15 @@ class DsacTrainable(tune.Trainable):
         """Continue from a checkpoint (this trial's, or with PBT a better trial's), with this
         trial's own flags."""
         path = checkpoint if isinstance(checkpoint, str) else checkpoint.path
-        self.trainer.stop()
-        overrides = {**self.config, "output_dir": self.trainer.config.output_dir, "progress_bar": False}
+        if self.trainer is not None:
+            self.trainer.stop()
+        output_dir = self._values(self.config).output_dir
+        overrides = {"progress_bar": False, "tensorboard": False, **self.config, "output_dir": output_dir}
         self.trainer = Trainer.restore(path, overrides, trust_code=True)
 
     def cleanup(self) -> None:
-        self.trainer.stop()
+        if self.trainer is not None:
+            self.trainer.stop()
 
     @classmethod
     def default_resource_request(cls, config: dict) -> tune.PlacementGroupFactory:
