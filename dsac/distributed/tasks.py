@@ -278,8 +278,8 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
             if in_flight is not None:  # the last chunk's reply, sent a chunk ago: mostly here already
                 status = weights.get(in_flight)
                 budget += status.grant
-            # Keep what the next chunk is likely to take; the rest goes back to the shard.
-            budget = min(budget, wanted) if chunk is not None else min(budget, 0)
+            if chunk is not None:  # keep what the next chunk is likely to take; the rest goes back to the shard
+                budget = min(budget, wanted)
             in_flight = replay.add.remote(index, chunk, max(0, budget))
             if budget <= 0 or status.stop:  # nothing left to collect with: wait for the shard
                 status = weights.get(in_flight)

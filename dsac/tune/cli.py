@@ -57,17 +57,16 @@ def run(args) -> tuple[str, str]:
     import yaml
     from ray import tune
 
+    from dsac.artifacts import check_writable_dir
     from dsac.tune.space import read_space, tune_space
     from dsac.tune.trainable import DsacTrainable
 
-    space = read_space(args.space)
-    budget = {k: v for k, v in (("max_seconds", args.max_seconds), ("total_env_steps", args.total_env_steps)) if v}
-    space.update({k: (None, v) for k, v in budget.items()})
+    budget = {k: v for k, v in (("max_seconds", args.max_seconds), ("total_env_steps", args.total_env_steps))
+              if v is not None}
+    space = read_space(args.space, budget)
     scheduler = scheduler_for(args.scheduler, space)
-    os.makedirs(args.storage_path, exist_ok=True)
-    if not os.access(args.storage_path, os.W_OK):
-        raise DsacError(f"--storage_path {args.storage_path} is not writable")
-    ray.init(address=args.address, include_dashboard=False) if args.address else ray.init(include_dashboard=False)
+    check_writable_dir(args.storage_path, "--storage_path")
+    ray.init(address=args.address, include_dashboard=False)
     log.info("dsac-tune: %s trial CPUs on the cluster; each trial asks for 1 CPU (its driver), so up to %d "
              "run at once", ray.cluster_resources().get("CPU", 0), int(ray.cluster_resources().get("CPU", 1)))
     tuner = tune.Tuner(

@@ -47,9 +47,9 @@ def parse_space(values: dict) -> dict:
     return space
 
 
-def read_space(path: str) -> dict:
-    """:func:`parse_space` of a YAML or JSON file."""
-    return parse_space(read_mapping(path, f"--space {path}"))
+def read_space(path: str, fixed: dict | None = None) -> dict:
+    """:func:`parse_space` of a YAML or JSON file, with ``fixed`` values on top (checked with it)."""
+    return parse_space({**read_mapping(path, f"--space {path}"), **(fixed or {})})
 
 
 def tune_space(space: dict) -> dict:

@@ -27,7 +27,7 @@ from ray import tune
 from dsac.config import Config
 from dsac.trainer import Trainer
 
-# What every result carries under Tune's own names, besides dsac's.
+# The evaluation's result key, carried in every result so that Tune's metric is always there.
 METRIC = "eval_return_mean"
 # A trial's first step trains until its first evaluation, at most this many iterations, so that
 # the metric is in every result.
@@ -45,18 +45,18 @@ class DsacTrainable(tune.Trainable):
     def setup(self, config: dict) -> None:
         self.trainer: Trainer | None = None  # built at the first step, or by load_checkpoint
         self.last_eval: dict = {}
-        self._values(config)  # bad flags fail the trial here, with dsac's one-line message
+        Config.from_dict(self._values(config)).validate()  # bad flags fail the trial here, in one line
 
-    def _values(self, flags: dict) -> Config:
-        """The trial's config; its dsac output in ``dsac/`` inside the trial's directory, or
-        ``dsac-<k>`` when an earlier process of this trial (PBT's exploit, a restore) wrote there."""
+    def _values(self, flags: dict) -> dict:
+        """The trial's flags for a Trainer: its dsac output in ``dsac/`` inside the trial's
+        directory, or ``dsac-<k>`` when an earlier process of this trial (PBT's exploit, a
+        restore) wrote there."""
         base = os.path.join(self.trial_dir(), "dsac")
         output_dir, k = base, 0
         while os.path.exists(os.path.join(output_dir, "progress.jsonl")):
             k += 1
             output_dir = f"{base}-{k}"
-        values = {"output_dir": output_dir, "progress_bar": False, "tensorboard": False, **flags}
-        return Config.from_dict(values).validate()
+        return {"output_dir": output_dir, "progress_bar": False, "tensorboard": False, **flags}
 
     def trial_dir(self) -> str:
         """The trial's directory under the experiment's storage path (Tune's ``result.json`` is
@@ -98,9 +98,7 @@ class DsacTrainable(tune.Trainable):
         path = checkpoint if isinstance(checkpoint, str) else checkpoint.path
         if self.trainer is not None:
             self.trainer.stop()
-        output_dir = self._values(self.config).output_dir
-        overrides = {"progress_bar": False, "tensorboard": False, **self.config, "output_dir": output_dir}
-        self.trainer = Trainer.restore(path, overrides, trust_code=True)
+        self.trainer = Trainer.restore(path, self._values(self.config), trust_code=True)
 
     def cleanup(self) -> None:
         if self.trainer is not None:
