@@ -19,6 +19,7 @@ import psutil
 import ray
 
 from dsac.distributed.topology import describe_process
+from dsac.distributed.weights_board import BoardLoop
 from dsac.messages import (
     Chunk,
     Evaluation,
@@ -313,9 +314,14 @@ class ParameterServer:
     each version put in Ray's object store at its push: the server serializes a version once
     instead of once per pull, and a node's workers read it from their node's store, which
     fetches it once (:func:`dsac.distributed.tasks.pulled_weights` resolves either form).
+
+    With ``board`` (a name), it also publishes every version on its node's shared-memory board
+    (:mod:`dsac.distributed.weights_board`) for the ``num_workers`` rollout workers there,
+    which take it without a call, and reads from the board what they act with.
     """
 
-    def __init__(self, start_version: int = 0, by_reference: bool = True):
+    def __init__(self, start_version: int = 0, by_reference: bool = True, board: str | None = None,
+                 num_workers: int = 0):
         self.version = int(start_version)  # the newest version numbered (a resumed run carries on counting)
         self.weights_version = 0  # the version the weights held carry (below `version` after a restart)
         self.by_reference = bool(by_reference)
@@ -349,6 +355,8 @@ class ParameterServer:
         self.pull_lags: dict[int, list[int]] = {}  # worker -> [pulls, sum of lags, max lag]
         self.recent_lags: collections.deque[int] = collections.deque(maxlen=100_000)
         self.cache_processes: dict[str, str] = {}  # weights cache -> node:pid, as its last report said
+        self.board = BoardLoop(board, num_workers, self._board_readers) if board else None
+        self.board_task = asyncio.get_running_loop().create_task(self.board.run()) if board else None
 
     async def restore(self, version: int, weights: dict | None, weights_version: int, stopped: bool,
                       env_restarts_used: int = 0) -> None:
@@ -362,7 +370,11 @@ class ParameterServer:
         if self.weights is None and weights is not None:
             self._set_weights(weights)
             self.weights_version = int(weights_version)
+            if self.board is not None:
+                self.board.publish(self.weights_version, weights, self.report)
         self.stopped = self.stopped or stopped
+        if self.stopped and self.board is not None:
+            self.board.stop()
         await self._notify()
 
     @hot_path
@@ -372,6 +384,8 @@ class ParameterServer:
         self._set_weights(weights)
         self.weights_version = self.version
         self.report = report or LearnerReport()
+        if self.board is not None:
+            self.board.publish(self.version, weights, self.report)
         self.pushes += 1
         self.push_times[self.version] = time.monotonic()
         while len(self.push_times) > 1_000:  # workers long gone: stop waiting for them
@@ -413,10 +427,10 @@ class ParameterServer:
                 self.worker_versions[worker] = self.weights_version
         return reply
 
-    def _note_held(self, held: dict[int, int]) -> None:
+    def _note_held(self, held: dict[int, int], age_s: float | None = None) -> None:
         self.held_versions.update(held)
         self.worker_versions.update(held)
-        self._note_synced()
+        self._note_synced(age_s or 0.0)
 
     def _note_lag(self, worker: int, lag: int) -> None:
         stats = self.pull_lags.setdefault(worker, [0, 0, 0])
@@ -424,18 +438,23 @@ class ParameterServer:
         self.recent_lags.append(lag)
 
     @hot_path
-    async def report_readers(self, cache: str, process: str, held: dict[int, int], lags: list) -> None:
+    async def report_readers(self, cache: str, process: str, held: dict[int, int], lags: list,
+                             age_s: float | None = None) -> None:
         """A node's weights cache (:mod:`dsac.distributed.weights_cache`): the version each of
-        its readers acts with, and how far behind they were at their waiting pulls."""
+        its node's rollout workers acts with (the last to take one did so ``age_s`` ago), and
+        how many versions each skipped at its takes."""
         self.cache_processes[cache] = process
+        self._board_readers(held, lags, age_s)
+
+    def _board_readers(self, held: dict[int, int], lags: list, age_s: float | None) -> None:
         for worker, lag in lags:
             self._note_lag(worker, lag)
         if held:
-            self._note_held(held)
+            self._note_held(held, age_s)
 
-    def _note_synced(self) -> None:
+    def _note_synced(self, age_s: float = 0.0) -> None:
         slowest = min(self.held_versions.values())
-        now = time.monotonic()
+        now = time.monotonic() - age_s
         while self.push_times and next(iter(self.push_times)) <= slowest:
             _, pushed = self.push_times.popitem(last=False)
             self.synced.append(now - pushed)
@@ -519,6 +538,8 @@ class ParameterServer:
             self.stopped = True
             self.stop_reason = reason
             await self._notify()
+        if self.board is not None:
+            self.board.stop()
 
     @hot_path
     async def learner_poll(self) -> LearnerOrders:

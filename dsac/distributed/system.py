@@ -17,6 +17,7 @@ from dsac.config import Config
 from dsac.distributed.actors import GradientAverager, ParameterServer, ReplayBuffer
 from dsac.distributed.tasks import evaluator, learner, learner_role, rollout_worker
 from dsac.distributed.topology import SOFT_ACTOR_CPUS, ResourcePlan, per_shard
+from dsac.distributed.weights_board import remove_boards
 from dsac.distributed.weights_cache import WeightsCache
 from dsac.evaluation import evaluation_seed
 from dsac.messages import Latest, LearnerState, Reports, ShardStats
@@ -55,15 +56,19 @@ class System:
         # Named, so that a weights cache finds it by name when Ray restarts the cache (a handle
         # among its constructor arguments would keep an object-store reference alive instead).
         self.ps_name = f"dsac_parameter_server_{uuid.uuid4().hex[:12]}"
+        # The server publishes every version on its node's shared-memory board, where that
+        # node's readers take it without a call (dsac.distributed.weights_board).
         self.ps = ParameterServer.options(
             **restartable, name=self.ps_name, max_concurrency=max(1000, 4 * config.num_workers + 100)
-        ).remote(start.get("version", 0))
-        # Weights per node (several nodes): each node's readers pull from its cache, which keeps
-        # one pull waiting on the parameter server. Ray restarts a cache on its own node.
+        ).remote(start.get("version", 0), board=self.board_names()[0], num_workers=config.num_workers)
+        # Weights per node (several nodes): a cache on each node keeps one pull waiting on the
+        # parameter server and publishes each version on its node's board. Ray restarts a
+        # cache on its own node.
         self.caches = [
             WeightsCache.options(num_cpus=SOFT_ACTOR_CPUS, max_restarts=config.max_restarts, max_task_retries=-1,
-                                 scheduling_strategy=plan.scheduling(node, soft=True)).remote(self.ps_name, name)
-            for name, node in zip(self.cache_names(), plan.cache_nodes, strict=True)
+                                 scheduling_strategy=plan.scheduling(node, soft=True)).remote(
+                self.ps_name, name, board, config.num_workers)
+            for name, node, board in zip(self.cache_names(), plan.cache_nodes, self.board_names()[1:], strict=True)
         ]
         # Shard k takes the transitions of the workers plan.shard_of() names (workers k, k + K, ...
         # on one node; the workers of its node on several); each keeps the update ratio for its
@@ -117,6 +122,10 @@ class System:
     def cache_names(self) -> list[str]:
         return [f"weights_cache_{k}" for k in range(len(self.plan.cache_nodes))]
 
+    def board_names(self) -> list[str]:
+        """The shared-memory weights boards: the parameter server's, then each cache's."""
+        return [f"{self.ps_name}-ps", *(f"{self.ps_name}-{k}" for k in range(len(self.plan.cache_nodes)))]
+
     def actor_names(self) -> list[str]:
         return ["parameter_server", *(f"replay_shard_{k}" for k in range(self.num_shards)),
                 *(["gradient_averager"] if self.averager is not None else []), *self.cache_names()]
@@ -165,17 +174,18 @@ class System:
         )
         return self._track(ref, learner_role(j, config.num_learners))
 
-    def weights_source(self, node: str | None):
-        """Where a reader on ``node`` pulls weights: its node's cache, or the parameter server."""
+    def weights_board(self, node: str | None) -> str:
+        """The board a reader on ``node`` takes weights from: its node's cache's, or the
+        parameter server's (one node). A reader on a machine without it pulls the server."""
         k = self.plan.cache_index(node)
-        return self.caches[k] if k is not None else self.ps
+        return self.board_names()[0 if k is None else k + 1]
 
     def submit_evaluator(self):
         plan = self.plan
         ref = evaluator.options(
             num_cpus=plan.evaluator_cpus, max_retries=0, scheduling_strategy=plan.scheduling(plan.evaluator_node)
         ).remote(self.config, self.observation_space, self.action_space, self.ps, self.eval_seed,
-                 self.weights_source(plan.evaluator_node))
+                 self.weights_board(plan.evaluator_node))
         return self._track(ref, "evaluator")
 
     def submit_worker(self, i: int, seed: int | None = None):
@@ -184,7 +194,7 @@ class System:
         strategy = plan.scheduling(node) if node else "SPREAD"
         ref = rollout_worker.options(num_cpus=plan.worker_cpus, max_retries=0, scheduling_strategy=strategy).remote(
             i, config, self.shards[plan.shard_of(i)], self.ps, self.worker_seeds[i] if seed is None else seed,
-            self.num_shards, plan.chunk_seconds, self.weights_source(node),
+            self.num_shards, plan.chunk_seconds, self.weights_board(node),
         )
         return self._track(ref, f"rollout_worker_{i}")
 
@@ -256,4 +266,5 @@ class System:
             log.warning("%s did not stop within %.0f s; cancelling it", self.roles[ref], SHUTDOWN_TIMEOUT_S)
             ray.cancel(ref, force=True)
         self.pending = []
+        remove_boards(self.board_names())  # what a writer that died left on this machine
         return ended

@@ -20,6 +20,7 @@ import ray
 from dsac.atari import AtariSettings
 from dsac.distributed.actors import REGROUP
 from dsac.distributed.topology import describe_process
+from dsac.distributed.weights_board import STALE_S, BoardReader
 from dsac.envs import one_line
 from dsac.evaluation import evaluate
 from dsac.frames import FrameEncoder, frame_layout
@@ -59,50 +60,46 @@ def pulled_weights(weights):
 
 
 class WeightsClient:
-    """Keeps a policy's weights fresh by notice. :meth:`start` runs a receiver thread that keeps
-    one ``pull(newer_than=version, worker, wait_s)`` waiting on the parameter server, which
-    answers it as soon as a newer version is pushed; the thread fetches the weights (sent by
-    reference: from its node's object store) and leaves them for the env loop, which applies
-    them at its next step (:meth:`poll`: one attribute read). The thread's next pull, made once
-    they are applied (at most every ``MIN_PULL_INTERVAL_S``), tells the server the version the
-    worker acts with. The env loop never calls the server nor waits for a transfer, and a
-    version costs one call, whatever the env's speed.
+    """Keeps a policy's weights fresh without a call per version where it can.
 
-    Without :meth:`start` (the evaluator), :meth:`take` applies replies the caller pulled.
+    - **From the node's board** (``board`` names one this machine has: the parameter server's
+      on its node, a weights cache's on the others; :mod:`dsac.distributed.weights_board`):
+      :meth:`poll`, which the env loop calls after every batch of env steps, reads the board's
+      sequence counter and, when a newer version is there, copies it and applies it, and
+      writes in its slot the version the worker acts with. No remote call at all. A board
+      whose writer stopped beating for ``STALE_S`` is left for the parameter server.
+    - **From the parameter server** (no board here): :meth:`start` runs a receiver thread that
+      keeps one ``pull(newer_than=version, worker, wait_s)`` waiting on the server, which
+      answers it as soon as a newer version is pushed; the thread fetches the weights (sent
+      by reference: from its node's object store) and leaves them for the env loop, which
+      applies them at its next :meth:`poll` (one attribute read). The thread's next pull,
+      made once they are applied (at most every ``MIN_PULL_INTERVAL_S``), tells the server
+      the version the worker acts with.
 
-    ``ps`` is where weights come from: the parameter server, or its node's weights cache
-    (:mod:`dsac.distributed.weights_cache`) with ``fallback`` the server, pulled instead once
-    the cache is gone for good (its node's cache could not be restarted).
+    The evaluator (no ``worker``) calls :meth:`refresh` instead of running the thread.
     """
 
-    def __init__(self, ps, policy, worker: int | None = None, wait_s: float = PULL_WAIT_S, fallback=None):
+    def __init__(self, ps, policy, worker: int | None = None, wait_s: float = PULL_WAIT_S, board: str | None = None):
         self.ps = ps
-        self.fallback = fallback
         self.policy = policy
         self.worker = worker
         self.wait_s = wait_s
         self.version = 0
         self.report = LearnerReport()  # what the learner sent with the weights held
         self.stop = False
+        self.board = BoardReader.open(board, worker) if board else None
+        self._board_checked = time.monotonic()
         self._received: tuple | None = None  # (version, weights, report) fetched, not yet applied
         self._applied = threading.Event()  # the env loop took what the thread left
         self._applied.set()
         self._closed = False
+        self._started = False
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
     def pull(self, wait_s: float = 0.0) -> PullReply:
-        """A pull on the weights source, waiting up to ``wait_s`` for a newer version; on the
-        fallback (the parameter server) from then on once the source (a node's cache) is gone."""
-        while True:
-            try:
-                return ray.get(self.ps.pull.remote(self.version, self.worker, wait_s))
-            except ray.exceptions.ActorDiedError:
-                if self.fallback is None or self.ps is self.fallback:
-                    raise
-                log.warning("%s: its node's weights cache is gone; pulling the parameter server",
-                            "evaluator" if self.worker is None else f"rollout_worker_{self.worker}")
-                self.ps = self.fallback
+        """A pull on the parameter server, waiting up to ``wait_s`` for a newer version."""
+        return ray.get(self.ps.pull.remote(self.version, self.worker, wait_s))
 
     def take(self, reply: PullReply) -> None:
         """Apply a ``pull`` reply: new weights if it carries them, and the stop flag."""
@@ -120,9 +117,11 @@ class WeightsClient:
         self.report = report or LearnerReport()
 
     def start(self) -> WeightsClient:
-        """Start the receiver thread (a daemon; :meth:`close` ends it)."""
-        self._thread = threading.Thread(target=self._receive, name="dsac-weights", daemon=True)
-        self._thread.start()
+        """Start taking weights: from the board, or by a receiver thread (a daemon; :meth:`close` ends it)."""
+        self._started = True
+        if self.board is None:
+            self._thread = threading.Thread(target=self._receive, name="dsac-weights", daemon=True)
+            self._thread.start()
         return self
 
     def _receive(self) -> None:
@@ -149,8 +148,11 @@ class WeightsClient:
                 self.stop = True
 
     def poll(self, steps: int = 0) -> None:
-        """Apply the weights the receiver left, if any (the env loop calls this after every
+        """Apply the newest weights there are, if newer (the env loop calls this after every
         batch of ``steps`` env steps, inside chunks too). Raises what ended the receiver."""
+        if self.board is not None:
+            self._read_board()
+            return
         received = self._received
         if received is not None:
             self._received = None
@@ -158,6 +160,41 @@ class WeightsClient:
             self._applied.set()
         if self._error is not None:
             raise self._error
+
+    def _read_board(self) -> None:
+        board = self.board
+        newer = board.newer(self.version)
+        if newer is not None:
+            version, weights, report = newer
+            behind = max(0, version - self.version - 1)  # versions pushed that it never acted with
+            self._apply(version, weights, report)
+            board.took(version, behind)
+        self.stop = self.stop or board.stop
+        now = time.monotonic()
+        if now - self._board_checked > 1.0:
+            self._board_checked = now
+            if board.heartbeat_age() > STALE_S and not board.stopped():
+                log.warning("%s: its node's weights board has had no writer for %.0f s; pulling the parameter "
+                            "server", self._role(), STALE_S)
+                board.close()
+                self.board = None
+                if self._started:
+                    self.start()
+
+    def _role(self) -> str:
+        return "evaluator" if self.worker is None else f"rollout_worker_{self.worker}"
+
+    def refresh(self, wait_s: float) -> None:
+        """Apply a newer version, waiting up to ``wait_s`` for one (or the stop flag)."""
+        if self.board is None:
+            self.take(self.pull(wait_s))
+            return
+        deadline, before = time.monotonic() + wait_s, self.version
+        while True:
+            self.poll()
+            if self.version != before or self.stop or self.board is None or time.monotonic() >= deadline:
+                return
+            time.sleep(POLL_WHILE_WAITING_S)
 
     def get(self, ref):
         """``ray.get(ref)``, applying weights as they arrive meanwhile (a worker the replay
@@ -182,6 +219,9 @@ class WeightsClient:
         self._applied.set()
         if self._thread is not None:
             self._thread.join(timeout=1.0)
+        if self.board is not None:
+            self.board.close()
+            self.board = None
 
 
 def next_chunk_seconds(chunk_seconds: float, steps: int, seconds: float) -> float:
@@ -214,11 +254,12 @@ def to_chunk(batch: dict, callbacks, encoder: FrameEncoder | None, index: int) -
 
 @ray.remote
 def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 1,
-                   chunk_seconds: float | None = None, weights_source=None) -> dict:
+                   chunk_seconds: float | None = None, weights_board: str | None = None) -> dict:
     """Steps ``config.envs_per_worker`` envs, acting on their batch of observations, and sends
     what it gathered to its replay shard in chunks (at least every ``chunk_seconds``, default
     ``config.chunk_seconds``), within the insert budget the shard grants. Weights come from
-    ``weights_source`` (its node's weights cache), by default the parameter server.
+    its node's weights board (``weights_board``) where this machine has it, else the
+    parameter server.
 
     Uniform random actions while fewer than ``config.start_steps`` transitions have reached
     the replay buffer (counted over all workers; with shards, estimated from this one).
@@ -239,7 +280,7 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     frames = frame_layout(collector.observation_space.shape, collector.observation_space.dtype)
     encoder = FrameEncoder(frames, config.envs_per_worker, config.n_step) if frames else None
     chunk_seconds = chunk_seconds or config.chunk_seconds
-    weights = WeightsClient(weights_source or ps, policy, worker=index, fallback=ps).start()
+    weights = WeightsClient(ps, policy, worker=index, board=weights_board).start()
     chunks_sent = 0
     chunk_s = chunk_seconds
     try:
@@ -517,15 +558,15 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
 
 
 @ray.remote
-def evaluator(config, observation_space, action_space, ps, seed: int, weights_source=None) -> int:
+def evaluator(config, observation_space, action_space, ps, seed: int, weights_board: str | None = None) -> int:
     """Every ``config.eval_every`` env steps, runs ``config.eval_episodes`` deterministic
     episodes with the latest weights and reports the returns; a last evaluation of the final
-    weights when the run stops. Returns the number of evaluations. Weights come from
-    ``weights_source`` (its node's weights cache), by default the parameter server; it waits
-    for each new version there rather than polling."""
+    weights when the run stops. Returns the number of evaluations. Weights come from its
+    node's weights board (``weights_board``) where this machine has it, else from waiting
+    pulls on the parameter server."""
     ps.report_placement.remote(Placement("evaluator", **describe_process()))
     policy = policy_class_for(config)(observation_space, action_space, config, seed=seed)
-    weights = WeightsClient(weights_source or ps, policy, fallback=ps)
+    weights = WeightsClient(ps, policy, board=weights_board)
     next_eval, evaluated_version, count = config.eval_every, 0, 0
 
     def run_evaluation():
@@ -548,7 +589,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_so
         )))
 
     while True:
-        weights.take(weights.pull(EVALUATOR_WAIT_S))
+        weights.refresh(EVALUATOR_WAIT_S)
         if weights.stop:
             break
         env_steps = weights.report.env_steps
@@ -562,7 +603,8 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_so
         if ray.get(ps.latest.remote()).report.final:
             break
         time.sleep(IDLE_SLEEP_S)
-    weights.take(ray.get(ps.pull.remote(weights.version)))  # the server's own: the cache may be behind
+    weights.take(ray.get(ps.pull.remote(weights.version)))  # the server's own: a board may be behind
+    weights.close()
     if policy.has_weights and weights.version != evaluated_version:
         run_evaluation()
         count += 1
