@@ -380,7 +380,7 @@ class Config:
     push_every: int = _f(20, "learner pushes weights every this many updates (after the sample call's batches that pass it)")
     chunk_seconds: float = _f(0.1, "a rollout worker sends what it gathered this often, or once it holds 128 "
                                     "transitions if that takes longer (at most 1 s)")
-    max_chunk: int = _f(256, "most transitions in one replay add call")
+    max_chunk: int = _f(1024, "most transitions in one replay add call")
 
     def to_dict(self) -> dict:
         """Plain dict (JSON-safe) of every field; classes and builders as ``module:Name``."""

@@ -349,15 +349,21 @@ def collection_rows(workers: list[int], step_ms: float, seconds: float, iteratio
     rows = []
     for w in workers:
         ideal = w * envs_per_worker * 1000.0 / step_ms if step_ms else None
-        bare, bare_cpu = bare_rate(w, step_ms, seconds, envs_per_worker, env_id)
+        # The bare loop before and after dsac's windows: the machine's speed drifts over
+        # minutes (the bare CPU per step of a CPU-bound env moved by a quarter between runs),
+        # and the ratios divide by their mean.
+        before = bare_rate(w, step_ms, seconds, envs_per_worker, env_id)
         measured = dsac_rate(w, step_ms, seconds, iterations, envs_per_worker, address, env_id)
+        after = bare_rate(w, step_ms, seconds, envs_per_worker, env_id)
+        bare, bare_cpu = (before[0] + after[0]) / 2, (before[1] + after[1]) / 2
         ratios = cpu_per_step_ratios(measured, bare, bare_cpu, seconds, iterations)
         rate = measured.pop("env_steps_per_s")
         row = {
             "workers": w, "nodes": nodes, "env": env_id, "envs_per_worker": envs_per_worker, "env_step_ms": step_ms,
             "env_steps_per_s": round(rate, 1), "ideal_env_steps_per_s": ideal or bare, "bare_env_steps_per_s": round(bare, 1),
             "efficiency": round(rate / (ideal or bare), 3), "bare_efficiency": round(bare / (ideal or bare), 3),
-            "of_bare": round(rate / bare, 3), "bare_cpu_percent": round(bare_cpu, 1), **ratios, **measured,
+            "of_bare": round(rate / bare, 3), "bare_cpu_percent": round(bare_cpu, 1),
+            "bare_before_after": [[round(r, 1), round(c, 1)] for r, c in (before, after)], **ratios, **measured,
             "cpu_percent": round(sum(u["cpu_percent"] for u in measured["roles"].values()), 1),
         }
         print(json.dumps(row), file=sys.stderr, flush=True)

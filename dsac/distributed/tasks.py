@@ -39,6 +39,8 @@ MIN_PULL_INTERVAL_S = 0.02
 # How long the parameter server holds a pull that finds nothing newer before answering anyway
 # (it answers at once on a push or the stop flag).
 PULL_WAIT_S = 10.0
+# A worker on a weights board reads its counter at every poll, its header every this many polls.
+BOARD_CHECK_EVERY = 64
 # While a call waits (the replay shard holding a worker back), new weights are applied this often.
 POLL_WHILE_WAITING_S = 0.02
 # A chunk waits for at least this many transitions (up to MAX_CHUNK_S) before it is sent: with a
@@ -89,6 +91,7 @@ class WeightsClient:
         self.stop = False
         self.board = BoardReader.open(board, worker) if board else None
         self._board_checked = time.monotonic()
+        self._polls = 0
         self._received: tuple | None = None  # (version, weights, report) fetched, not yet applied
         self._applied = threading.Event()  # the env loop took what the thread left
         self._applied.set()
@@ -150,8 +153,13 @@ class WeightsClient:
     def poll(self, steps: int = 0) -> None:
         """Apply the newest weights there are, if newer (the env loop calls this after every
         batch of ``steps`` env steps, inside chunks too). Raises what ended the receiver."""
-        if self.board is not None:
-            self._read_board()
+        board = self.board
+        if board is not None:
+            # Per env step: one read of the board's counter; the header (stop flag, the
+            # writer's heartbeat) every BOARD_CHECK_EVERY polls.
+            self._polls += 1
+            if self._polls >= BOARD_CHECK_EVERY or not board.unchanged():
+                self._read_board()
             return
         received = self._received
         if received is not None:
@@ -162,7 +170,7 @@ class WeightsClient:
             raise self._error
 
     def _read_board(self) -> None:
-        board = self.board
+        board, self._polls = self.board, 0
         newer = board.newer(self.version)
         if newer is not None:
             version, weights, report = newer

@@ -123,6 +123,8 @@ class BoardWriter:
         """Raise the stop flag (readers see it at their next check)."""
         self.stopped = True
         STOP.pack_into(self.board, STOP_AT, 1)
+        self.seq += 2  # a change readers notice at their next counter read
+        SEQ.pack_into(self.board, SEQ_AT, self.seq)
 
     def beat(self) -> None:
         BEAT.pack_into(self.board, BEAT_AT, time.time())
@@ -183,6 +185,11 @@ class BoardReader:
         self.generation, self.data = 0, None
         self.taken = 0
         self.stop = False
+        self.seen = -1  # the sequence counter at the last :meth:`newer`
+
+    def unchanged(self) -> bool:
+        """Nothing was written since the last :meth:`newer` (one read of the counter)."""
+        return SEQ.unpack_from(self.board, SEQ_AT)[0] == self.seen
 
     @classmethod
     def open(cls, name: str, slot: int | None = None) -> BoardReader | None:
@@ -203,6 +210,7 @@ class BoardReader:
         (also while the writer is writing: the next check sees it)."""
         _, seq, newest, generation, length, _, stop = HEADER.unpack_from(self.board)
         self.stop = self.stop or bool(stop)
+        self.seen = seq  # odd, or written over during the copy: the next check reads it again
         if newest <= version or seq & 1 or length <= 0:
             return None  # nothing newer, or being written: the next check
         if generation != self.generation:
