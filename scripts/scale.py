@@ -479,8 +479,9 @@ class Client:
             count += 1
         return count
 
-    def wait_loop(self, ps, index: int) -> int:
-        """A rollout worker's weights loop around a 10 ms env step, until the stop flag."""
+    def wait_loop(self, ps, index: int, board: str | None = None) -> int:
+        """A rollout worker's weights loop around a 10 ms env step, until the stop flag (from
+        the parameter server's shared-memory ``board`` where given)."""
         from dsac.distributed.tasks import WeightsClient
 
         class Holder:  # what a worker's policy does with weights, minus the numpy copy
@@ -489,7 +490,7 @@ class Client:
             def set_weights(self, weights):
                 self.has_weights = True
 
-        client = WeightsClient(ps, Holder(), worker=index).start()
+        client = WeightsClient(ps, Holder(), worker=index, board=board).start()
         while not client.stop:
             client.poll()
             time.sleep(0.01)
@@ -543,21 +544,28 @@ def ps_capacity(seconds: float, workers=(8, 32, 64), sizes=(("mlp 2x256", 0.3), 
                 pushes: int = 10) -> list[dict]:
     """The parameter server's pull rate (each pull carries the weights, which the puller
     resolves) and its push-to-every-worker latency with W clients keeping a waiting pull on it
-    (:meth:`Client.wait_loop`), by value and by reference."""
+    (:meth:`Client.wait_loop`), by value and by reference; and the same latency with the W
+    clients on its shared-memory board (``delivery: board``: no pulls)."""
+    import uuid
+
     import ray
 
     from dsac.distributed.actors import ParameterServer
 
     pool = client_pool(max(workers))
     rows = []
-    for (label, megabytes), by_reference, w in itertools.product(sizes, (False, True), workers):
+    for (label, megabytes), delivery, w in itertools.product(sizes, ("value", "reference", "board"), workers):
         weights = fake_weights(megabytes)
-        ps = ParameterServer.options(num_cpus=0, max_concurrency=max(1000, 4 * w + 100)).remote(0, by_reference)
+        board = f"scale-{uuid.uuid4().hex[:8]}" if delivery == "board" else None
+        ps = ParameterServer.options(num_cpus=0, max_concurrency=max(1000, 4 * w + 100)).remote(
+            0, delivery != "value", board=board, num_workers=w)
         ray.get(ps.push.remote(weights))
         clients = pool[:w]
         start_at = time.time() + 1.0
-        pulls = sum(ray.get([c.pull_loop.remote(ps, seconds, start_at) for c in clients])) / seconds
-        refs = [c.wait_loop.remote(ps, i) for i, c in enumerate(clients)]
+        pulls = 0.0
+        if board is None:
+            pulls = sum(ray.get([c.pull_loop.remote(ps, seconds, start_at) for c in clients])) / seconds
+        refs = [c.wait_loop.remote(ps, i, board) for i, c in enumerate(clients)]
         deadline = time.monotonic() + 60
         while len(ray.get(ps.weights_lag.remote())["held"]) < w and time.monotonic() < deadline:
             time.sleep(0.2)  # until every client holds the first version and waits on the next
@@ -567,7 +575,8 @@ def ps_capacity(seconds: float, workers=(8, 32, 64), sizes=(("mlp 2x256", 0.3), 
         ray.get(refs)
         ray.kill(ps)
         rows.append({"actor": "parameter_server", "weights": label, "weights_mb": megabytes, "workers": w,
-                     "by_reference": by_reference, "pulls_per_s": round(pulls, 1), "mb_per_s": round(pulls * megabytes, 1),
+                     "by_reference": delivery != "value", "delivery": delivery,
+                     "pulls_per_s": round(pulls, 1), "mb_per_s": round(pulls * megabytes, 1),
                      "push_to_all_p50_ms": percentile_ms(sync, 50),
                      "push_to_all_p95_ms": percentile_ms(sync, 95),
                      "pushes_synced": len(sync)})
@@ -636,10 +645,11 @@ def capacity_markdown(rows: list[dict]) -> str:
         elif r["actor"] == "replay":
             out.append(f"| replay sample | {r['transition']}, batch {r['batch']} | {r['batches_per_s']:,.0f} batches/s |")
         elif r["actor"] == "parameter_server":
-            how = "by reference" if r["by_reference"] else "by value"
+            how = {"value": "by value", "reference": "by reference", "board": "on its board"}[
+                r.get("delivery", "reference" if r["by_reference"] else "value")]
+            pulls = "no pulls" if how == "on its board" else f"{r['pulls_per_s']:,.0f} pulls/s ({r['mb_per_s']:,.0f} MB/s)"
             out.append(f"| parameter server, {how} | {r['weights']} ({r['weights_mb']} MB), {r['workers']} workers | "
-                       f"{r['pulls_per_s']:,.0f} pulls/s ({r['mb_per_s']:,.0f} MB/s); push to all p50/p95 "
-                       f"{r['push_to_all_p50_ms']} / {r['push_to_all_p95_ms']} ms |")
+                       f"{pulls}; push to all p50/p95 {r['push_to_all_p50_ms']} / {r['push_to_all_p95_ms']} ms |")
         else:
             out.append(f"| gradient averager | {r['learners']} learners, {r['gradient_mb']} MB | "
                        f"{r['rounds_per_s']:,.1f} rounds/s |")

@@ -71,3 +71,24 @@ def test_several_nodes_get_replay_beside_their_writers_and_a_weights_cache_each(
     # One node: the shards stay beside the parameter server, workers pull it directly.
     single = plan_resources(Config(num_workers=8).validate(), {"CPU": 2.0}, [node("a", 2)])
     assert single.shard_nodes == [] and single.cache_nodes == [] and single.shard_of(5) == 5 % single.num_shards
+
+
+def test_a_tune_trial_is_sized_from_its_own_flags_in_one_placement_group():
+    """A distributed trial's bundles: its driver, each learner (GPUs only when asked for), each
+    rollout worker (1 CPU unless --worker_cpus), the evaluator; a local trial one CPU."""
+    from dsac.distributed.topology import EVALUATOR_CPUS, trial_bundles, trial_plan
+    from dsac.tune.trainable import resource_bundles
+
+    config = Config(num_workers=3, num_learners=2, learner_gpus=0.5).validate()
+    assert trial_bundles(config) == [{"CPU": 1.0}, {"CPU": 1.0, "GPU": 0.5}, {"CPU": 1.0, "GPU": 0.5},
+                                     {"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}, {"CPU": EVALUATOR_CPUS}]
+    assert trial_bundles(Config(num_workers=2, worker_cpus=0.25).validate())[2:] == [
+        {"CPU": 0.25}, {"CPU": 0.25}, {"CPU": EVALUATOR_CPUS}]
+    bundles, plan = trial_bundles(config), trial_plan(config)  # each role its own bundle
+    assert [bundles[plan.learner_bundle(j)] for j in range(2)] == [{"CPU": 1.0, "GPU": 0.5}] * 2
+    assert [plan.worker_bundle(i) for i in range(3)] == [3, 4, 5] and plan.evaluator_bundle() == len(bundles) - 1
+    plan = trial_plan(Config(num_workers=2).validate(), placement_group="pg")
+    assert plan.learner_gpus == 0 and plan.total_cpus == 1 + 1 + 2 + EVALUATOR_CPUS
+    assert "Tune trial's placement group of 4.1 CPUs" in plan.describe()
+    assert resource_bundles({"env": "CartPole-v1", "local": True}) == [{"CPU": 1.0}]
+    assert resource_bundles({"env": "CartPole-v1", "lr": -1}) == [{"CPU": 1.0}]  # refused in the trial's setup

@@ -99,3 +99,33 @@ def test_pbt_exploit_continues_the_donors_training_state(tmp_path):
                 # It continues from a checkpoint: counters carry on from there (not from zero).
                 assert after["env_steps"] > 1000 and after["updates"] > after["env_steps"] - 1000 - 500, (before, after)
     assert restored >= 1
+
+
+def test_distributed_trials_ask_for_all_their_roles_and_wait_when_the_cluster_is_full(tmp_path):
+    """Two distributed trials (1 rollout worker each) on a local Ray of 4 logical CPUs: each
+    asks Tune for its driver, learner, worker and evaluator at once (3.1 CPUs), so the second
+    waits for the first instead of oversubscribing, and each run places its roles inside its
+    trial's placement group. A trial larger than the cluster is one line, exit 2."""
+    space = tmp_path / "space.yaml"
+    flags = {"env": "CartPole-v1", "algo": "dqn", "num_workers": 1, "seed": {"grid": [0, 1]},
+             "steps_per_iteration": 500, "eval_every": 500, "eval_episodes": 1, "learning_starts": 200,
+             "fcnet_hiddens": [32, 32]}
+    space.write_text(yaml.safe_dump(flags))
+    proc = tune_command(["--space", str(space), "--total_env_steps", "1000", "--num_cpus", "4",
+                         "--storage_path", str(tmp_path / "tr")], tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert "each trial asks for 3.1 CPU(s) (a distributed trial, 4 bundles)" in out and "so 1 at once" in out, out[-3000:]
+    assert out.count("placement plan: Tune trial's placement group of 3.1 CPUs") == 2, out[-3000:]
+    spans = []
+    for result_file in (tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*/result.json"):
+        rows = [json.loads(line) for line in result_file.read_text().splitlines()]
+        assert rows and rows[-1]["env_steps"] >= 1000
+        spans.append((rows[0]["timestamp"] - rows[0]["time_total_s"], rows[-1]["timestamp"]))
+    (first_start, first_end), (second_start, _) = sorted(spans)
+    assert len(spans) == 2 and second_start >= first_end - 1, spans  # one after the other (timestamps in s)
+
+    space.write_text(yaml.safe_dump({**flags, "num_workers": 3}))  # 5.1 CPUs: never fits 4
+    proc = tune_command(["--space", str(space), "--num_cpus", "4", "--storage_path", str(tmp_path / "tr2")], tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (proc.stdout[-2000:], proc.stderr)
+    assert "one trial asks for 5.1 CPUs, more than the cluster has (4 CPUs" in proc.stderr

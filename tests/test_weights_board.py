@@ -77,12 +77,38 @@ def test_a_write_in_progress_is_never_read(name):
     restarted.close()
 
 
+def test_a_reader_that_leaves_clears_its_slot_and_a_restarted_one_counts_on(name):
+    writer = wb.BoardWriter(name, num_slots=2)
+    writer.publish(1, weights(1.0), None)
+    reader = wb.BoardReader.open(name, slot=0)
+    reader.took(reader.newer(0)[0], 0)
+    assert writer.readers()[0] == {0: 1}
+    reader.close()  # e.g. it pulls the server from now on: no stale version reported for it
+    assert writer.readers()[0] == {}
+    again = wb.BoardReader.open(name, slot=0)  # the worker restarted in the same slot
+    writer.publish(2, weights(2.0), None)
+    again.took(again.newer(1)[0], 0)
+    held, lags, _ = writer.readers()
+    assert held == {0: 2} and lags == [(0, 0)]  # its take is seen, though its process is new
+    writer.close()
+
+
+def test_boards_whose_writer_died_long_ago_are_swept(name):
+    writer = wb.BoardWriter(name, num_slots=1)
+    writer.publish(1, weights(1.0), None)
+    data = f"{wb.board_path(name)}.{writer.generation}"
+    wb.BEAT.pack_into(writer.board, wb.BEAT_AT, time.monotonic() - 3600)  # killed an hour ago
+    writer.close(unlink=False)
+    wb.sweep_stale(max_age_s=600)
+    assert not os.path.exists(wb.board_path(name)) and not os.path.exists(data)
+
+
 def test_stop_flag_heartbeat_and_no_board_here(name):
     assert wb.BoardReader.open(f"absent-{name}") is None
     writer = wb.BoardWriter(name, num_slots=1)
     reader = wb.BoardReader.open(name, slot=0)
     assert reader.heartbeat_age() < 5 and not reader.stopped()
-    wb.BEAT.pack_into(writer.board, wb.BEAT_AT, time.time() - 60)  # a writer that died a minute ago
+    wb.BEAT.pack_into(writer.board, wb.BEAT_AT, time.monotonic() - 60)  # a writer that died a minute ago
     assert reader.heartbeat_age() > wb.STALE_S
     writer.stop()
     writer.close(unlink=True)  # unlinked: the reader's mapping still says stop
@@ -124,7 +150,7 @@ def test_a_reader_whose_board_stopped_beating_pulls_the_server(ray_local, name):
     ps = ParameterServer.options(num_cpus=0).remote(0)
     ray.get(ps.push.remote(weights(1.0)))
     writer = wb.BoardWriter(name, num_slots=1)  # a board nobody writes any more
-    wb.BEAT.pack_into(writer.board, wb.BEAT_AT, time.time() - 60)
+    wb.BEAT.pack_into(writer.board, wb.BEAT_AT, time.monotonic() - 60)
     client = WeightsClient(ps, _Policy(), worker=0, board=name).start()
     client._board_checked -= 2  # its next check looks at the heartbeat
     client.poll()

@@ -384,10 +384,10 @@ class ParameterServer:
         self._set_weights(weights)
         self.weights_version = self.version
         self.report = report or LearnerReport()
+        self.push_times[self.version] = time.monotonic()  # before a reader can take it
         if self.board is not None:
             self.board.publish(self.version, weights, self.report)
         self.pushes += 1
-        self.push_times[self.version] = time.monotonic()
         while len(self.push_times) > 1_000:  # workers long gone: stop waiting for them
             self.push_times.popitem(last=False)
         await self._notify()

@@ -26,7 +26,7 @@ from dsac.config import Config
 from dsac.distributed.cluster import connect_ray, ship_user_code
 from dsac.distributed.recovery import LearnerCheckpoint, Recovery, process_died, ray_error_line
 from dsac.distributed.system import System
-from dsac.distributed.topology import plan_resources
+from dsac.distributed.topology import plan_here
 from dsac.errors import DsacError
 from dsac.messages import LearnerState, Reports, ShardStats
 from dsac.preparation import Prepared, check_resume_state, prepare, resume_checkpoint
@@ -61,7 +61,7 @@ class DistributedRun:
         config = self.config = prepared.config
         self.output_dir, self.started_at, self.insert_limit = prepared.output_dir, started_at, insert_limit
         self.observation_space, self.action_space = prepared.observation_space, prepared.action_space
-        self.plan = plan_resources(config, ray.cluster_resources(), ray.nodes(), ray.get_runtime_context().get_node_id())
+        self.plan = plan_here(config)
         if self.plan.num_shards != config.num_replay_shards:  # by default, replay beside the writers of each node
             config = self.config = dataclasses.replace(config, num_replay_shards=self.plan.num_shards)
         log_plan(self.plan, config, self.output_dir, self.observation_space, self.action_space)

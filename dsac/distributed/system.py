@@ -167,7 +167,8 @@ class System:
         config, plan = self.config, self.plan
         ref = learner.options(
             num_cpus=plan.learner_cpus, num_gpus=plan.learner_gpus, max_retries=0,
-            scheduling_strategy=plan.scheduling(plan.learner_nodes[j] if plan.learner_nodes else None),
+            scheduling_strategy=plan.scheduling(plan.learner_nodes[j] if plan.learner_nodes else None,
+                                                bundle=plan.learner_bundle(j)),
         ).remote(
             config, self.observation_space, self.action_space, self.shards[j::config.num_learners], self.ps,
             config.seed, plan.learner_gpus, plan.learner_cpus, initial_weights, initial_state, j, self.averager,
@@ -183,7 +184,8 @@ class System:
     def submit_evaluator(self):
         plan = self.plan
         ref = evaluator.options(
-            num_cpus=plan.evaluator_cpus, max_retries=0, scheduling_strategy=plan.scheduling(plan.evaluator_node)
+            num_cpus=plan.evaluator_cpus, max_retries=0,
+            scheduling_strategy=plan.scheduling(plan.evaluator_node, bundle=plan.evaluator_bundle())
         ).remote(self.config, self.observation_space, self.action_space, self.ps, self.eval_seed,
                  self.weights_board(plan.evaluator_node))
         return self._track(ref, "evaluator")
@@ -191,7 +193,7 @@ class System:
     def submit_worker(self, i: int, seed: int | None = None):
         config, plan = self.config, self.plan
         node = plan.worker_nodes[i] if plan.worker_nodes else None
-        strategy = plan.scheduling(node) if node else "SPREAD"
+        strategy = plan.scheduling(node, spread=True, bundle=plan.worker_bundle(i))
         ref = rollout_worker.options(num_cpus=plan.worker_cpus, max_retries=0, scheduling_strategy=strategy).remote(
             i, config, self.shards[plan.shard_of(i)], self.ps, self.worker_seeds[i] if seed is None else seed,
             self.num_shards, plan.chunk_seconds, self.weights_board(node),

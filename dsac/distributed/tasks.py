@@ -41,6 +41,8 @@ MIN_PULL_INTERVAL_S = 0.02
 PULL_WAIT_S = 10.0
 # A worker on a weights board reads its counter at every poll, its header every this many polls.
 BOARD_CHECK_EVERY = 64
+# How long a reader waits for its board to appear before it pulls the parameter server instead.
+BOARD_WAIT_S = 10.0
 # While a call waits (the replay shard holding a worker back), new weights are applied this often.
 POLL_WHILE_WAITING_S = 0.02
 # A chunk waits for at least this many transitions (up to MAX_CHUNK_S) before it is sent: with a
@@ -89,7 +91,9 @@ class WeightsClient:
         self.version = 0
         self.report = LearnerReport()  # what the learner sent with the weights held
         self.stop = False
-        self.board = BoardReader.open(board, worker) if board else None
+        self.board = open_board(board, worker) if board else None
+        if board and self.board is None:
+            log.info("%s: no weights board %s on this machine; pulling the parameter server", self._role(), board)
         self._board_checked = time.monotonic()
         self._polls = 0
         self._received: tuple | None = None  # (version, weights, report) fetched, not yet applied
@@ -174,9 +178,9 @@ class WeightsClient:
         newer = board.newer(self.version)
         if newer is not None:
             version, weights, report = newer
-            behind = max(0, version - self.version - 1)  # versions pushed that it never acted with
+            skipped = max(0, version - self.version - 1)  # versions pushed that it never acted with
             self._apply(version, weights, report)
-            board.took(version, behind)
+            board.took(version, skipped)
         self.stop = self.stop or board.stop
         now = time.monotonic()
         if now - self._board_checked > 1.0:
@@ -230,6 +234,15 @@ class WeightsClient:
         if self.board is not None:
             self.board.close()
             self.board = None
+
+
+def open_board(name: str, slot: int | None, wait_s: float = BOARD_WAIT_S) -> BoardReader | None:
+    """The board ``name`` of this machine, waiting up to ``wait_s`` for its writer to make it
+    (a task may start before the actor that writes it); None where there is none."""
+    deadline = time.monotonic() + wait_s
+    while (board := BoardReader.open(name, slot)) is None and time.monotonic() < deadline:
+        time.sleep(IDLE_SLEEP_S)
+    return board
 
 
 def next_chunk_seconds(chunk_seconds: float, steps: int, seconds: float) -> float:

@@ -28,6 +28,8 @@ SHARD_ADD_CALLS_PER_S = 200
 # these ask for a token share, and each node keeps SOFT_ACTORS_RESERVE of its CPUs for them.
 SOFT_ACTOR_CPUS = 0.001
 SOFT_ACTORS_RESERVE = 0.01
+# A Ray Tune trial's own process (its driver: Trainer, recorder, checkpoints).
+TRIAL_DRIVER_CPUS = 1.0
 
 
 @dataclass
@@ -64,6 +66,8 @@ class ResourcePlan:
     shard_nodes: list = field(default_factory=list)
     worker_shards: list = field(default_factory=list)
     num_shards: int = 1
+    # A Ray Tune trial's placement group (trial_plan): every task and actor goes in it.
+    placement_group: object = None
 
     def shard_of(self, worker: int) -> int:
         """The replay shard rollout worker ``worker`` writes to."""
@@ -76,6 +80,16 @@ class ResourcePlan:
     def shard_node(self, k: int) -> str | None:
         return self.shard_nodes[k] if self.shard_nodes else self.actor_node
 
+    def learner_bundle(self, j: int) -> int:
+        """Learner ``j``'s bundle in a Tune trial's placement group (:func:`trial_bundles`)."""
+        return 1 + j
+
+    def worker_bundle(self, i: int) -> int:
+        return 1 + self.num_learners + i
+
+    def evaluator_bundle(self) -> int:
+        return 1 + self.num_learners + self.num_workers
+
     def cache_index(self, node: str | None) -> int | None:
         """The weights cache of ``node``, or None (one node, or a node without one)."""
         return self.cache_nodes.index(node) if node in self.cache_nodes else None
@@ -83,8 +97,11 @@ class ResourcePlan:
     def describe(self) -> str:
         device = f"{self.learner_gpus:g} GPU" if self.learner_gpus else "CPU (no GPU in the cluster)"
         nodes = len(self.node_names) or 1
+        where = (f"Tune trial's placement group of {self.total_cpus:g} CPUs / {self.total_gpus:g} GPUs"
+                 if self.placement_group is not None else
+                 f"cluster {nodes} node(s), {self.total_cpus:g} CPUs / {self.total_gpus:g} GPUs")
         return (
-            f"cluster {nodes} node(s), {self.total_cpus:g} CPUs / {self.total_gpus:g} GPUs; "
+            f"{where}; "
             f"{self.num_learners} learner(s) x {self.learner_cpus:g} CPU on {device}; "
             f"{self.num_workers} rollout workers x {self.worker_cpus:g} CPU, a chunk every {self.chunk_seconds:g} s; "
             f"evaluator {self.evaluator_cpus:g} CPU; "
@@ -102,11 +119,18 @@ class ResourcePlan:
             counts[name] = counts.get(name, 0) + 1
         return counts
 
-    def scheduling(self, node: str | None, soft: bool = True):
+    def scheduling(self, node: str | None, soft: bool = True, spread: bool = False, bundle: int = 0):
         """The scheduling strategy that puts a task on ``node`` (soft: elsewhere if it is gone
-        or busy), or Ray's default."""
+        or busy), or Ray's default (``spread``: Ray's SPREAD); inside a Tune trial's placement
+        group, that group's ``bundle`` (see :func:`trial_bundles`; 0, the driver's, holds the
+        actors that ask for no CPU), whatever the node."""
+        if self.placement_group is not None:
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            return PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=bundle,
+                                                    placement_group_capture_child_tasks=True)
         if node is None:
-            return "DEFAULT"
+            return "SPREAD" if spread else "DEFAULT"
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         return NodeAffinitySchedulingStrategy(node_id=node, soft=soft)
@@ -187,6 +211,43 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
         readers = [*plan.worker_nodes, plan.evaluator_node]
         plan.cache_nodes = [node for k, node in enumerate(readers) if node is not None and node not in readers[:k]]
     return plan
+
+
+def plan_here(config) -> ResourcePlan:
+    """The plan of a run started from this process: inside a placement group (a Ray Tune
+    trial) the trial's own (:func:`trial_plan`), else fitted to the whole cluster."""
+    from ray.util import get_current_placement_group
+
+    group = get_current_placement_group()
+    if group is not None:
+        return trial_plan(config, group)
+    return plan_resources(config, ray.cluster_resources(), ray.nodes(), ray.get_runtime_context().get_node_id())
+
+
+def trial_plan(config, placement_group=None) -> ResourcePlan:
+    """A distributed Tune trial's plan: each role sized from the trial's own flags, not from
+    the cluster, so that trials sharing a cluster ask for what they use: a learner 1 CPU and
+    ``--learner_gpus`` GPUs (none unless given), a rollout worker ``--worker_cpus`` (1 unless
+    given), the evaluator ``EVALUATOR_CPUS``; the shared actors ask for none. Everything is
+    placed in ``placement_group`` (made from :func:`trial_bundles`)."""
+    learners, workers = config.num_learners, config.num_workers
+    learner_gpus = float(config.learner_gpus or 0.0)
+    worker_cpus = float(config.worker_cpus) if config.worker_cpus is not None else 1.0
+    return ResourcePlan(
+        TRIAL_DRIVER_CPUS + learners + worker_cpus * workers + EVALUATOR_CPUS, learner_gpus * learners, 1.0,
+        learner_gpus, worker_cpus, EVALUATOR_CPUS, workers, learners, chunk_period(config),
+        num_shards=config.num_replay_shards, placement_group=placement_group,
+    )
+
+
+def trial_bundles(config) -> list[dict]:
+    """A distributed Tune trial's placement-group bundles, all asked for at once: the trial's
+    driver first (Tune runs the trial there), then each learner, each rollout worker and the
+    evaluator (see :func:`trial_plan`)."""
+    plan = trial_plan(config)
+    learner = {"CPU": plan.learner_cpus, **({"GPU": plan.learner_gpus} if plan.learner_gpus else {})}
+    return ([{"CPU": TRIAL_DRIVER_CPUS}] + [dict(learner) for _ in range(plan.num_learners)]
+            + [{"CPU": plan.worker_cpus} for _ in range(plan.num_workers)] + [{"CPU": plan.evaluator_cpus}])
 
 
 def shards_for_nodes(config, plan: ResourcePlan) -> int:

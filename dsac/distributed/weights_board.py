@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import logging
 import mmap
 import os
 import pickle
@@ -32,14 +33,20 @@ import struct
 import tempfile
 import time
 
+log = logging.getLogger("dsac")
+
 MAGIC = b"dsacwb01"
-# magic, sequence, version, data generation, payload bytes, heartbeat (time.time()), stop
+# magic, sequence, version, data generation, payload bytes, heartbeat (time.monotonic(): one clock
+# for every process of a machine), stop
 HEADER = struct.Struct("<8sQqqqdq")
 SEQ, FIELDS, BEAT, STOP = struct.Struct("<Q"), struct.Struct("<qqq"), struct.Struct("<d"), struct.Struct("<q")
 SEQ_AT, FIELDS_AT, BEAT_AT, STOP_AT = 8, 16, 40, 48
-# per rollout worker: version it acts with, versions taken, versions behind at its last take,
-# when it took it (time.time()); version -1: never written
-SLOT = struct.Struct("<qqqd")
+# per rollout worker: the version it acts with, how many versions it skipped at its last take,
+# when it took it (time.monotonic()), then its count of takes, written last (a writer that sees
+# a new count sees the fields before it); version -1: none (never written, or its reader left)
+SLOT = struct.Struct("<qqdq")
+SLOT_FIELDS, TAKEN = struct.Struct("<qqd"), struct.Struct("<q")
+TAKEN_AT = SLOT_FIELDS.size
 # A board whose heartbeat is this old has lost its writer.
 STALE_S = 10.0
 # How often a writer beats and reads its readers' slots.
@@ -61,7 +68,14 @@ def _map(path: str, size: int | None = None) -> mmap.mmap:
         fd = os.open(path, os.O_RDWR)
     else:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        os.ftruncate(fd, size)
+        try:
+            os.ftruncate(fd, size)
+            if hasattr(os, "posix_fallocate"):  # a full /dev/shm is an OSError now, not a SIGBUS at a write
+                os.posix_fallocate(fd, 0, size)
+        except OSError:
+            os.close(fd)
+            _unlink(path)
+            raise
     try:
         return mmap.mmap(fd, 0)
     finally:
@@ -78,6 +92,7 @@ class BoardWriter:
     """
 
     def __init__(self, name: str, num_slots: int):
+        sweep_stale()
         self.path = board_path(name)
         self.num_slots = int(num_slots)
         size = HEADER.size + SLOT.size * self.num_slots
@@ -96,12 +111,14 @@ class BoardWriter:
         self.data: mmap.mmap | None = None
         self.version, self.length, self.stopped = 0, 0, False
         self.board[HEADER.size:] = b"\xff" * (SLOT.size * self.num_slots)  # every slot "never written"
-        HEADER.pack_into(self.board, 0, MAGIC, self.seq, 0, self.generation, 0, time.time(), 0)
+        HEADER.pack_into(self.board, 0, MAGIC, self.seq, 0, self.generation, 0, time.monotonic(), 0)
+        if generation:  # the data of the writer this one replaces: nobody reads it any more (length 0)
+            _unlink(f"{self.path}.{generation}")
         self.taken = [0] * self.num_slots  # versions taken per slot at the last read of the slots
 
     def publish(self, version: int, weights, report) -> None:
         """Make ``(weights, report)`` the node's newest, as ``version``."""
-        payload = pickle.dumps((weights, report), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps((int(version), weights, report), protocol=pickle.HIGHEST_PROTOCOL)
         self.seq += 1  # odd: being written; the fields change only while it is odd
         SEQ.pack_into(self.board, SEQ_AT, self.seq)
         if self.data is None or len(payload) > len(self.data):
@@ -127,7 +144,7 @@ class BoardWriter:
         SEQ.pack_into(self.board, SEQ_AT, self.seq)
 
     def beat(self) -> None:
-        BEAT.pack_into(self.board, BEAT_AT, time.time())
+        BEAT.pack_into(self.board, BEAT_AT, time.monotonic())
 
     def readers(self) -> tuple[dict[int, int], list[tuple[int, int]], float | None]:
         """``(held, lags, age_s)``: the version each rollout worker that wrote its slot acts
@@ -135,7 +152,7 @@ class BoardWriter:
         seconds since the latest take (None: nobody took one)."""
         held, lags, latest = {}, [], None
         for i in range(self.num_slots):
-            version, taken, lag, at = SLOT.unpack_from(self.board, HEADER.size + i * SLOT.size)
+            version, lag, at, taken = SLOT.unpack_from(self.board, HEADER.size + i * SLOT.size)
             if version < 0:
                 continue
             held[i] = version
@@ -143,7 +160,7 @@ class BoardWriter:
                 self.taken[i] = taken
                 lags.append((i, lag))
                 latest = at if latest is None else max(latest, at)
-        return held, lags, (None if latest is None else max(0.0, time.time() - latest))
+        return held, lags, (None if latest is None else max(0.0, time.monotonic() - latest))
 
     def close(self, unlink: bool = True) -> None:
         """Unmap; with ``unlink`` remove the files (readers that mapped them keep reading)."""
@@ -153,6 +170,35 @@ class BoardWriter:
         if unlink:
             _unlink(self.path)
             _unlink(f"{self.path}.{self.generation}")
+
+
+def sweep_stale(max_age_s: float = 600.0) -> None:
+    """Remove the boards (and their data files) on this machine whose writer has not beaten
+    for ``max_age_s``: those of runs whose writers were killed on a node no driver cleans."""
+    folder = board_dir()
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith("dsac-wb-")]
+    except OSError:
+        return
+    boards = {n for n in names if not n.rpartition(".")[2].isdigit()}
+    for name in boards:
+        path = os.path.join(folder, name)
+        try:
+            with open(path, "rb") as f:
+                header = f.read(HEADER.size)
+            magic, *_, beat, _ = HEADER.unpack(header)
+        except (OSError, struct.error):
+            continue
+        if magic == MAGIC and time.monotonic() - beat > max_age_s:
+            remove_boards([name.removeprefix("dsac-wb-")])
+    for name in names:  # data files whose board is gone, left long ago
+        stem, _, generation = name.rpartition(".")
+        path = os.path.join(folder, name)
+        try:
+            if generation.isdigit() and stem not in boards and time.time() - os.stat(path).st_mtime > max_age_s:
+                _unlink(path)
+        except OSError:
+            continue
 
 
 def remove_boards(names: list[str]) -> None:
@@ -203,7 +249,10 @@ class BoardReader:
             return None
         if slot is not None and HEADER.size + (slot + 1) * SLOT.size > len(board):
             slot = None
-        return cls(board, path, slot)
+        reader = cls(board, path, slot)
+        if slot is not None:  # a restarted worker counts on from its slot's takes
+            reader.taken = max(0, SLOT.unpack_from(board, HEADER.size + slot * SLOT.size)[3])
+        return reader
 
     def newer(self, version: int):
         """The newest ``(version, weights, report)`` when newer than ``version``, else None
@@ -226,25 +275,33 @@ class BoardReader:
         payload = self.data[:length]
         if SEQ.unpack_from(self.board, SEQ_AT)[0] != seq:  # written over during the copy
             return None
-        weights, report = pickle.loads(payload)
+        version_inside, weights, report = pickle.loads(payload)
+        if version_inside != newest:  # a copy that raced the writer where stores may be reordered (not x86)
+            return None
         return newest, weights, report
 
     def heartbeat_age(self) -> float:
-        return time.time() - BEAT.unpack_from(self.board, BEAT_AT)[0]
+        return time.monotonic() - BEAT.unpack_from(self.board, BEAT_AT)[0]
 
     def stopped(self) -> bool:
         self.stop = self.stop or bool(STOP.unpack_from(self.board, STOP_AT)[0])
         return self.stop
 
-    def took(self, version: int, behind: int) -> None:
-        """Tell the writer this worker acts with ``version`` now (``behind`` versions behind
-        the newest before it took it)."""
+    def took(self, version: int, skipped: int) -> None:
+        """Tell the writer this worker acts with ``version`` now, having skipped ``skipped``
+        versions pushed since the one it held (it never acted with them)."""
         if self.slot is None:
             return
+        at = HEADER.size + self.slot * SLOT.size
         self.taken += 1
-        SLOT.pack_into(self.board, HEADER.size + self.slot * SLOT.size, version, self.taken, behind, time.time())
+        SLOT_FIELDS.pack_into(self.board, at, version, skipped, time.monotonic())
+        TAKEN.pack_into(self.board, at + TAKEN_AT, self.taken)
 
     def close(self) -> None:
+        """Leave the board: the slot says nobody holds a version (a worker that pulls the
+        server from now on, or ended), and the files are unmapped."""
+        if self.slot is not None:
+            SLOT_FIELDS.pack_into(self.board, HEADER.size + self.slot * SLOT.size, -1, 0, 0.0)
         for mapped in (self.board, self.data):
             if mapped is not None:
                 mapped.close()
@@ -258,12 +315,24 @@ class BoardLoop:
     and pull the parameter server, which says the same."""
 
     def __init__(self, name: str, num_workers: int, report):
-        self.writer: BoardWriter | None = BoardWriter(name, num_workers)
         self.report = report
+        try:
+            self.writer: BoardWriter | None = BoardWriter(name, num_workers)
+        except OSError as exc:  # e.g. no room in /dev/shm: readers find no board and pull
+            log.warning("weights board %s not made (%s); its readers pull the parameter server", name, exc)
+            self.writer = None
 
     def publish(self, version: int, weights, report) -> None:
-        if self.writer is not None:
+        if self.writer is None:
+            return
+        try:
             self.writer.publish(version, weights, report)
+        except OSError as exc:  # a larger payload found no room: the readers leave the board
+            log.warning("weights board: version %d not published (%s); its readers pull the parameter server",
+                        version, exc)
+            BEAT.pack_into(self.writer.board, BEAT_AT, -1e18)  # stale at once
+            self.writer.close(unlink=True)
+            self.writer = None
 
     def stop(self) -> None:
         if self.writer is not None:
@@ -271,9 +340,12 @@ class BoardLoop:
             self.writer.close(unlink=True)
             self.writer = None
 
-    async def run(self) -> None:
+    async def run(self, alive=lambda: True) -> None:
+        """Beat while ``alive()`` (a writer whose source of versions died stops beating, so
+        that its readers go to the parameter server) and report the readers' takes."""
         while self.writer is not None:
-            self.writer.beat()
+            if alive():
+                self.writer.beat()
             held, lags, age_s = self.writer.readers()
             if lags:
                 self.report(held, lags, age_s)

@@ -17,12 +17,16 @@ stopped beating for :data:`~dsac.distributed.weights_board.STALE_S` pull the ser
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import ray
 
 from dsac.distributed.actors import MAX_PULL_WAIT_S, process_id
 from dsac.distributed.topology import describe_process
 from dsac.distributed.weights_board import BoardLoop
+from dsac.envs import one_line
+
+log = logging.getLogger("dsac")
 
 
 @ray.remote
@@ -44,7 +48,8 @@ class WeightsCache:
         self.process = process_id()
         self.board = BoardLoop(board, num_workers, self._report)
         loop = asyncio.get_running_loop()
-        self.tasks = [loop.create_task(self._follow()), loop.create_task(self.board.run())]
+        self.follower = loop.create_task(self._follow())
+        self.beating = loop.create_task(self.board.run(alive=lambda: not self.follower.done()))
 
     async def _follow(self) -> None:
         """Keep one waiting pull on the server; publish each newer version on the board."""
@@ -54,6 +59,10 @@ class WeightsCache:
                 weights = await reply.weights if isinstance(reply.weights, ray.ObjectRef) else reply.weights
             except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):
                 await asyncio.sleep(0.2)  # the server restarts: ask again shortly
+                continue
+            except Exception as exc:  # noqa: BLE001 - anything else: said, and asked again
+                log.warning("%s: pulling the parameter server failed (%s); trying again", self.name, one_line(exc))
+                await asyncio.sleep(1.0)
                 continue
             if weights is not None and reply.version > self.version:
                 self.version = reply.version

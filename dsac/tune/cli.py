@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="where Tune writes results, checkpoints and each trial's dsac output")
     parser.add_argument("--name", default="dsac_tune", help="the experiment's directory under --storage_path")
     parser.add_argument("--address", help="a Ray cluster's address (default: a local Ray)")
+    parser.add_argument("--num_cpus", type=float, help="logical CPUs of the local Ray (default: the machine's); "
+                        "distributed trials are sized in whole CPUs per role, more than a laptop has")
     return parser
 
 
@@ -66,9 +68,10 @@ def run(args) -> tuple[str, str]:
     space = read_space(args.space, budget)
     scheduler = scheduler_for(args.scheduler, space)
     check_writable_dir(args.storage_path, "--storage_path")
-    ray.init(address=args.address, include_dashboard=False)
-    log.info("dsac-tune: %s trial CPUs on the cluster; each trial asks for 1 CPU (its driver), so up to %d "
-             "run at once", ray.cluster_resources().get("CPU", 0), int(ray.cluster_resources().get("CPU", 1)))
+    if args.num_cpus is not None and (args.address or args.num_cpus <= 0):
+        raise DsacError("--num_cpus sizes a local Ray: a positive number, without --address")
+    ray.init(address=args.address, include_dashboard=False, num_cpus=args.num_cpus)
+    log_concurrency(space, ray.cluster_resources(), args.max_concurrent)
     tuner = tune.Tuner(
         DsacTrainable, param_space=tune_space(space),
         tune_config=tune.TuneConfig(metric=args.metric, mode="max", num_samples=args.num_samples,
@@ -90,6 +93,28 @@ def run(args) -> tuple[str, str]:
         yaml.safe_dump(dict(best.config), f, sort_keys=True)
     weights = os.path.join(best.metrics.get("dsac_output_dir") or os.path.join(best.path, "dsac"), "weights.pkl")
     return config_path, os.path.abspath(weights)
+
+
+def log_concurrency(space: dict, cluster: dict, max_concurrent: int) -> None:
+    """Say how many trials run at once and why: what one trial asks for (its first values')
+    against what the cluster has; a trial larger than the cluster is an error, not a wait."""
+    from dsac.tune.space import first_values
+    from dsac.tune.trainable import resource_bundles
+
+    bundles = resource_bundles(first_values(space))
+    cpus, gpus = sum(b.get("CPU", 0) for b in bundles), sum(b.get("GPU", 0) for b in bundles)
+    fit = int(cluster.get("CPU", 0) // cpus) if cpus else 0
+    if gpus:
+        fit = min(fit, int(cluster.get("GPU", 0) // gpus))
+    at_once = min(fit, max_concurrent) if max_concurrent else fit
+    kind = "a local trial (the serial runner)" if len(bundles) == 1 else f"a distributed trial, {len(bundles)} bundles"
+    log.info("dsac-tune: each trial asks for %g CPU(s)%s (%s); the cluster has %g CPUs / %g GPUs, so %d at "
+             "once%s", cpus, f" and {gpus:g} GPU(s)" if gpus else "", kind, cluster.get("CPU", 0),
+             cluster.get("GPU", 0), at_once, " (--max_concurrent)" if max_concurrent and max_concurrent < fit else "")
+    if fit == 0:  # it would wait for ever
+        raise DsacError(f"one trial asks for {cpus:g} CPUs{f' and {gpus:g} GPUs' if gpus else ''}, more than the "
+                        f"cluster has ({cluster.get('CPU', 0):g} CPUs / {cluster.get('GPU', 0):g} GPUs): lower "
+                        "num_workers or worker_cpus in the space, set local: true, or give a local Ray --num_cpus")
 
 
 def main(argv=None) -> int:

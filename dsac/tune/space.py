@@ -41,10 +41,15 @@ def _entry(name: str, value):
 def parse_space(values: dict) -> dict:
     """``{flag: (kind, argument)}`` (kind None: fixed), checked against dsac's flags."""
     space = {name: _entry(name, value) for name, value in values.items()}
-    first = {name: (arg[0] if kind else arg) for name, (kind, arg) in space.items()}
-    config = Config.from_dict(first).validate()  # unknown flags and bad values: dsac's own one-line errors
+    config = Config.from_dict(first_values(space)).validate()  # unknown flags and bad values: dsac's own one-line errors
     make_env(config.env, config.env_kwargs, config.flatten_obs).close()  # an unknown env, before any trial
     return space
+
+
+def first_values(space: dict) -> dict:
+    """Every entry's first value (a grid's or choice's first, a range's low end): a trial's
+    flags, for its resource request in the log."""
+    return {name: (arg[0] if kind else arg) for name, (kind, arg) in space.items()}
 
 
 def read_space(path: str, fixed: dict | None = None) -> dict:

@@ -12,8 +12,8 @@ A trial is a :class:`dsac.Trainer` built from the trial's flags (the ``launch.py
 one Tune step is one ``Trainer.train()``; Tune's checkpoints are ``Trainer.save``'s full
 training state (networks, targets, optimizer, counters), so Population Based Training's exploit
 continues a better trial where it was. A ``local`` trial (the serial runner) asks Tune for one
-CPU; a distributed trial asks for its driver's CPU and runs its roles on the cluster's free
-resources (placement inside the trial's placement group is not built yet).
+CPU; a distributed trial for all of its roles at once, as a placement group sized from its own
+flags, and places every task and actor of its run inside it.
 """
 
 from __future__ import annotations
@@ -106,7 +106,20 @@ class DsacTrainable(tune.Trainable):
 
     @classmethod
     def default_resource_request(cls, config: dict) -> tune.PlacementGroupFactory:
-        """One CPU for the trial's driver, where a ``local`` trial does all its work. (A
-        distributed trial's roles are not yet counted in its request: they take the cluster's
-        free resources, as a lone run does.)"""
-        return tune.PlacementGroupFactory([{"CPU": 1}])
+        """A ``local`` trial: one CPU, where it does all its work. A distributed trial: all of
+        its roles at once (:func:`dsac.distributed.topology.trial_bundles`: its driver, each
+        learner, each rollout worker, the evaluator), so that trials sharing a cluster never
+        oversubscribe it and one that does not fit waits; the run places everything inside."""
+        return tune.PlacementGroupFactory(resource_bundles(config))
+
+
+def resource_bundles(flags: dict) -> list[dict]:
+    """The placement-group bundles of a trial with these flags (a bad flag: one CPU; the trial
+    then fails with dsac's message in its setup)."""
+    from dsac.distributed.topology import TRIAL_DRIVER_CPUS, trial_bundles
+
+    try:
+        config = Config.from_dict(dict(flags)).validate()
+    except Exception:  # noqa: BLE001 - reported by the trial's own setup, in one line
+        return [{"CPU": TRIAL_DRIVER_CPUS}]
+    return [{"CPU": TRIAL_DRIVER_CPUS}] if config.local else trial_bundles(config)
