@@ -48,8 +48,11 @@ def scheduler_for(name: str, space: dict):
     if name == "pbt":
         if not mutations(space):
             raise DsacError("--scheduler pbt needs at least one choice/uniform/loguniform entry in --space to mutate")
+        # Synchronous: every trial reaches the perturbation point before the lower ones clone
+        # the upper ones' checkpoints (asynchronous PBT skips an exploit whose donor has not
+        # saved at its own point yet, which on a small population is most of them).
         return PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
-                                       hyperparam_mutations=mutations(space))
+                                       hyperparam_mutations=mutations(space), synch=True)
     return None
 
 
@@ -70,8 +73,10 @@ def run(args) -> tuple[str, str]:
     check_writable_dir(args.storage_path, "--storage_path")
     if args.num_cpus is not None and (args.address or args.num_cpus <= 0):
         raise DsacError("--num_cpus sizes a local Ray: a positive number, without --address")
+    if not (args.address or os.environ.get("RAY_ADDRESS")):  # a local Ray: its size is known before it starts
+        trial_fits(space, {"CPU": args.num_cpus or os.cpu_count() or 1})  # its GPUs: once it runs
     ray.init(address=args.address, include_dashboard=False, num_cpus=args.num_cpus)
-    log_concurrency(space, ray.cluster_resources(), args.max_concurrent)
+    log_concurrency(space, {"GPU": 0.0, **ray.cluster_resources()}, args.max_concurrent)
     tuner = tune.Tuner(
         DsacTrainable, param_space=tune_space(space),
         tune_config=tune.TuneConfig(metric=args.metric, mode="max", num_samples=args.num_samples,
@@ -95,26 +100,35 @@ def run(args) -> tuple[str, str]:
     return config_path, os.path.abspath(weights)
 
 
-def log_concurrency(space: dict, cluster: dict, max_concurrent: int) -> None:
-    """Say how many trials run at once and why: what one trial asks for (its first values')
-    against what the cluster has; a trial larger than the cluster is an error, not a wait."""
+def trial_fits(space: dict, cluster: dict) -> tuple[list[dict], int]:
+    """What one trial asks for (its first values' bundles) and how many fit in ``cluster``;
+    a trial larger than the cluster is an error (it would wait for ever), not a wait."""
     from dsac.tune.space import first_values
     from dsac.tune.trainable import resource_bundles
 
     bundles = resource_bundles(first_values(space))
     cpus, gpus = sum(b.get("CPU", 0) for b in bundles), sum(b.get("GPU", 0) for b in bundles)
     fit = int(cluster.get("CPU", 0) // cpus) if cpus else 0
-    if gpus:
-        fit = min(fit, int(cluster.get("GPU", 0) // gpus))
+    if gpus and "GPU" in cluster:
+        fit = min(fit, int(cluster["GPU"] // gpus))
+    if fit == 0:
+        has = f"{cluster.get('CPU', 0):g} CPUs" + (f" / {cluster['GPU']:g} GPUs" if "GPU" in cluster else "")
+        raise DsacError(f"one trial asks for {cpus:g} CPUs{f' and {gpus:g} GPUs' if gpus else ''}, more than the "
+                        f"cluster has ({has}): lower num_workers or worker_cpus in the space, set local: true, or "
+                        "give a local Ray --num_cpus")
+    return bundles, fit
+
+
+def log_concurrency(space: dict, cluster: dict, max_concurrent: int) -> None:
+    """Say how many trials run at once and why: what one trial asks for against what the
+    cluster has (:func:`trial_fits`)."""
+    bundles, fit = trial_fits(space, cluster)
+    cpus, gpus = sum(b.get("CPU", 0) for b in bundles), sum(b.get("GPU", 0) for b in bundles)
     at_once = min(fit, max_concurrent) if max_concurrent else fit
     kind = "a local trial (the serial runner)" if len(bundles) == 1 else f"a distributed trial, {len(bundles)} bundles"
     log.info("dsac-tune: each trial asks for %g CPU(s)%s (%s); the cluster has %g CPUs / %g GPUs, so %d at "
              "once%s", cpus, f" and {gpus:g} GPU(s)" if gpus else "", kind, cluster.get("CPU", 0),
              cluster.get("GPU", 0), at_once, " (--max_concurrent)" if max_concurrent and max_concurrent < fit else "")
-    if fit == 0:  # it would wait for ever
-        raise DsacError(f"one trial asks for {cpus:g} CPUs{f' and {gpus:g} GPUs' if gpus else ''}, more than the "
-                        f"cluster has ({cluster.get('CPU', 0):g} CPUs / {cluster.get('GPU', 0):g} GPUs): lower "
-                        "num_workers or worker_cpus in the space, set local: true, or give a local Ray --num_cpus")
 
 
 def main(argv=None) -> int:
