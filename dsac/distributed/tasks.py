@@ -185,7 +185,7 @@ class WeightsClient:
         now = time.monotonic()
         if now - self._board_checked > 1.0:
             self._board_checked = now
-            if board.heartbeat_age() > STALE_S and not board.stopped():
+            if board.heartbeat_age() > STALE_S and not board.stop:  # as newer() just read it
                 log.warning("%s: its node's weights board has had no writer for %.0f s; pulling the parameter "
                             "server", self._role(), STALE_S)
                 board.close()

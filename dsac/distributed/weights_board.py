@@ -109,7 +109,6 @@ class BoardWriter:
         self.seq = (seq | 1) + 1
         self.generation = generation
         self.data: mmap.mmap | None = None
-        self.version, self.length, self.stopped = 0, 0, False
         self.board[HEADER.size:] = b"\xff" * (SLOT.size * self.num_slots)  # every slot "never written"
         HEADER.pack_into(self.board, 0, MAGIC, self.seq, 0, self.generation, 0, time.monotonic(), 0)
         if generation:  # the data of the writer this one replaces: nobody reads it any more (length 0)
@@ -124,8 +123,7 @@ class BoardWriter:
         if self.data is None or len(payload) > len(self.data):
             self._new_data(len(payload))
         self.data[:len(payload)] = payload
-        self.version, self.length = int(version), len(payload)
-        FIELDS.pack_into(self.board, FIELDS_AT, self.version, self.generation, self.length)
+        FIELDS.pack_into(self.board, FIELDS_AT, int(version), self.generation, len(payload))
         self.seq += 1
         SEQ.pack_into(self.board, SEQ_AT, self.seq)
 
@@ -138,7 +136,6 @@ class BoardWriter:
 
     def stop(self) -> None:
         """Raise the stop flag (readers see it at their next check)."""
-        self.stopped = True
         STOP.pack_into(self.board, STOP_AT, 1)
         self.seq += 2  # a change readers notice at their next counter read
         SEQ.pack_into(self.board, SEQ_AT, self.seq)

@@ -100,9 +100,10 @@ def run(args) -> tuple[str, str]:
     return config_path, os.path.abspath(weights)
 
 
-def trial_fits(space: dict, cluster: dict) -> tuple[list[dict], int]:
-    """What one trial asks for (its first values' bundles) and how many fit in ``cluster``;
-    a trial larger than the cluster is an error (it would wait for ever), not a wait."""
+def trial_fits(space: dict, cluster: dict) -> tuple[int, float, float, int]:
+    """What one trial asks for (its first values' bundles: how many, CPUs, GPUs) and how many
+    trials fit in ``cluster``; a trial larger than the cluster is an error (it would wait for
+    ever), not a wait."""
     from dsac.tune.space import first_values
     from dsac.tune.trainable import resource_bundles
 
@@ -116,16 +117,15 @@ def trial_fits(space: dict, cluster: dict) -> tuple[list[dict], int]:
         raise DsacError(f"one trial asks for {cpus:g} CPUs{f' and {gpus:g} GPUs' if gpus else ''}, more than the "
                         f"cluster has ({has}): lower num_workers or worker_cpus in the space, set local: true, or "
                         "give a local Ray --num_cpus")
-    return bundles, fit
+    return len(bundles), cpus, gpus, fit
 
 
 def log_concurrency(space: dict, cluster: dict, max_concurrent: int) -> None:
     """Say how many trials run at once and why: what one trial asks for against what the
     cluster has (:func:`trial_fits`)."""
-    bundles, fit = trial_fits(space, cluster)
-    cpus, gpus = sum(b.get("CPU", 0) for b in bundles), sum(b.get("GPU", 0) for b in bundles)
+    bundles, cpus, gpus, fit = trial_fits(space, cluster)
     at_once = min(fit, max_concurrent) if max_concurrent else fit
-    kind = "a local trial (the serial runner)" if len(bundles) == 1 else f"a distributed trial, {len(bundles)} bundles"
+    kind = "a local trial (the serial runner)" if bundles == 1 else f"a distributed trial, {bundles} bundles"
     log.info("dsac-tune: each trial asks for %g CPU(s)%s (%s); the cluster has %g CPUs / %g GPUs, so %d at "
              "once%s", cpus, f" and {gpus:g} GPU(s)" if gpus else "", kind, cluster.get("CPU", 0),
              cluster.get("GPU", 0), at_once, " (--max_concurrent)" if max_concurrent and max_concurrent < fit else "")
