@@ -25,7 +25,7 @@ _TYPES = {"int": int, "float": float, "str": str}
 
 def _parse_type(annotation: str):
     """'float | None' -> float, 'list[int]' -> int (with nargs)."""
-    base = annotation.replace(" | None", "").strip()
+    base = annotation.replace(" | None", "").replace("float | str", "str").strip()  # a number or a schedule
     if base.startswith("list["):
         base = base[5:-1]
     return _TYPES[base]

@@ -12,6 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from dsac import schedules
 from dsac.artifacts import read_text
 from dsac.atari import is_atari_id
 from dsac.errors import DsacError, did_you_mean
@@ -77,6 +78,8 @@ RENAMED = {"snapshot_every": "checkpoint_every"}
 # pull_every (a worker polled for weights every N env steps; the parameter server now answers
 # a waiting pull as soon as a newer version is pushed).
 RETIRED = ("pull_every",)
+# Settings that take a schedule (dsac.schedules) as well as a number.
+SCHEDULED = ("lr",)
 # Rollout workers per replay shard by default: a shard takes ~1,000 add calls/s, and 64 workers
 # send it ~200 (a chunk every 0.32 s each, dsac.distributed.topology.SHARD_ADD_CALLS_PER_S), so
 # shards are added past 64 workers before chunks grow past a third of a second (docs/scaling.md).
@@ -174,6 +177,8 @@ def coerce_field(name: str, annotation: str, value):
         raise DsacError(f"--{name} needs a value, got null")
     if name == "framestack":
         return framestack_value(value)
+    if name in SCHEDULED:
+        return schedules.as_config_value(name, value)
     if base == "int":
         return _to_int(name, value)
     if base == "float":
@@ -307,7 +312,8 @@ class Config:
     # --- learning (shared) ---------------------------------------------------------------
     gamma: float = _f(0.99, "discount factor")
     tau: float = _f(0.005, "polyak averaging coefficient of the target critics (sac)")
-    lr: float | None = _f(None, "Adam learning rate of every network (algorithm default)")
+    lr: float | str | None = _f(None, "Adam learning rate of every network: a number or a schedule, "
+                                "'linear(start, end[, fraction])' or rl-zoo's 'lin_<start>' (algorithm default)")
     batch_size: int | None = _f(None, "transitions per gradient update (algorithm default)")
     buffer_size: int | None = _f(None, "replay capacity in transitions (algorithm default)")
     fcnet_hiddens: list[int] | None = _f(
@@ -513,6 +519,15 @@ def check_local(config: Config) -> None:
                             "learner and one replay buffer in this process")
 
 
+def check_schedules(config: Config) -> None:
+    """A scheduled setting's numbers in range."""
+    for name in SCHEDULED:
+        value = schedules.parse(name, getattr(config, name))
+        ends = (value,) if isinstance(value, float) else (value.start, value.end)
+        if not (math.isfinite(ends[0]) and ends[0] > 0 and all(math.isfinite(v) and v >= 0 for v in ends)):
+            raise DsacError(f"--{name} must be a positive number (a schedule: start > 0, end >= 0), got {value}")
+
+
 def check_ranges(config: Config) -> None:
     """Every number in its range, every field of its kind (one line naming the flag)."""
     if isinstance(config.num_workers, bool) or not isinstance(config.num_workers, int) or config.num_workers < 0:
@@ -532,7 +547,8 @@ def check_ranges(config: Config) -> None:
     for name in ("start_steps", "learning_starts"):
         if getattr(config, name) < 0:
             raise DsacError(f"--{name} must be >= 0, got {getattr(config, name)!r}")
-    positive_floats = ("lr", "updates_per_step", "init_alpha", "log_every", "chunk_seconds", "grad_clip")
+    check_schedules(config)
+    positive_floats = ("updates_per_step", "init_alpha", "log_every", "chunk_seconds", "grad_clip")
     for name in positive_floats:
         value = getattr(config, name)
         if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):

@@ -210,6 +210,8 @@ class LearnerPolicy(Policy):
             return
         state = dict(state)
         state.pop("updates", None)  # the LearnerLoop's counter, in a checkpoint's state
+        for name in [n for n in state if n.endswith("/learning_rate") and n not in self.learner.state.names]:
+            del state[name]  # older checkpoints kept the optimizers' learning rates: the run's own is used
         self.learner.state.set_weights(state)
         self._weights = None
 

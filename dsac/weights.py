@@ -144,6 +144,18 @@ class TensorFlowVariables:
             offset += size
 
 
+def optimizer_state(optimizer, prefix: str) -> dict:
+    """``{name: variable}`` of a Keras optimizer's state (its update count and moments) for a
+    checkpoint; not its learning rate, which is a setting: a restored run takes its own. The
+    names are the same whether the rate is a number (a variable, second in Keras's list) or a
+    schedule (no variable), so a checkpoint of either continues in the other."""
+    rate = getattr(optimizer, "_learning_rate", None)
+    variables = list(optimizer.variables)
+    if not any(v is rate for v in variables):
+        variables.insert(1, None)
+    return {f"{prefix}/{i:03d}_{_short_name(v)}": v for i, v in enumerate(variables) if v is not None and v is not rate}
+
+
 def named_variables(source, prefix: str = "") -> dict:
     """``{name: variable}`` of anything :class:`TensorFlowVariables` takes, with its names
     (for assembling one state from several models and optimizers)."""

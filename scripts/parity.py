@@ -47,11 +47,12 @@ TASKS = {
         "settings": {"hidden": [64, 64], "lr": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "warmup": 200,
                      "updates_per_step": 1.0, "gamma": 0.99, "tau": 0.005},
     },
-    # The background article's experiment; rl-zoo's settings with a constant lr and 2x256 networks.
+    # The background article's experiment; rl-zoo's settings (its linear lr: --lr lin_7.3e-4 on
+    # both sides, dsac's stepped by updates, SB3's by env steps) with 2x256 networks.
     "sac-lunar": {
         "algo": "sac", "env": "LunarLanderContinuous-v3", "threshold": 200.0, "budget": 150_000,
         "quick_budget": None, "eval_every": 5_000,
-        "settings": {"hidden": [256, 256], "lr": 7.3e-4, "batch_size": 256, "buffer_size": 1_000_000,
+        "settings": {"hidden": [256, 256], "lr": "lin_7.3e-4", "batch_size": 256, "buffer_size": 1_000_000,
                      "warmup": 10_000, "updates_per_step": 1.0, "gamma": 0.99, "tau": 0.01},
     },
     # SB3's DQN: no dueling, no double Q, uniform replay, 1-step returns; rl-zoo's lr, batch,

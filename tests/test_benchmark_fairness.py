@@ -67,6 +67,7 @@ def test_parity_settings_mean_the_same_on_both_sides():
     steps, dsac in updates), exploration."""
     from dsac.cli import build_parser
     from dsac.config import Config
+    from dsac.schedules import parse
 
     harness, parity = _script("harness"), _script("parity")
     for name, task in parity.TASKS.items():
@@ -76,7 +77,8 @@ def test_parity_settings_mean_the_same_on_both_sides():
         config = Config.from_dict(values).validate()
         sb3 = harness.sb3_kwargs(algo, s)
         assert config.fcnet_hiddens == s["hidden"] == sb3["policy_kwargs"]["net_arch"], name
-        assert config.lr == s["lr"] == sb3["learning_rate"]
+        lr = {parse("lr", value) for value in (config.lr, s["lr"], sb3["learning_rate"])}  # rl-zoo's lin_X too
+        assert len(lr) == 1, (name, lr)
         assert config.batch_size == s["batch_size"] == sb3["batch_size"]
         assert config.buffer_size == s["buffer_size"] == sb3["buffer_size"]
         assert config.start_steps == config.learning_starts == s["warmup"] == sb3["learning_starts"]

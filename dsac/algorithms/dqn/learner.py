@@ -24,7 +24,8 @@ from dsac.algorithms.compiled import ADAM_EPSILON, CompiledUpdate
 from dsac.algorithms.dqn.networks import build_q_network
 from dsac.algorithms.dqn.numpy_q import c51_support
 from dsac.models.vision import ObsInput
-from dsac.weights import TensorFlowVariables, named_variables
+from dsac.schedules import keras_learning_rate
+from dsac.weights import TensorFlowVariables, named_variables, optimizer_state
 
 
 def huber(x, delta: float = 1.0):
@@ -106,13 +107,13 @@ class DQNLearner(CompiledUpdate):
         self.double_q = bool(config.double_q)
         self.grad_clip = float(config.grad_clip)
         self.target_update_every = int(config.target_update_every)
-        self.optimizer = keras.optimizers.Adam(config.lr, epsilon=ADAM_EPSILON)
+        self.optimizer = keras.optimizers.Adam(keras_learning_rate(config), epsilon=ADAM_EPSILON)
         self.optimizer.build(self.q_online.trainable_variables)
         self.acting_weights = TensorFlowVariables(self.q_online, prefix="q")
         self.state = TensorFlowVariables({
             **dict(zip(self.acting_weights.names, self.acting_weights.variables, strict=True)),
             **named_variables(self.q_target, "q_target"),
-            **named_variables(self.optimizer.variables, "optimizer"),
+            **optimizer_state(self.optimizer, "optimizer"),
         })
 
     STATS = ("loss", "q_mean", "grad_norm")

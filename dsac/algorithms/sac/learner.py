@@ -22,7 +22,8 @@ from dsac.algorithms.compiled import ADAM_EPSILON, CompiledUpdate
 from dsac.algorithms.sac.networks import FEATURE_DIM, build_acting_network, build_critic, build_encoder
 from dsac.algorithms.sac.numpy_actor import LOG_STD_MAX, LOG_STD_MIN, to_unit_action
 from dsac.models.vision import ObsInput
-from dsac.weights import TensorFlowVariables, named_variables
+from dsac.schedules import keras_learning_rate
+from dsac.weights import TensorFlowVariables, named_variables, optimizer_state
 
 LOG_2 = math.log(2.0)
 LOG_2PI = math.log(2.0 * math.pi)
@@ -132,9 +133,9 @@ class SACLearner(CompiledUpdate):
         self.critic_variables = self.q1.trainable_variables + self.q2.trainable_variables
         if self.encoder is not None:  # trained by the critics' loss only
             self.critic_variables = self.critic_variables + self.encoder.trainable_variables
-        self.actor_optimizer = keras.optimizers.Adam(config.lr, epsilon=ADAM_EPSILON)
-        self.critic_optimizer = keras.optimizers.Adam(config.lr, epsilon=ADAM_EPSILON)
-        self.alpha_optimizer = keras.optimizers.Adam(config.lr, epsilon=ADAM_EPSILON)
+        self.actor_optimizer = keras.optimizers.Adam(keras_learning_rate(config), epsilon=ADAM_EPSILON)
+        self.critic_optimizer = keras.optimizers.Adam(keras_learning_rate(config), epsilon=ADAM_EPSILON)
+        self.alpha_optimizer = keras.optimizers.Adam(keras_learning_rate(config), epsilon=ADAM_EPSILON)
         self.actor_optimizer.build(self.actor.trainable_variables)
         self.critic_optimizer.build(self.critic_variables)
         self.alpha_optimizer.build([self.log_alpha])
@@ -152,9 +153,9 @@ class SACLearner(CompiledUpdate):
             **named_variables(self.q1_target, "q1_target"), **named_variables(self.q2_target, "q2_target"),
             **encoders,
             "log_alpha": self.log_alpha,
-            **named_variables(self.actor_optimizer.variables, "actor_optimizer"),
-            **named_variables(self.critic_optimizer.variables, "critic_optimizer"),
-            **named_variables(self.alpha_optimizer.variables, "alpha_optimizer"),
+            **optimizer_state(self.actor_optimizer, "actor_optimizer"),
+            **optimizer_state(self.critic_optimizer, "critic_optimizer"),
+            **optimizer_state(self.alpha_optimizer, "alpha_optimizer"),
         })
 
     STATS = ("qf1_loss", "qf2_loss", "qf_loss", "actor_loss", "alpha_loss", "alpha", "entropy", "q_mean")
