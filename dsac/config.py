@@ -269,6 +269,8 @@ class Config:
     # --- evaluation and output ---------------------------------------------------------
     eval_every: int | None = _f(None, "evaluate every this many env steps (algorithm default)")
     eval_episodes: int | None = _f(None, "deterministic episodes per evaluation (algorithm default)")
+    video_every: int = _f(0, "record episode 0 of every this-many-th evaluation, and of the final one, as "
+                             "<output_dir>/videos/<env_steps>.mp4, the best of them as videos/best.mp4 (0: off)")
     output_dir: str | None = _f(
         None, "run directory (default: <storage_path>/<algo>-<env>-<timestamp>)"
     )
@@ -565,7 +567,7 @@ def check_ranges(config: Config) -> None:
         value = getattr(config, name)
         if isinstance(value, bool) or not (isinstance(value, int | float) and 0 <= value <= 60_000):
             raise DsacError(f"--{name} must be a number of milliseconds in [0, 60000], got {value!r}")
-    for name in ("max_restarts", "env_restarts"):
+    for name in ("max_restarts", "env_restarts", "video_every"):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise DsacError(f"--{name} must be an integer >= 0, got {value!r}")

@@ -22,7 +22,7 @@ def evaluation_seed(run_seed: int) -> int:
 
 def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
              flatten_obs: bool = False, atari: AtariSettings | None = None,
-             on_env_crash: CrashFn | None = None) -> np.ndarray:
+             on_env_crash: CrashFn | None = None, frames=None) -> np.ndarray:
     """Run ``episodes`` episodes side by side (episode ``j`` reset with ``seed + j``), acting
     on the batch of unfinished ones; return their undiscounted returns.
 
@@ -33,9 +33,23 @@ def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict
 
     An env that raises is rebuilt when ``on_env_crash`` allows it and its episode played again
     from the same start state; otherwise :class:`dsac.envs.EnvCrashed` is raised.
+
+    ``frames`` (a :class:`dsac.video.Frames`) takes episode 0's frames, from an env made with
+    ``render_mode="rgb_array"``; an env that cannot render sets its ``error`` instead.
     """
-    envs = [make_env(env_id, env_kwargs, flatten_obs, atari) for _ in range(episodes)]
+    def build(j: int):
+        if frames is None or j != 0 or frames.error is not None:
+            return make_env(env_id, env_kwargs, flatten_obs, atari)
+        try:
+            return make_env(env_id, {**(env_kwargs or {}), "render_mode": "rgb_array"}, flatten_obs, atari)
+        except Exception as exc:  # noqa: BLE001 - no rgb_array mode: no video, the evaluation goes on
+            frames.fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            return make_env(env_id, env_kwargs, flatten_obs, atari)
+
+    envs = [build(j) for j in range(episodes)]
     obs = np.stack([env.reset(seed=seed + j)[0] for j, env in enumerate(envs)])
+    if frames is not None:
+        frames.take(envs[0])
     returns = np.zeros(episodes, dtype=np.float64)
     active = np.ones(episodes, dtype=bool)
     while active.any():
@@ -46,11 +60,16 @@ def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict
                 next_obs, reward, terminated, truncated, _ = envs[j].step(actions[k])
             except Exception as exc:  # the episode starts again on a new env
                 rebuild_or_raise(on_env_crash, envs[j], exc)
-                envs[j] = make_env(env_id, env_kwargs, flatten_obs, atari)
+                envs[j] = build(int(j))
                 obs[j], returns[j] = envs[j].reset(seed=seed + int(j))[0], 0.0
+                if frames is not None and j == 0 and frames.error is None:
+                    frames.images.clear()  # the episode starts again
+                    frames.take(envs[0])
                 continue
             returns[j] += reward
             obs[j] = next_obs
+            if frames is not None and j == 0:
+                frames.take(envs[0])
             if terminated or truncated:
                 active[j] = False
     for env in envs:

@@ -137,6 +137,8 @@ class Evaluation(NamedTuple):
     eval_returns: list[float]
     eval_seconds: float
     weights: dict[str, np.ndarray]  # the weights evaluated (the driver keeps the best)
+    video: bytes | None = None  # episode 0 as mp4 (--video_every), written by the driver
+    video_error: str | None = None  # why episode 0 could not be recorded
 
 
 class Placement(NamedTuple):

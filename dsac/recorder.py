@@ -13,7 +13,7 @@ import statistics
 import time
 
 import dsac
-from dsac.artifacts import append_jsonl, save_weights, write_checkpoint, write_json
+from dsac.artifacts import append_jsonl, atomic_write_bytes, save_weights, write_checkpoint, write_json
 from dsac.atari import AtariSettings
 from dsac.config import MODEL_KEYS, Config
 from dsac.envs import describe_space
@@ -67,6 +67,8 @@ class Recorder:
         best = meta.get("best_eval_return")
         self.best_return = -math.inf if best is None else best
         self.checkpoint_path: str | None = None
+        self.video_warned = False
+        self.best_video_return = meta.get("best_video_return", -math.inf)
         write_json(os.path.join(output_dir, "config.json"), config.to_dict())
         self.tensorboard = TensorBoardLog(os.path.join(output_dir, "tb")) if config.tensorboard else None
 
@@ -134,7 +136,24 @@ class Recorder:
         if ev.eval_return_mean > self.best_return:
             self.best_return = ev.eval_return_mean
             save_weights(self.best_weights_path, self.payload(ev.weights, ev.weights_version, line))
+        self.video(ev)
         return line
+
+    def video(self, ev: Evaluation) -> None:
+        """An evaluation's video as ``videos/<env_steps>.mp4``, and as ``videos/best.mp4`` when
+        its return is the best of the recorded ones; a video that could not be made is one
+        warning, once."""
+        if ev.video_error and not self.video_warned:
+            self.video_warned = True
+            log.warning("no evaluation video: %s (%s); the run goes on", ev.video_error, self.config.env)
+        if not ev.video:
+            return
+        folder = os.path.join(self.output_dir, "videos")
+        os.makedirs(folder, exist_ok=True)
+        atomic_write_bytes(os.path.join(folder, f"{ev.env_steps}.mp4"), ev.video)
+        if ev.eval_return_mean > self.best_video_return:
+            self.best_video_return = ev.eval_return_mean
+            atomic_write_bytes(os.path.join(folder, "best.mp4"), ev.video)
 
     def checkpoint(self, state: dict, weights: dict, version: int, counters: dict,
                    replay: list[dict] | None = None, run_dir: str | None = None) -> str:
@@ -147,6 +166,7 @@ class Recorder:
             "wall_s": self.wall_s(),
             "last_eval": self.last_eval,
             "best_eval_return": self.best_eval_return(),
+            **({"best_video_return": self.best_video_return} if self.best_video_return > -math.inf else {}),
         }
         payload = self.payload(weights, version, counters)
         path = write_checkpoint(run_dir or self.output_dir, state, meta, payload, replay)

@@ -16,6 +16,7 @@ from collections import deque
 
 import numpy as np
 
+from dsac import video
 from dsac.atari import AtariSettings
 from dsac.config import Config
 from dsac.envs import EnvCrashed, env_restart_message, one_line
@@ -81,6 +82,9 @@ class SerialRun:
         self.weights_path = self.recorder.weights_path
         self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
         self.evaluated_version = -1
+        self.evaluations = 0  # this process's, for --video_every
+        if config.video_every:
+            video.prepare_headless_rendering()
         self.last_checkpoint = time.monotonic()
         self.add_calls = 0
         self.failure: str | None = None
@@ -176,14 +180,16 @@ class SerialRun:
             return []
         self.evaluator.set_weights(self.weights)
         started = time.monotonic()
+        self.evaluations += 1
+        frames = video.Frames() if video.wanted(config.video_every, self.evaluations, final) else None
         returns = evaluate(lambda obs: self.evaluator.compute_actions(obs, explore=False), config.env,
                            config.eval_episodes, self.eval_seed, config.env_kwargs, config.flatten_obs,
-                           AtariSettings.from_config(config), self._env_crash_handler("evaluator"))
+                           AtariSettings.from_config(config), self._env_crash_handler("evaluator"), frames)
         self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
         self.evaluated_version = self.version
         line = self.recorder.evaluation(Evaluation(
             self.storage.added, self.loop.updates, self.version, float(returns.mean()), float(returns.std()),
-            [float(r) for r in returns], time.monotonic() - started, self.weights,
+            [float(r) for r in returns], time.monotonic() - started, self.weights, *video.finish(frames),
         ), {"env_steps_collected": self.storage.added,
             **({"restarts": dict(self.env_restarts)} if self.env_restarts else {}),
             **({"skipped_updates": self.loop.skipped} if self.loop.skipped else {}),

@@ -2,14 +2,13 @@
 
     python scripts/infer.py runs/x/weights.pkl --episodes 10 --seed 0
     python scripts/infer.py runs/x/best_weights.pkl --render          # a window, if there is a display
-    python scripts/infer.py runs/x/weights.pkl --video out.mp4        # needs moviepy
+    python scripts/infer.py runs/x/weights.pkl --video out.mp4        # episode 0 as an mp4 (MuJoCo: EGL off-screen)
 """
 
 import argparse
 import os
 import statistics
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -24,7 +23,7 @@ def main(argv=None) -> int:
     parser.add_argument("--env", default=None, help="environment id (default: the one in the file)")
     parser.add_argument("--explore", action="store_true", help="sample actions instead of acting deterministically")
     parser.add_argument("--render", action="store_true", help="show the episodes in a window")
-    parser.add_argument("--video", default=None, help="write the episodes to this .mp4 (needs moviepy)")
+    parser.add_argument("--video", default=None, help="write episode 0 to this .mp4")
     parser.add_argument("--trust_code", action="store_true",
                         help="allow importing the modules the file names (env module:Name, policy class, custom model)")
     args = parser.parse_args(argv)
@@ -33,8 +32,8 @@ def main(argv=None) -> int:
             raise DsacError(f"--episodes must be positive, got {args.episodes}")
         if not 0 <= args.seed < 2**32 - args.episodes:
             raise DsacError(f"--seed must be an integer in [0, 2^32 - episodes), got {args.seed}")
-        import gymnasium as gym
-
+        from dsac import video
+        from dsac.artifacts import atomic_write_bytes
         from dsac.envs import make_env
         from dsac.inference import load_policy
 
@@ -42,16 +41,13 @@ def main(argv=None) -> int:
         env_id = args.env or policy.env_id
         env_kwargs = {} if args.env else policy.env_kwargs  # the file's env, unless overridden
         flatten = policy.flatten_obs
+        if args.video:
+            if os.path.isdir(args.video) or not os.access(os.path.dirname(os.path.abspath(args.video)), os.W_OK):
+                raise DsacError(f"--video {args.video}: not a file path this user can write")
+            video.prepare_headless_rendering()
         if args.video or args.render:
             env = make_env(env_id, {**env_kwargs, "render_mode": "rgb_array" if args.video else "human"}, flatten,
                            policy.atari)
-            if args.video:
-                try:
-                    import moviepy  # noqa: F401
-                except ImportError:
-                    raise DsacError("--video needs moviepy: pip install moviepy") from None
-                folder = tempfile.mkdtemp(prefix="dsac-video-")
-                env = gym.wrappers.RecordVideo(env, folder, episode_trigger=lambda _: True, name_prefix="episode")
         else:
             env = make_env(env_id, env_kwargs, flatten, policy.atari)
         if env.observation_space.shape != policy.observation_space.shape:
@@ -60,23 +56,29 @@ def main(argv=None) -> int:
                 f"{policy.observation_space.shape}"
             )
         returns = []
+        frames = video.Frames() if args.video else None
         for j in range(args.episodes):
             obs, _ = env.reset(seed=args.seed + j)
+            if j == 0 and frames is not None:
+                frames.take(env)
             total, done = 0.0, False
             while not done:
                 obs, reward, terminated, truncated, _ = env.step(policy(obs, explore=args.explore))
                 total += float(reward)
                 done = terminated or truncated
+                if j == 0 and frames is not None:
+                    frames.take(env)
             returns.append(total)
             print(f"episode {j}: return {total:.2f}")
         env.close()
         std = statistics.pstdev(returns) if len(returns) > 1 else 0.0
         print(f"mean return over {len(returns)} episodes: {statistics.fmean(returns):.2f} +- {std:.2f}")
         if args.video:
-            clips = sorted(f for f in os.listdir(folder) if f.endswith(".mp4"))
-            if clips:
-                os.replace(os.path.join(folder, clips[0]), args.video)
-                print(f"video of episode 0 in {args.video} (all episodes in {folder})")
+            data, error = video.finish(frames)
+            if error:
+                raise DsacError(f"--video: {env_id} could not be recorded: {error}")
+            atomic_write_bytes(args.video, data)
+            print(f"video of episode 0 in {args.video}")
     except DsacError as exc:
         print(f"infer: error: {exc}", file=sys.stderr)
         return 2

@@ -1,7 +1,9 @@
 """The whole system on real Ray, TensorFlow and gymnasium: SAC learns Pendulum."""
 
 import json
+import os
 
+import imageio.v2 as imageio
 import pytest
 
 from dsac.artifacts import load_weights
@@ -14,7 +16,7 @@ from dsac.inference import load_policy
 def test_distributed_sac_learns_pendulum(ray_local, tmp_path):
     config = Config(
         env="Pendulum-v1", num_workers=4, seed=0, total_env_steps=8_000, stop_return=-400.0,
-        eval_every=1_000, eval_episodes=5, output_dir=str(tmp_path / "run"), log_every=30.0,
+        eval_every=1_000, eval_episodes=5, output_dir=str(tmp_path / "run"), log_every=30.0, video_every=2,
     ).validate()
     summary = run(config)
     lines = [json.loads(x) for x in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
@@ -39,6 +41,16 @@ def test_distributed_sac_learns_pendulum(ray_local, tmp_path):
     returns = evaluate(lambda obs: policy(obs), "Pendulum-v1", best["eval_episodes"], best["eval_seed"])
     assert returns.mean() == pytest.approx(best["eval_return_mean"], abs=1e-6)
     assert best["eval_return_mean"] == max(line["eval_return_mean"] for line in lines)
+    # The evaluator recorded episode 0 of every 2nd evaluation (and the final one), read back
+    # with the library that wrote them: a frame per step and the reset's, at Pendulum's 500x500.
+    videos = sorted(os.listdir(tmp_path / "run" / "videos"))
+    assert "best.mp4" in videos and len(videos) >= 2, videos
+    assert all(name == "best.mp4" or int(name.removesuffix(".mp4")) in {line["env_steps"] for line in lines}
+               for name in videos), (videos, lines)
+    reader = imageio.get_reader(str(tmp_path / "run" / "videos" / "best.mp4"))
+    shapes = [frame.shape for frame in reader]
+    reader.close()
+    assert len(shapes) == 201 and set(shapes) == {(500, 500, 3)}, (len(shapes), set(shapes))
 
 
 def test_apex_dqn_with_prioritized_replay_learns_cartpole(ray_local, tmp_path):

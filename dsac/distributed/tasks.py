@@ -17,6 +17,7 @@ import time
 import numpy as np
 import ray
 
+from dsac import video
 from dsac.atari import AtariSettings
 from dsac.distributed.actors import REGROUP
 from dsac.distributed.topology import describe_process
@@ -590,13 +591,18 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_bo
     weights = WeightsClient(ps, policy, board=weights_board)
     next_eval, evaluated_version, count = config.eval_every, 0, 0
 
-    def run_evaluation():
+    if config.video_every:
+        video.prepare_headless_rendering()
+
+    def run_evaluation(final: bool = False):
         started = time.monotonic()
+        frames = video.Frames() if video.wanted(config.video_every, count + 1, final) else None
         returns = evaluate(
             lambda obs: policy.compute_actions(obs, explore=False), config.env, config.eval_episodes, seed,
             config.env_kwargs, config.flatten_obs, AtariSettings.from_config(config),
-            env_crash_handler(ps, "evaluator", config.env_restarts),
+            env_crash_handler(ps, "evaluator", config.env_restarts), frames,
         )
+        mp4, video_error = video.finish(frames)
         # Waited for: the final report must reach the parameter server before this task ends.
         ray.get(ps.report_eval.remote(Evaluation(
             env_steps=int(weights.report.env_steps),
@@ -607,6 +613,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_bo
             eval_returns=[float(r) for r in returns],
             eval_seconds=time.monotonic() - started,
             weights=policy.get_weights(),  # the driver keeps the best as best_weights.pkl
+            video=mp4, video_error=video_error,
         )))
 
     while True:
@@ -627,6 +634,6 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_bo
     weights.take(ray.get(ps.pull.remote(weights.version)))  # the server's own: a board may be behind
     weights.close()
     if policy.has_weights and weights.version != evaluated_version:
-        run_evaluation()
+        run_evaluation(final=True)
         count += 1
     return count

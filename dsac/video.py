@@ -1,0 +1,91 @@
+"""Evaluation videos: one episode's frames, rendered by the evaluator (never by the learner or
+the rollout workers), encoded as mp4 with imageio and the ffmpeg that imageio-ffmpeg ships.
+
+    frames = Frames()                          # given to dsac.evaluation.evaluate(...)
+    data = encode_mp4(frames.images, frames.fps)
+
+An env that cannot render (no ``rgb_array`` mode, a headless MuJoCo without a GL backend) leaves
+``Frames.error`` set to one line saying why; the evaluation itself goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+
+def prepare_headless_rendering() -> None:
+    """MuJoCo renders off-screen through EGL where no display is named (its default, GLFW,
+    needs one); set before the first MuJoCo env of the process is made."""
+    if not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")
+        os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+
+
+class Frames:
+    """The frames of one episode, taken with ``env.render()`` after its reset and each step."""
+
+    def __init__(self):
+        self.images: list[np.ndarray] = []
+        self.fps: float = 30.0
+        self.error: str | None = None
+
+    def take(self, env) -> None:
+        if self.error is not None:
+            return
+        try:
+            image = env.render()
+        except Exception as exc:  # noqa: BLE001 - any renderer failure: no video, one line
+            self.fail(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
+            return
+        if not (isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] in (3, 4)):
+            self.fail(f"render() gave {type(image).__name__}, not an RGB image")
+            return
+        if not self.images:
+            self.fps = float(getattr(env, "metadata", {}).get("render_fps") or 30.0)
+        self.images.append(np.ascontiguousarray(image[..., :3], dtype=np.uint8))
+
+    def fail(self, reason: str) -> None:
+        self.error, self.images = reason, []
+
+
+def encode_mp4(images: list[np.ndarray], fps: float) -> bytes:
+    """H.264 in mp4, every frame at its own size (no padding to a macro block; 4:4:4 chroma
+    when a side is odd, which 4:2:0 cannot hold)."""
+    import imageio.v2 as imageio
+
+    height, width = images[0].shape[:2]
+    pixels = "yuv420p" if height % 2 == 0 and width % 2 == 0 else "yuv444p"
+    with tempfile.TemporaryDirectory(prefix="dsac-video-") as folder:
+        path = os.path.join(folder, "episode.mp4")
+        writer = imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=1, pixelformat=pixels,
+                                    ffmpeg_log_level="error")
+        try:
+            for image in images:
+                writer.append_data(image)
+        finally:
+            writer.close()
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def wanted(video_every: int, number: int, final: bool = False) -> bool:
+    """Whether evaluation ``number`` (counted from 1) records a video: every ``video_every``-th
+    and the final one (``--video_every``; 0: none)."""
+    return bool(video_every) and (final or number % video_every == 0)
+
+
+def finish(frames: Frames | None) -> tuple[bytes | None, str | None]:
+    """``(mp4 bytes, None)``, or ``(None, why not)``, or ``(None, None)`` when nothing was asked."""
+    if frames is None:
+        return None, None
+    if frames.error is None and not frames.images:
+        frames.fail("the episode gave no frames")
+    if frames.error is not None:
+        return None, frames.error
+    try:
+        return encode_mp4(frames.images, frames.fps), None
+    except Exception as exc:  # noqa: BLE001 - an encoder failure costs the video, not the run
+        return None, f"encoding failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"

@@ -1,0 +1,58 @@
+"""Evaluation videos (--video_every): real runs write real mp4 files, read back with the same
+library (imageio): one frame per step of evaluation episode 0 plus its reset, at the env's own
+render size; an env that cannot render costs the video (one warning), not the run."""
+
+import os
+import subprocess
+import sys
+
+import imageio.v2 as imageio
+from conftest import REPO_ROOT
+
+
+def launch(args, tmp_path, timeout=300):
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
+    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "launch.py"), *args, "--output_dir",
+                           str(tmp_path / "run"), "--no-tensorboard", "--no-progress_bar"],
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=str(tmp_path))
+
+
+def frames_of(path):
+    reader = imageio.get_reader(path)
+    try:
+        return [frame.shape for frame in reader]
+    finally:
+        reader.close()
+
+
+def test_pendulum_evaluations_are_recorded_at_the_envs_render_size(tmp_path):
+    """The serial runner; the distributed evaluator's videos: test_integration's Pendulum run."""
+    proc = launch(["--local", "--env", "Pendulum-v1", "--total_env_steps", "1000", "--eval_every", "500",
+                   "--eval_episodes", "1", "--video_every", "2", "--fcnet_hiddens", "16", "16"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    videos = tmp_path / "run" / "videos"
+    names = sorted(os.listdir(videos))
+    # The 2nd evaluation (1,000 env steps) and the final one when it is another; the best of them.
+    assert "1000.mp4" in names and "best.mp4" in names and "500.mp4" not in names, names
+    for name in names:
+        shapes = frames_of(str(videos / name))
+        assert len(shapes) == 201 and set(shapes) == {(500, 500, 3)}, (name, len(shapes), set(shapes))
+    # scripts/infer.py --video: the saved policy's episode 0, the same way.
+    out = tmp_path / "episode.mp4"
+    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "scripts", "infer.py"), str(tmp_path / "run" / "weights.pkl"),
+                           "--episodes", "2", "--video", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and f"video of episode 0 in {out}" in proc.stdout, proc.stderr[-2000:]
+    shapes = frames_of(str(out))
+    assert len(shapes) == 201 and set(shapes) == {(500, 500, 3)}, (len(shapes), set(shapes))
+
+
+def test_an_env_that_cannot_render_costs_the_video_not_the_run(tmp_path):
+    proc = launch(["--local", "--env", "examples.catch:Catch", "--algo", "dqn", "--total_env_steps", "600",
+                   "--eval_every", "200", "--eval_episodes", "1", "--video_every", "1", "--learning_starts", "100"],
+                  tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warnings = [line for line in (proc.stdout + proc.stderr).splitlines() if "no evaluation video:" in line]
+    assert len(warnings) == 1 and "examples.catch:Catch" in warnings[0], warnings
+    assert not (tmp_path / "run" / "videos").exists()
+    assert (tmp_path / "run" / "weights.pkl").exists()
