@@ -1,18 +1,20 @@
-"""The sweep that chose dsac's defaults for vector observations: a few candidate settings per
-algorithm, each run as a user runs it (``launch.py``, the distributed system, the rollout
-workers of the benchmark's command) on every task for a short wall-clock budget, judged by the
-wall-clock seconds to a fixed fraction of the best return any candidate reached on that task.
+"""The sweep that chose dsac's defaults for vector observations, run as Ray Tune trials
+(:mod:`dsac.tune`): a few candidate settings per algorithm, each a distributed trial as users
+run ``launch.py`` (2 rollout workers for SAC, 4 for DQN), several seeds per candidate, one trial
+at a time, on every task for a short wall-clock budget; judged by the wall-clock seconds to a
+fixed fraction of the best return any candidate reached on that task.
 
-    python scripts/sweep.py                       # ~40 minutes on 2 cores, 1 seed
-    python scripts/sweep.py --algos dqn --seeds 2 --json sweep.json
+    python scripts/sweep.py                                   # both algorithms, 2 seeds: ~2 hours on 2 cores
+    python scripts/sweep.py --algos dqn --seeds 0 1 2 --json sweep.json
 
-Score of a candidate on a task: seconds from process start to the first evaluation at or above
-``lo + FRACTION * (best - lo)``, where ``best`` is the best evaluation any candidate reached on
-the task and ``lo`` the first evaluation's return (the untrained policy). A candidate that never
-gets there is charged twice the task's budget. A candidate's overall score is the geometric
-mean over tasks of its time divided by the fastest candidate's time on that task (1.0: fastest
-everywhere). Hopper-v5 needs ``gymnasium[mujoco]`` (``requirements-bench.txt``); a task whose env
-is missing is skipped with a line saying so.
+Score of a candidate on a task: seconds from its trainer's start to the first evaluation at or
+above ``lo + FRACTION * (best - lo)``, where ``best`` is the best evaluation any candidate
+reached on the task and ``lo`` the first evaluation's return (the untrained policy), median
+over seeds. A seed that never gets there is charged twice the task's budget. A candidate's
+overall score is the geometric mean over tasks of its time divided by the fastest candidate's
+time on that task (1.00: fastest everywhere). Hopper-v5 needs ``gymnasium[mujoco]``
+(``requirements-bench.txt``); a task whose env is missing is skipped with a line saying so.
+Each trial's Tune results and dsac output stay under ``--storage_path``.
 """
 
 from __future__ import annotations
@@ -34,19 +36,19 @@ TASKS = {
             ("Hopper-v5", 240, 300_000, 5_000)],
     "dqn": [("CartPole-v1", 75, 100_000, 2_000), ("Acrobot-v1", 75, 100_000, 2_000)],
 }
-# Candidates: settings in harness.SETTING_KEYS (anything not named keeps dsac's default).
+# Candidates: launch.py flags (anything not named keeps dsac's default).
 CANDIDATES = {
     "sac": {
-        "2x256 (before)": {"hidden": [256, 256]},
-        "2x128": {"hidden": [128, 128]},
-        "2x64": {"hidden": [64, 64]},
+        "2x256": {"fcnet_hiddens": [256, 256]},
+        "2x128": {"fcnet_hiddens": [128, 128]},
+        "2x64": {"fcnet_hiddens": [64, 64]},
     },
     "dqn": {
-        "2x256 u0.5 (before)": {"hidden": [256, 256], "updates_per_step": 0.5},
-        "2x256 u1": {"hidden": [256, 256], "updates_per_step": 1.0},
-        "2x64 u0.5": {"hidden": [64, 64], "updates_per_step": 0.5},
-        "2x64 u1": {"hidden": [64, 64], "updates_per_step": 1.0},
-        "2x64 u1 lr2.3e-3": {"hidden": [64, 64], "updates_per_step": 1.0, "lr": 2.3e-3},
+        "2x256 u0.5": {"fcnet_hiddens": [256, 256], "updates_per_step": 0.5},
+        "2x256 u1": {"fcnet_hiddens": [256, 256], "updates_per_step": 1.0},
+        "2x64 u0.5": {"fcnet_hiddens": [64, 64], "updates_per_step": 0.5},
+        "2x64 u1": {"fcnet_hiddens": [64, 64], "updates_per_step": 1.0},
+        "2x64 u1 lr2.3e-3": {"fcnet_hiddens": [64, 64], "updates_per_step": 1.0, "lr": 2.3e-3},
     },
 }
 
@@ -60,6 +62,29 @@ def env_available(env_id: str) -> bool:
     except Exception as e:  # noqa: BLE001 - any failure to build means: not here
         print(f"skipping {env_id}: {str(e).splitlines()[0]}", file=sys.stderr)
         return False
+
+
+def trial_space(algo: str, env: str, budget: float, cap: int, every: int, flags: dict, seeds: list[int]) -> dict:
+    """The dsac-tune space of one candidate on one task: a distributed trial per seed."""
+    from dsac.tune.space import parse_space
+
+    return parse_space({"algo": algo, "env": env, "num_workers": harness.WORKERS[algo], **flags,
+                        "seed": {"grid": list(seeds)}, "max_seconds": budget, "total_env_steps": cap,
+                        "eval_every": every, "checkpoint_every": 3600, "log_every": 600})
+
+
+def run_candidate(space: dict, storage_path: str, name: str) -> list[dict]:
+    """One Tune experiment (one trial at a time); each seed's evaluations as
+    {seed, points: [{env_steps, updates, wall_s, return}], error}."""
+    from dsac.tune.cli import search
+
+    runs = []
+    for result in search(space, storage_path=storage_path, name=name, max_concurrent=1, verbose=0):
+        output = (result.metrics or {}).get("dsac_output_dir") or os.path.join(result.path, "dsac")
+        runs.append({"seed": result.config.get("seed"),
+                     "points": harness._read_progress(os.path.join(output, "progress.jsonl")),
+                     "error": None if result.error is None else str(result.error).strip().splitlines()[-1]})
+    return sorted(runs, key=lambda r: r["seed"])
 
 
 def score(runs: dict, budget: float) -> dict:
@@ -76,37 +101,53 @@ def score(runs: dict, budget: float) -> dict:
         for r in rs:
             hit = harness.first_reaching(r["points"], target)
             times.append(hit["wall_s"] if hit else 2 * budget)
-        out[name] = {"target": target, "seconds": harness.spread(times)[0], "best": best}
+        median, low, high = harness.spread(times)
+        out[name] = {"target": target, "seconds": median, "low": low, "high": high, "best": best}
     return out
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algos", nargs="+", choices=sorted(TASKS), default=sorted(TASKS))
-    parser.add_argument("--seeds", type=int, default=1)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[2],
+                        help="one number N: seeds 0..N-1; several numbers: those seeds")
     parser.add_argument("--candidates", nargs="+", help="run only these candidates (names as in CANDIDATES)")
+    parser.add_argument("--envs", nargs="+", help="run only these tasks' envs")
     parser.add_argument("--json", default="sweep.json")
+    parser.add_argument("--storage_path", default=os.path.abspath("sweep_results"))
+    parser.add_argument("--report", action="store_true", help="print the table of --json and exit")
     args = parser.parse_args(argv)
-    results: dict = {}
+    if args.report:
+        print(report(json.load(open(args.json))))
+        return 0
+    import ray
+
+    from dsac.tune.trainable import resource_bundles
+
+    seeds = harness.seed_list(args.seeds)
+    # A local Ray just large enough for one trial of the largest: trials run one after another.
+    trial_cpus = max(sum(b.get("CPU", 0) for b in resource_bundles({"algo": a, "num_workers": harness.WORKERS[a]}))
+                     for a in args.algos)
+    ray.init(num_cpus=math.ceil(trial_cpus), include_dashboard=False, log_to_driver=False)
+    results: dict = json.load(open(args.json)) if os.path.exists(args.json) else {}
     for algo in args.algos:
         for env, budget, cap, every in TASKS[algo]:
-            if not env_available(env):
+            if (args.envs and env not in args.envs) or not env_available(env):
                 continue
             runs = results.setdefault(algo, {}).setdefault(env, {"budget": budget, "runs": {}})["runs"]
-            for seed in range(args.seeds):
-                for name, settings in CANDIDATES[algo].items():
-                    if args.candidates and name not in args.candidates:
-                        continue
-                    flags = harness.dsac_flags(algo, settings) + ["--num_workers", str(harness.WORKERS[algo]),
-                                                                   "--max_seconds", str(budget)]
-                    run = harness.run_dsac(flags, env, seed, cap, every, timeout=budget + 180)
-                    runs.setdefault(name, []).append(run)
-                    last = run["points"][-1] if run["points"] else {}
-                    print(f"{algo} {env} {name} seed {seed}: {len(run['points'])} evaluations, last "
+            for name, flags in CANDIDATES[algo].items():
+                if args.candidates and name not in args.candidates:
+                    continue
+                space = trial_space(algo, env, budget, cap, every, flags, seeds)
+                slug = f"{algo}-{env}-{name}".replace(" ", "_").replace("/", "_")
+                runs[name] = run_candidate(space, args.storage_path, slug)
+                for r in runs[name]:
+                    last = r["points"][-1] if r["points"] else {}
+                    print(f"{algo} {env} {name} seed {r['seed']}: {len(r['points'])} evaluations, last "
                           f"{last.get('return', '-')} at {last.get('env_steps', '-')} env steps"
-                          + (f" ERROR {run['error']}" if run["error"] else ""), file=sys.stderr, flush=True)
-                    with open(args.json, "w") as f:
-                        json.dump(results, f)
+                          + (f" ERROR {r['error']}" if r["error"] else ""), file=sys.stderr, flush=True)
+                with open(args.json, "w") as f:
+                    json.dump(results, f)
     print(report(results))
     return 0
 
@@ -116,9 +157,10 @@ def report(results: dict) -> str:
     for algo, tasks in results.items():
         scores = {env: score(t["runs"], t["budget"]) for env, t in tasks.items()}
         names = [n for n in CANDIDATES[algo] if any(n in t["runs"] for t in tasks.values())]
+        seeds = max((len(rs) for t in tasks.values() for rs in t["runs"].values()), default=0)
         lines += [f"\n### {algo}: seconds to {FRACTION:.0%} of the best return in the sweep (from the first "
-                  "evaluation's)", "", "| candidate | " + " | ".join(
-                      f"{env} (→ {s[names[0]]['target']:.0f})" if s else env for env, s in scores.items())
+                  f"evaluation's), median (range) of {seeds} seeds", "", "| candidate | " + " | ".join(
+                      f"{env} (→ {next(iter(s.values()))['target']:.0f})" if s else env for env, s in scores.items())
                   + " | geometric mean vs fastest |", "|---|" + "---|" * (len(scores) + 1)]
         for name in names:
             cells, ratios = [], []
@@ -129,7 +171,8 @@ def report(results: dict) -> str:
                 fastest = min(v["seconds"] for v in s.values())
                 ratios.append(s[name]["seconds"] / fastest)
                 reached = s[name]["seconds"] < 2 * tasks[env]["budget"]
-                cells.append(f"{s[name]['seconds']:.0f} s" if reached else "not reached")
+                cells.append(f"{s[name]['seconds']:.0f} s ({s[name]['low']:.0f}–{s[name]['high']:.0f})" if reached
+                             else "not reached")
             gm = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else float("nan")
             lines.append(f"| {name} | " + " | ".join(cells) + f" | {gm:.2f} |")
     return "\n".join(lines)

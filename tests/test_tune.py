@@ -61,44 +61,61 @@ def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weight
     assert int(action) in (0, 1)
 
 
-@pytest.mark.parametrize("space, message", [
-    ({"env": "CartPole-v1", "lrr": {"grid": [1e-3]}}, "lrr"),
-    ({"env": "CartPole-v1", "lr": {"between": [1, 2]}}, "unknown kind 'between'"),
-    ({"env": "CartPole-v1", "lr": {"loguniform": [0, 1]}}, "low > 0"),
-    ({"env": "NoSuchEnv-v9", "lr": {"grid": [1e-3]}}, "NoSuchEnv-v9"),
+@pytest.mark.parametrize("space, options, message", [
+    ({"env": "CartPole-v1", "lrr": {"grid": [1e-3]}}, [], "lrr"),
+    ({"env": "CartPole-v1", "lr": {"between": [1, 2]}}, [], "unknown kind 'between'"),
+    ({"env": "CartPole-v1", "lr": {"loguniform": [0, 1]}}, [], "low > 0"),
+    ({"env": "CartPole-v1", "lr": "linear(1e-3, 0, 2)"}, [], "its fraction must be in (0, 1]"),
+    ({"env": "NoSuchEnv-v9", "lr": {"grid": [1e-3]}}, [], "NoSuchEnv-v9"),
+    ({"env": "CartPole-v1", "max_seconds": 100}, ["--scheduler", "asha", "--time_attr", "time_total_s",
+                                                 "--grace_period", "100"], "is not below the trials' budget 100"),
+    ({"env": "CartPole-v1"}, ["--address", "127.0.0.1:9"], "nothing answers at Ray address 127.0.0.1:9"),
 ])
-def test_a_bad_space_is_one_line_and_exit_2_before_ray_starts(tmp_path, space, message):
+def test_a_bad_space_is_one_line_and_exit_2_before_ray_starts(tmp_path, space, options, message):
     path = tmp_path / "space.yaml"
     path.write_text(yaml.safe_dump(space))
-    proc = tune_command(["--space", str(path), "--storage_path", str(tmp_path / "tr")], tmp_path, timeout=120)
+    proc = tune_command(["--space", str(path), "--storage_path", str(tmp_path / "tr"), *options], tmp_path, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr, (proc.stdout[-2000:], proc.stderr[-2000:])
+    if "max_seconds" in space:  # and no step budget: the algorithm's default also stops a trial, and it says so
+        assert "whichever comes first: set total_env_steps to lift it" in proc.stdout, proc.stdout
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert "Started a local Ray" not in proc.stdout + proc.stderr
 
 
-def test_pbt_exploit_continues_the_donors_training_state(tmp_path):
-    """Population Based Training over two local trials: when a trial exploits the other, it is
-    restored from the donor's checkpoint (Trainer.save's full state) and its update count
-    carries on from the donor's, in a new dsac output directory beside its first."""
+def test_pbt_over_distributed_trials_continues_the_donors_training_state(tmp_path):
+    """Population Based Training over two distributed trials (1 rollout worker each, side by
+    side on a local Ray of 7 logical CPUs): when a trial exploits the other, it is restored from
+    the donor's checkpoint (Trainer.save's full state) in a new dsac output directory beside its
+    first, and its update and env-step counts carry on from the donor's at that checkpoint."""
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump({
-        "env": "CartPole-v1", "algo": "dqn", "local": True, "lr": {"loguniform": [1e-4, 3e-3]},
+        "env": "CartPole-v1", "algo": "dqn", "num_workers": 1, "lr": {"loguniform": [1e-4, 3e-3]},
         "steps_per_iteration": 1000, "eval_every": 1000, "eval_episodes": 2, "learning_starts": 500,
         "fcnet_hiddens": [32, 32],
     }))
-    proc = tune_command(["--space", str(space), "--scheduler", "pbt", "--num_samples", "2", "--total_env_steps", "5000",
-                         "--storage_path", str(tmp_path / "tr")], tmp_path)
+    proc = tune_command(["--space", str(space), "--scheduler", "pbt", "--num_samples", "2", "--total_env_steps", "4000",
+                         "--num_cpus", "7", "--storage_path", str(tmp_path / "tr")], tmp_path)
+    out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, (proc.stdout[-3000:], proc.stderr[-3000:])
-    assert "[Exploit] Cloning trial" in proc.stderr + proc.stdout
-    restored = 0
+    assert "so 2 at once" in out, out[-3000:]
+    assert "[Exploit] Cloning trial" in out, out[-3000:]
+    rows = {}
     for result_file in (tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*/result.json"):
-        rows = [json.loads(line) for line in result_file.read_text().splitlines()]
-        for before, after in itertools.pairwise(rows):
-            if after["dsac_output_dir"] != before["dsac_output_dir"]:  # a new process of this trial
-                restored += 1
-                # It continues from a checkpoint: counters carry on from there (not from zero).
-                assert after["env_steps"] > 1000 and after["updates"] > after["env_steps"] - 1000 - 500, (before, after)
-    assert restored >= 1
+        rows[result_file.parent] = [json.loads(line) for line in result_file.read_text().splitlines()]
+    exploited = 0
+    for trial_dir, trial_rows in rows.items():
+        for before, after in itertools.pairwise(trial_rows):
+            if after["dsac_output_dir"] == before["dsac_output_dir"]:
+                continue  # the same process
+            # A new process of this trial, beside its first, continued from a checkpoint taken at
+            # the iteration before: its own (a pause) or, when exploiting, the other trial's.
+            assert os.path.dirname(after["dsac_output_dir"]) == os.path.dirname(before["dsac_output_dir"])
+            source = next((d for d in rows if d.name in after["dsac_restored_from"]), None)
+            assert source is not None, (after["dsac_restored_from"], list(rows))
+            at = next(r for r in rows[source] if r["training_iteration"] == after["training_iteration"] - 1)
+            assert after["updates"] > at["updates"] > 0 and after["env_steps"] > at["env_steps"], (at, after)
+            exploited += source != trial_dir
+    assert exploited >= 1, rows
 
 
 def test_distributed_trials_ask_for_all_their_roles_and_wait_when_the_cluster_is_full(tmp_path):

@@ -40,8 +40,7 @@ def connect_ray(config: Config) -> bool:
             # Joining: the cluster's resources are what they are — no num_cpus/num_gpus here.
             # A `ray job submit` driver already ships its working dir; any other driver ships
             # the dsac package so tasks on other nodes can import it.
-            in_job = in_ray_job()
-            ray.init(address=address, runtime_env=None if in_job else {"py_modules": [dsac, *user_env_modules(config)]})
+            ray.init(address=address, runtime_env=code_for_the_cluster(config))
         else:
             roots = [REPO_ROOT, *(package_root(m) for m in user_env_modules(config)), os.environ.get("PYTHONPATH")]
             pythonpath = os.pathsep.join(p for p in roots if p)
@@ -93,6 +92,12 @@ def start_local_ray(pythonpath: str) -> None:
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = before
+
+
+def code_for_the_cluster(config: Config) -> dict | None:
+    """The ``runtime_env`` of a driver joining a cluster: the dsac package and the user's env
+    module travel to every node (a ``ray job submit`` driver's working dir already does)."""
+    return None if in_ray_job() else {"py_modules": [dsac, *user_env_modules(config)]}
 
 
 def user_env_modules(config: Config) -> list:

@@ -15,6 +15,7 @@ import os
 import sys
 
 from dsac.errors import DsacError
+from dsac.tune.trainable import METRIC
 
 log = logging.getLogger("dsac")
 
@@ -25,7 +26,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "{grid|choice|uniform|loguniform: ...}")
     parser.add_argument("--num_samples", type=int, default=1, help="samples of the space (each grid point this often)")
     parser.add_argument("--scheduler", choices=("fifo", "asha", "pbt"), default="fifo")
-    parser.add_argument("--metric", default="eval_return_mean", help="the result key maximized")
+    parser.add_argument("--time_attr", default="training_iteration",
+                        choices=("training_iteration", "time_total_s", "timesteps_total"),
+                        help="what ASHA's rungs and PBT's perturbation interval count: iterations, a "
+                        "trial's seconds or its env steps")
+    parser.add_argument("--grace_period", type=float, default=2,
+                        help="ASHA: a trial's first rung, in --time_attr units")
+    parser.add_argument("--reduction_factor", type=float, default=2,
+                        help="ASHA: 1 in this many trials goes on at each rung")
+    parser.add_argument("--perturbation_interval", type=float, default=2,
+                        help="PBT: --time_attr units between exploits")
+    parser.add_argument("--metric", default=METRIC, help="the result key maximized")
     parser.add_argument("--max_seconds", type=float, help="each trial's wall-clock budget")
     parser.add_argument("--total_env_steps", type=int, help="each trial's env-step budget")
     parser.add_argument("--max_concurrent", type=int, default=0, help="trials at once (0: as many as fit)")
@@ -38,20 +49,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def scheduler_for(name: str, space: dict):
+def scheduler_for(name: str, space: dict, time_attr: str = "training_iteration", grace_period: float = 2,
+                  reduction_factor: float = 2, perturbation_interval: float = 2):
+    """Tune's scheduler ``name`` (``fifo``: None) over ``space``, counting ``time_attr``. ASHA's
+    last rung is the trials' own budget in that unit where the space fixes it
+    (``max_seconds`` for ``time_total_s``, ``total_env_steps`` for ``timesteps_total``)."""
     from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
 
     from dsac.tune.space import mutations
 
+    if min(grace_period, perturbation_interval) <= 0 or reduction_factor <= 1:
+        raise DsacError("--grace_period and --perturbation_interval must be positive and --reduction_factor above 1")
     if name == "asha":
-        return ASHAScheduler(time_attr="training_iteration", grace_period=2, reduction_factor=2)
+        budget = {"time_total_s": "max_seconds", "timesteps_total": "total_env_steps"}.get(time_attr)
+        kind, value = space.get(budget, ("grid", None))
+        max_t = value if kind is None and value else 10**12  # no hidden cap (Tune's default is 100)
+        if grace_period >= max_t:
+            raise DsacError(f"--grace_period {grace_period:g} is not below the trials' budget {max_t:g} ({budget})")
+        return ASHAScheduler(time_attr=time_attr, grace_period=grace_period, reduction_factor=reduction_factor,
+                             max_t=max_t)
     if name == "pbt":
         if not mutations(space):
             raise DsacError("--scheduler pbt needs at least one choice/uniform/loguniform entry in --space to mutate")
         # Synchronous: every trial reaches the perturbation point before the lower ones clone
         # the upper ones' checkpoints (asynchronous PBT skips an exploit whose donor has not
         # saved at its own point yet, which on a small population is most of them).
-        return PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=2,
+        return PopulationBasedTraining(time_attr=time_attr, perturbation_interval=perturbation_interval,
                                        hyperparam_mutations=mutations(space), synch=True)
     return None
 
@@ -59,29 +82,76 @@ def scheduler_for(name: str, space: dict):
 def run(args) -> tuple[str, str]:
     """The search; returns the best config file's path and the best weights' path."""
     import ray
-    import yaml
-    from ray import tune
 
     from dsac.artifacts import check_writable_dir
-    from dsac.tune.space import read_space, tune_space
-    from dsac.tune.trainable import DsacTrainable
+    from dsac.tune.space import read_space
 
     budget = {k: v for k, v in (("max_seconds", args.max_seconds), ("total_env_steps", args.total_env_steps))
               if v is not None}
     space = read_space(args.space, budget)
-    scheduler = scheduler_for(args.scheduler, space)
+    warn_default_step_budget(space)
+    scheduler = scheduler_for(args.scheduler, space, args.time_attr, args.grace_period, args.reduction_factor,
+                              args.perturbation_interval)  # bad options: before Ray starts
     check_writable_dir(args.storage_path, "--storage_path")
     if args.num_cpus is not None and (args.address or args.num_cpus <= 0):
         raise DsacError("--num_cpus sizes a local Ray: a positive number, without --address")
     if not (args.address or os.environ.get("RAY_ADDRESS")):  # a local Ray: its size is known before it starts
         trial_fits(space, {"CPU": args.num_cpus or os.cpu_count() or 1})  # its GPUs: once it runs
-    ray.init(address=args.address, include_dashboard=False, num_cpus=args.num_cpus)
-    log_concurrency(space, {"GPU": 0.0, **ray.cluster_resources()}, args.max_concurrent)
+    address = args.address or os.environ.get("RAY_ADDRESS")
+    runtime_env = None
+    if address:  # dsac and the user's env module reach every node, as for a lone run
+        from dsac.config import Config
+        from dsac.distributed.cluster import check_reachable, code_for_the_cluster
+        from dsac.tune.space import first_values
+
+        check_reachable(address)
+        runtime_env = code_for_the_cluster(Config.from_dict(first_values(space)))
+    ray.init(address=args.address, include_dashboard=False, num_cpus=args.num_cpus, runtime_env=runtime_env)
+    results = search(space, scheduler=scheduler, metric=args.metric, num_samples=args.num_samples,
+                     storage_path=args.storage_path, name=args.name, max_concurrent=args.max_concurrent)
+    return write_best(results, args.metric, os.path.join(os.path.abspath(args.storage_path), args.name))
+
+
+def warn_default_step_budget(space: dict) -> None:
+    """A time budget without a step budget: say that the algorithm's default step budget also
+    stops each trial (as it stops a ``launch.py --max_seconds`` run)."""
+    from dsac.config import Config
+    from dsac.tune.space import first_values
+
+    if "max_seconds" in space and "total_env_steps" not in space:
+        steps = Config.from_dict(first_values(space)).validate().total_env_steps
+        log.warning("dsac-tune: each trial stops at max_seconds or at the algorithm's default total_env_steps "
+                    "(%d env steps), whichever comes first: set total_env_steps to lift it", steps)
+
+
+def search(space: dict, *, storage_path: str, name: str, scheduler=None, metric: str = METRIC,
+           num_samples: int = 1, max_concurrent: int = 0, verbose: int = 1):
+    """A Tune experiment of dsac trials over ``space`` (:func:`dsac.tune.space.parse_space`'s
+    form) on the Ray this process is connected to; returns Tune's ``ResultGrid``. A failed
+    trial is one warning line with dsac's message; the others go on.
+
+    :param space: ``{flag: (kind, argument)}``, kind None for a fixed value.
+    :param storage_path: where Tune writes results, checkpoints and each trial's dsac output.
+    :param name: the experiment's directory under ``storage_path``.
+    :param scheduler: a Tune scheduler (:func:`scheduler_for`), None for first in, first out.
+    :param metric: the result key maximized.
+    :param num_samples: samples of the space (each grid point this often).
+    :param max_concurrent: trials at once (0: as many as fit).
+    :param verbose: Tune's reporter (0: silent, 1: the table of trials).
+    """
+    import ray
+    from ray import tune
+
+    from dsac.tune.space import tune_space
+    from dsac.tune.trainable import DsacTrainable
+
+    log_concurrency(space, {"GPU": 0.0, **ray.cluster_resources()}, max_concurrent)
     tuner = tune.Tuner(
         DsacTrainable, param_space=tune_space(space),
-        tune_config=tune.TuneConfig(metric=args.metric, mode="max", num_samples=args.num_samples,
-                                    scheduler=scheduler, max_concurrent_trials=args.max_concurrent or None),
-        run_config=tune.RunConfig(name=args.name, storage_path=os.path.abspath(args.storage_path),
+        tune_config=tune.TuneConfig(metric=metric, mode="max", num_samples=num_samples,
+                                    scheduler=scheduler,
+                                    max_concurrent_trials=max_concurrent or None),
+        run_config=tune.RunConfig(name=name, storage_path=os.path.abspath(storage_path), verbose=verbose,
                                   checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=True, num_to_keep=2)),
     )
     results = tuner.fit()
@@ -89,11 +159,19 @@ def run(args) -> tuple[str, str]:
         if result.error is not None:
             line = str(result.error).strip().splitlines()[-1].removeprefix("dsac.errors.DsacError: ")
             log.warning("trial %s failed: %s", os.path.basename(result.path), line)
+    return results
+
+
+def write_best(results, metric: str, experiment_dir: str) -> tuple[str, str]:
+    """The best trial's flags as ``best_config.yaml`` in ``experiment_dir`` (a file
+    ``launch.py --config`` takes); returns its path and the best trial's weights' path."""
+    import yaml
+
     try:
-        best = results.get_best_result(metric=args.metric, mode="max", scope="last")
+        best = results.get_best_result(metric=metric, mode="max", scope="last")
     except RuntimeError:
-        raise DsacError(f"no trial reported {args.metric}: every trial failed") from None
-    config_path = os.path.join(os.path.abspath(args.storage_path), args.name, "best_config.yaml")
+        raise DsacError(f"no trial reported {metric}: every trial failed") from None
+    config_path = os.path.join(experiment_dir, "best_config.yaml")
     with open(config_path, "w") as f:
         yaml.safe_dump(dict(best.config), f, sort_keys=True)
     weights = os.path.join(best.metrics.get("dsac_output_dir") or os.path.join(best.path, "dsac"), "weights.pkl")

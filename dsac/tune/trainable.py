@@ -45,6 +45,7 @@ class DsacTrainable(tune.Trainable):
     def setup(self, config: dict) -> None:
         self.trainer: Trainer | None = None  # built at the first step, or by load_checkpoint
         self.last_eval: dict = {}
+        self.restored_from = ""  # the checkpoint this process continued from (PBT: maybe another trial's)
         Config.from_dict(self._values(config)).validate()  # bad flags fail the trial here, in one line
 
     def _values(self, flags: dict) -> dict:
@@ -78,7 +79,8 @@ class DsacTrainable(tune.Trainable):
                 break
         result = {k: v for k, v in result.items() if v is not None}
         return {**result, **self.last_eval, "timesteps_total": result["env_steps"],
-                "dsac_output_dir": self.trainer.output_dir, "done": self._finished(result)}
+                "dsac_output_dir": self.trainer.output_dir, "dsac_restored_from": self.restored_from,
+                "done": self._finished(result)}
 
     def _finished(self, result: dict) -> bool:
         """The trial's own budget (``total_env_steps``, ``max_seconds``, ``stop_return``) is spent."""
@@ -99,6 +101,7 @@ class DsacTrainable(tune.Trainable):
         if self.trainer is not None:
             self.trainer.stop()
         self.trainer = Trainer.restore(path, self._values(self.config), trust_code=True)
+        self.restored_from = os.path.abspath(path)
 
     def cleanup(self) -> None:
         if self.trainer is not None:
