@@ -38,7 +38,8 @@ def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weight
     assert last[0].startswith("best config: /") and last[1].startswith("best weights: /"), last
     config_path, weights_path = (line.split(": ", 1)[1] for line in last)
     failed = [line for line in proc.stdout.splitlines() if " failed: " in line]
-    assert len(failed) == 2 and all(line.endswith("failed: --lr must be a positive number, got -1.0") for line in failed)
+    assert len(failed) == 2 and all(line.endswith("failed: --lr must be a positive number (a schedule: start > 0, end >= 0), got -1.0")
+                                   for line in failed)
     trials = [d for d in (tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*") if (d / "result.json").exists()]
     assert len(trials) == 4
     seen = set()
