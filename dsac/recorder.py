@@ -149,11 +149,14 @@ class Recorder:
         if not ev.video:
             return
         folder = os.path.join(self.output_dir, "videos")
-        os.makedirs(folder, exist_ok=True)
-        atomic_write_bytes(os.path.join(folder, f"{ev.env_steps}.mp4"), ev.video)
-        if ev.eval_return_mean > self.best_video_return:
-            self.best_video_return = ev.eval_return_mean
-            atomic_write_bytes(os.path.join(folder, "best.mp4"), ev.video)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            atomic_write_bytes(os.path.join(folder, f"{ev.env_steps}.mp4"), ev.video)
+            if ev.eval_return_mean > self.best_video_return:
+                atomic_write_bytes(os.path.join(folder, "best.mp4"), ev.video)
+                self.best_video_return = ev.eval_return_mean
+        except OSError as exc:  # a full disk costs the video, not the run
+            log.warning("could not write an evaluation video in %s: %s", folder, exc.strerror or exc)
 
     def checkpoint(self, state: dict, weights: dict, version: int, counters: dict,
                    replay: list[dict] | None = None, run_dir: str | None = None) -> str:
