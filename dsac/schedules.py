@@ -35,10 +35,6 @@ class Linear:
     def __str__(self) -> str:
         return f"linear({self.start:g}, {self.end:g}" + (f", {self.fraction:g})" if self.fraction != 1.0 else ")")
 
-    def value(self, progress: float) -> float:
-        """The value at ``progress`` (0: the first update, 1: the run's last)."""
-        return self.end + (self.start - self.end) * max(0.0, 1.0 - progress / self.fraction)
-
 
 def parse(name: str, value) -> float | Linear:
     """``value`` (a number, or a schedule's text) as a float or a :class:`Linear`; anything else

@@ -95,11 +95,11 @@ def run(args) -> tuple[str, str]:
     check_writable_dir(args.storage_path, "--storage_path")
     if args.num_cpus is not None and (args.address or args.num_cpus <= 0):
         raise DsacError("--num_cpus sizes a local Ray: a positive number, without --address")
-    if not (args.address or os.environ.get("RAY_ADDRESS")):  # a local Ray: its size is known before it starts
-        trial_fits(space, {"CPU": args.num_cpus or os.cpu_count() or 1})  # its GPUs: once it runs
     address = args.address or os.environ.get("RAY_ADDRESS")
     runtime_env = None
-    if address:  # dsac and the user's env module reach every node, as for a lone run
+    if not address:  # a local Ray: its size is known before it starts
+        trial_fits(space, {"CPU": args.num_cpus or os.cpu_count() or 1})  # its GPUs: once it runs
+    else:  # dsac and the user's env module reach every node, as for a lone run
         from dsac.config import Config
         from dsac.distributed.cluster import check_reachable, code_for_the_cluster
         from dsac.tune.space import first_values

@@ -133,9 +133,10 @@ class SACLearner(CompiledUpdate):
         self.critic_variables = self.q1.trainable_variables + self.q2.trainable_variables
         if self.encoder is not None:  # trained by the critics' loss only
             self.critic_variables = self.critic_variables + self.encoder.trainable_variables
-        self.actor_optimizer = keras.optimizers.Adam(keras_learning_rate(config), epsilon=ADAM_EPSILON)
-        self.critic_optimizer = keras.optimizers.Adam(keras_learning_rate(config), epsilon=ADAM_EPSILON)
-        self.alpha_optimizer = keras.optimizers.Adam(keras_learning_rate(config), epsilon=ADAM_EPSILON)
+        rate = keras_learning_rate(config)  # a number, or a schedule each optimizer steps by its own count
+        self.actor_optimizer = keras.optimizers.Adam(rate, epsilon=ADAM_EPSILON)
+        self.critic_optimizer = keras.optimizers.Adam(rate, epsilon=ADAM_EPSILON)
+        self.alpha_optimizer = keras.optimizers.Adam(rate, epsilon=ADAM_EPSILON)
         self.actor_optimizer.build(self.actor.trainable_variables)
         self.critic_optimizer.build(self.critic_variables)
         self.alpha_optimizer.build([self.log_alpha])
