@@ -52,6 +52,9 @@ class AtariSettings:
         terminal_on_life_loss: training only: a lost life ends the episode for learning.
         clip_rewards: training only: rewards become their sign.
         sticky_actions: keep ALE v5's repeat-action probability (0.25); false sets it to 0.
+        preprocess_images: other envs (not ALE) whose observations are large uint8 frames get
+            ``framestack``, ``dim`` and ``grayscale`` too (:func:`wrap_image`); a weights file
+            written before this setting existed reads as false (its network saw raw frames).
     """
 
     framestack: int = 4
@@ -62,6 +65,7 @@ class AtariSettings:
     terminal_on_life_loss: bool = True
     clip_rewards: bool = True
     sticky_actions: bool = True
+    preprocess_images: bool = True
 
     @classmethod
     def from_config(cls, config) -> AtariSettings:
@@ -78,7 +82,7 @@ class AtariSettings:
             want = bool if names[key] in ("bool", bool) else int
             if not isinstance(value, want) or (want is int and isinstance(value, bool)):
                 raise DsacError(f"Atari preprocessing setting {key} must be {want.__name__}, got {value!r}")
-        return cls(**values).checked()
+        return cls(**{"preprocess_images": False, **values}).checked()
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -148,6 +152,40 @@ def wrap_atari(env: gym.Env, settings: AtariSettings, training: bool) -> gym.Env
         env = FireOnReset(env)
     if training and settings.clip_rewards:
         env = SignReward(env)
+    if settings.framestack > 1:
+        env = gym.wrappers.FrameStackObservation(env, settings.framestack, padding_type="reset")
+    return env
+
+
+def is_large_frame(space) -> bool:
+    """Whether observations of ``space`` are frames :func:`wrap_image` preprocesses: uint8
+    ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)`` with a shorter side of at least 72 pixels (the
+    size that gets the Nature encoder, :mod:`dsac.models.vision`). Smaller images (grid worlds,
+    MinAtar) are features more than pictures and are left as they are."""
+    from dsac.models.vision import LARGE_IMAGE_SIDE
+
+    shape = getattr(space, "shape", None) or ()
+    return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
+            and (len(shape) == 2 or (len(shape) == 3 and shape[2] in (1, 3)))
+            and min(shape[:2]) >= LARGE_IMAGE_SIDE)
+
+
+def wrap_image(env: gym.Env, settings: AtariSettings) -> gym.Env:
+    """An env with large frames (:func:`is_large_frame`, not ALE) preprocessed by gymnasium's
+    wrappers as Atari frames are: ``ResizeObservation`` to ``dim``x``dim``, RGB to one gray
+    channel (``GrayscaleObservation``) and the last ``framestack`` frames stacked, stack axis
+    first (``FrameStackObservation``), so replay stores each frame once. Other envs, and every
+    env when ``settings.preprocess_images`` is false, are returned as they are."""
+    if not settings.preprocess_images or not is_large_frame(env.observation_space):
+        return env
+    height, width = env.observation_space.shape[:2]
+    try:
+        if (height, width) != (settings.dim, settings.dim):
+            env = gym.wrappers.ResizeObservation(env, (settings.dim, settings.dim))
+    except gym.error.DependencyNotInstalled as exc:
+        raise DsacError(f"resizing image observations needs OpenCV: pip install opencv-python-headless ({exc})") from None
+    if settings.grayscale and env.observation_space.shape[-1:] == (3,) and len(env.observation_space.shape) == 3:
+        env = gym.wrappers.GrayscaleObservation(env)
     if settings.framestack > 1:
         env = gym.wrappers.FrameStackObservation(env, settings.framestack, padding_type="reset")
     return env

@@ -366,11 +366,13 @@ class Config:
     exploration_fraction: float = _f(0.1, "one worker: epsilon decays linearly over this fraction of the run (dqn)")
     final_epsilon: float = _f(0.02, "one worker: epsilon at the end of its decay (dqn)")
 
-    # --- Atari (ALE ids; see dsac/atari.py) ------------------------------------------------
+    # --- Frames: ALE ids, and other envs' large frames (see dsac/atari.py) -----------------
     framestack: int = _f(4, "frames stacked into one observation (RLlib's model key; true = 4, false = 1)",
                          cli_type=_cli_framestack)
     dim: int = _f(84, "side of the square frames in pixels (RLlib's model key)")
     grayscale: bool = _f(True, "one channel per frame instead of RGB (RLlib's model key)")
+    preprocess_images: bool = _f(True, "also resize, gray and stack other envs' large uint8 frames (side >= 72, "
+                                 "e.g. CarRacing-v3) as ALE's are; false: their raw frames")
     noop_max: int = _f(30, "at most this many no-op actions after each reset (a random count)")
     frame_skip: int = _f(4, "each action repeats this many frames, the last two max-pooled")
     terminal_on_life_loss: bool = _f(True, "training only: a lost life ends the episode for learning; "

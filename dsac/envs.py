@@ -10,7 +10,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from dsac.atari import AtariSettings, base_env_kwargs, is_atari, register_ale_envs, wrap_atari
+from dsac.atari import AtariSettings, base_env_kwargs, is_atari, register_ale_envs, wrap_atari, wrap_image
 from dsac.errors import DsacError, did_you_mean
 
 # Env namespaces that come with a package of their own, and the pip install that brings them.
@@ -29,7 +29,9 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
 
     An ALE (Atari) id gets DeepMind's preprocessing with ``atari``'s settings (default
     :class:`dsac.atari.AtariSettings`); ``training`` adds its training-only parts (life loss
-    as an episode end, clipped rewards). See :mod:`dsac.atari`.
+    as an episode end, clipped rewards). See :mod:`dsac.atari`. Another env whose observations
+    are large frames (CarRacing-v3's 96x96x3) gets the same resizing, grayscale and frame
+    stacking (:func:`dsac.atari.wrap_image`).
     """
     if not isinstance(env_id, str) or not env_id.strip():
         raise DsacError(f"--env must name an environment, got {env_id!r}")
@@ -63,6 +65,8 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
         raise DsacError(f"environment '{env_id}' failed to start: {one_line(exc)}") from None
     if is_atari(target):
         env = wrap_atari(env, atari, training)
+    else:
+        env = wrap_image(env, atari or AtariSettings())
     if flatten_obs and not is_flat_box(env.observation_space):
         env = gym.wrappers.FlattenObservation(env)
     return env

@@ -16,7 +16,7 @@ import numpy as np
 import psutil
 
 from dsac.artifacts import check_writable_dir, code_names, load_weights, read_checkpoint
-from dsac.atari import AtariSettings, is_atari_id
+from dsac.atari import AtariSettings, is_atari_id, is_large_frame
 from dsac.config import Config
 from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_line
 from dsac.errors import DsacError
@@ -76,6 +76,7 @@ def prepare(config: Config, local: bool = False) -> Prepared:
     finally:
         env.close()
     observation_space, action_space = env.observation_space, env.action_space
+    say_image_preprocessing(config, env)
     algorithm(config.algo).check_spaces(config.env, observation_space, action_space)
     obs = obs_input(observation_space)
     if obs.is_image:
@@ -97,6 +98,17 @@ def prepare(config: Config, local: bool = False) -> Prepared:
     if not config.resume and os.path.exists(os.path.join(output_dir, "progress.jsonl")):
         raise DsacError(f"--output_dir {output_dir} already holds a run: choose another directory")
     return Prepared(config, observation_space, action_space, output_dir, created, initial_weights)
+
+
+def say_image_preprocessing(config: Config, env) -> None:
+    """One log line when a non-ALE env's frames are preprocessed (:func:`dsac.atari.wrap_image`)."""
+    raw = env.unwrapped.observation_space
+    if is_atari_id(config.env) or raw == env.observation_space or not is_large_frame(raw):
+        return
+    log.info("%s's %s frames are preprocessed as ALE's: %s (--preprocess_images false for the raw frames)",
+             config.env, "x".join(map(str, raw.shape)),
+             f"{config.dim}x{config.dim}, {'gray' if config.grayscale else 'colour'}, {config.framestack} stacked "
+             f"-> observations {'x'.join(map(str, env.observation_space.shape))}")
 
 
 def with_image_defaults(config: Config, shape) -> Config:

@@ -71,7 +71,7 @@ def launch(*args, timeout=120, quiet_tf=True):
         (["--env", "no_such_module:Reach"], "cannot import module no_such_module"),
         (["--algo", "dqn", "--env", "Blackjack-v1"], "add --flatten_obs"),
         (["--env", "CarRacing-v3", "--conv_filters", "[[32, 8, 4], [64, 4, 2], [64, 11, 1]]"],
-         "conv_filters layer 2 (64 channels, kernel 11, stride 1) does not fit its 10x10 input"),
+         "conv_filters layer 2 (64 channels, kernel 11, stride 1) does not fit its 9x9 input"),
         (["--init_weights", "/nonexistent/weights.pkl"], "does not exist"),
         (["--learner_gpus", "1"], "but the Ray cluster has 0 GPUs: drop --learner_gpus"),
         (["--num_workers", "4", "--num_learners", "2", "--num_replay_shards", "1"], "fewer than --num_learners 2"),

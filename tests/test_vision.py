@@ -75,17 +75,16 @@ def test_dqn_learns_an_image_env_through_the_conv_encoder(tmp_path):
 
 
 def test_sac_on_car_racing_runs_end_to_end_and_sizes_its_replay_to_the_machine(tmp_path):
-    """SAC from pixels (CarRacing-v3, 96x96x3 frames): the critics' shared encoder, the actor
-    reading its features; SAC's default 1M transitions would not fit, so the replay is sized
-    to the memory there is and the log says so; the weights act through load_policy without
-    TensorFlow."""
+    """SAC from pixels (CarRacing-v3, 96x96x3 frames, preprocessed as ALE's: 84x84 gray, 4
+    stacked, stored frame by frame): the critics' shared encoder, the actor reading its
+    features; the weights file rebuilds the preprocessed env and acts through load_policy
+    without TensorFlow."""
     import os
     import subprocess
     import sys
 
     from conftest import REPO_ROOT, act_without_tensorflow
 
-    from dsac.config import Config
 
     out = tmp_path / "car"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -96,13 +95,64 @@ def test_sac_on_car_racing_runs_end_to_end_and_sizes_its_replay_to_the_machine(t
         capture_output=True, text=True, timeout=600, env=env, cwd=REPO_ROOT,
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "transitions of 96x96x3 frames would need" in run.stderr + run.stdout
-    saved = Config.load(str(out / "config.json"))
-    assert 1000 <= saved.buffer_size < 1_000_000
+    log = run.stderr + run.stdout
+    assert "CarRacing-v3's 96x96x3 frames are preprocessed as ALE's: 84x84, gray, 4 stacked" in log, log[-2000:]
     act_without_tensorflow(out / "weights.pkl", """
+        assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8, (obs.shape, obs.dtype)
         action = policy(obs)
         assert action.shape == (3,) and env.action_space.contains(action), action
     """)
+
+
+def test_a_default_replay_of_frames_is_sized_to_the_memory_there_is(caplog):
+    """SAC's default 1M transitions of CarRacing's raw 96x96x3 frames (28 GiB) do not fit in
+    half of 16 GiB: the replay takes what fits and the log says so; 84x84 gray frames (7 GB)
+    fit, and the default stays."""
+    import logging
+
+    import gymnasium as gym
+
+    from dsac.preparation import image_buffer_size
+    from dsac.replay import replay_specs
+
+    config = Config(algo="sac", env="CarRacing-v3").validate()
+    actions = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    for frame, fits in (((96, 96, 3), False), ((4, 84, 84), True)):
+        specs, frames = replay_specs(gym.spaces.Box(0, 255, frame, np.uint8), actions)
+        with caplog.at_level(logging.INFO, logger="dsac"):
+            caplog.clear()
+            sized = image_buffer_size(config, specs, frames, 16 * 2**30)
+        if fits:
+            assert sized.buffer_size == 1_000_000 and not caplog.text
+        else:
+            assert 100_000 <= sized.buffer_size < 1_000_000, sized.buffer_size
+            assert "transitions of 96x96x3 frames would need" in caplog.text, caplog.text
+
+
+def test_image_preprocessing_of_other_envs_follows_the_flags_and_old_weights_files_keep_raw_frames():
+    """Large uint8 frames of a non-ALE env are resized, grayed and stacked by the flags;
+    ``--preprocess_images false`` keeps the raw frames; small images (Catch's 10x5) are left
+    alone; a weights file from before the setting existed (no ``preprocess_images`` in its
+    settings) rebuilds its env with raw frames, as its network was trained."""
+    from dsac.atari import AtariSettings
+    from dsac.envs import make_env
+
+    def shape(env_id="CarRacing-v3", **flags):
+        config = Config(algo="sac", env=env_id, **flags).validate()
+        env = make_env(config.env, config.env_kwargs, config.flatten_obs, AtariSettings.from_config(config))
+        obs, _ = env.reset(seed=0)
+        env.close()
+        assert obs.shape == env.observation_space.shape and obs.dtype == np.uint8
+        return obs.shape
+
+    assert shape() == (4, 84, 84)
+    assert shape(framestack=2, dim=64, grayscale=False) == (2, 64, 64, 3)
+    assert shape(framestack=1, dim=96) == (96, 96)
+    assert shape(preprocess_images=False) == (96, 96, 3)
+    assert shape("examples.catch:Catch") == (10, 5)
+    old = AtariSettings.from_dict({key: value for key, value in AtariSettings().as_dict().items()
+                                   if key != "preprocess_images"})
+    assert make_env("CarRacing-v3", atari=old).observation_space.shape == (96, 96, 3)
 
 
 @pytest.mark.parametrize("algo", ["sac", "dqn"])
