@@ -31,6 +31,27 @@ def _parse_type(annotation: str):
     return _TYPES[base]
 
 
+class _BooleanFlag(argparse.BooleanOptionalAction):
+    """``--flag``, ``--no-flag``, or ``--flag true|false`` (how RLlib's and rl-zoo's users
+    write a setting, and how a config file reads)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.nargs, self.metavar = "?", "true|false"
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string.startswith("--no-"):
+            if values is not None:
+                parser.error(f"{option_string} takes no value (use --{self.dest} {values})")
+            setattr(namespace, self.dest, False)
+        elif values is None:
+            setattr(namespace, self.dest, True)
+        elif values.strip().lower() in ("true", "false"):
+            setattr(namespace, self.dest, values.strip().lower() == "true")
+        else:
+            parser.error(f"argument {option_string}: expected true or false, got {values!r}")
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse's own convention)
         if message.startswith("unrecognized arguments:"):
@@ -54,7 +75,7 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
         if "cli_type" in f.metadata:
             kwargs = {"type": f.metadata["cli_type"], "help": f.metadata["help"], "dest": f.name}
         elif f.type.startswith("bool"):  # --flag / --no-flag
-            kwargs = {"action": argparse.BooleanOptionalAction, "help": f.metadata["help"], "dest": f.name}
+            kwargs = {"action": _BooleanFlag, "help": f.metadata["help"], "dest": f.name}
         else:
             kwargs = {"type": _parse_type(f.type), "help": f.metadata["help"], "dest": f.name}
         if "nargs" in f.metadata:
