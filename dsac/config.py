@@ -281,6 +281,10 @@ class Config:
     log_every: float = _f(10.0, "seconds between progress lines when stdout is not a terminal")
     progress_bar: bool = _f(True, "a live progress bar when stdout is a terminal (else a line every --log_every s)")
     tensorboard: bool = _f(True, "write TensorBoard event files to <output_dir>/tb")
+    wandb: str | None = _f(None, "also log the config, each progress row, the videos and the final weights to this "
+                                 "Weights & Biases project (pip install -e \".[wandb]\"; WANDB_MODE=offline: files only)")
+    mlflow: str | None = _f(None, "also log them to this MLflow tracking URI (http://host:5000, sqlite:///runs.db, a "
+                                  "directory; pip install -e \".[mlflow]\"; experiment: MLFLOW_EXPERIMENT_NAME, else dsac)")
     steps_per_iteration: int = _f(1_000, "env steps one Trainer.train() call collects")
     checkpoint_every: float | None = _f(
         30.0, "seconds between checkpoints of the full training state (networks, optimizer, targets, entropy "

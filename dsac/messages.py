@@ -139,6 +139,7 @@ class Evaluation(NamedTuple):
     weights: dict[str, np.ndarray]  # the weights evaluated (the driver keeps the best)
     video: bytes | None = None  # episode 0 as mp4 (--video_every), written by the driver
     video_error: str | None = None  # why episode 0 could not be recorded
+    video_gif: tuple | None = None  # (gif, height, width): a small copy for TensorBoard's Images tab
 
 
 class Placement(NamedTuple):

@@ -157,6 +157,14 @@ class EventWriter:
         self._records.write(event.SerializeToString())
         self._records.flush()
 
+    def add_image(self, tag: str, encoded: bytes, height: int, width: int, step: int) -> None:
+        """One encoded image (PNG, or an animated GIF, which TensorBoard plays) at ``step``."""
+        image = self._summary.Image(height=height, width=width, colorspace=3, encoded_image_string=encoded)
+        event = self._event(wall_time=time.time(), step=int(step),
+                            summary=self._summary(value=[self._summary.Value(tag=tag, image=image)]))
+        self._records.write(event.SerializeToString())
+        self._records.flush()
+
     def close(self) -> None:
         self._records.close()
 
@@ -184,6 +192,11 @@ class TensorBoardLog:
         scalars = {"eval/return_mean": line["eval_return_mean"], "eval/return_std": line["eval_return_std"]}
         scalars.update({k: v for k, v in line.items() if k.startswith("custom_metrics/")})
         self.writer.add_scalars(scalars, int(line["env_steps"]))
+
+    def video(self, gif: tuple, step: int) -> None:
+        """An evaluation's video as ``eval/video``: a small animated GIF (``(gif, height,
+        width)``, made by the evaluator) in the Images tab."""
+        self.writer.add_image("eval/video", *gif, step)
 
     def system(self, status: dict, episodes: list, learner_stats: dict, force: bool = False) -> None:
         """Collect ``episodes``; every ``every_s`` seconds (and when ``force``d, at the end)

@@ -24,6 +24,7 @@ from dsac.models.vision import conv_output_shape, default_conv_filters, is_large
 from dsac.recorder import network_keys
 from dsac.registry import algorithm, policy_class_for, refuse_untrusted_code
 from dsac.replay import check_fits_in_memory, replay_specs, storage_bytes
+from dsac.trackers import check_trackers
 
 log = logging.getLogger("dsac")
 
@@ -61,6 +62,7 @@ def prepare(config: Config, local: bool = False) -> Prepared:
     fit the Ray it will start."""
     config = config.validate()
     check_training_env_kwargs(config.env_kwargs)
+    check_trackers(config)
     if not local and not (config.address or os.environ.get("RAY_ADDRESS")):
         import ray
 

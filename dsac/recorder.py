@@ -20,6 +20,7 @@ from dsac.envs import describe_space
 from dsac.messages import Evaluation
 from dsac.monitoring import TensorBoardLog
 from dsac.registry import algorithm
+from dsac.trackers import Trackers
 
 log = logging.getLogger("dsac")
 
@@ -71,6 +72,7 @@ class Recorder:
         self.best_video_return = meta.get("best_video_return", -math.inf)
         write_json(os.path.join(output_dir, "config.json"), config.to_dict())
         self.tensorboard = TensorBoardLog(os.path.join(output_dir, "tb")) if config.tensorboard else None
+        self.trackers = Trackers(config, output_dir)
 
     def wall_s(self) -> float:
         return round(time.time() - self.started_at, 3)
@@ -128,6 +130,7 @@ class Recorder:
         append_jsonl(self.progress_path, line)
         if self.tensorboard is not None:
             self.tensorboard.evaluation(line)
+        self.trackers.row(line)
         self.last_eval = line
         log.info(
             "eval at %d env steps (%d updates, %.1f s): return %.1f +- %.1f",
@@ -151,12 +154,17 @@ class Recorder:
         folder = os.path.join(self.output_dir, "videos")
         try:
             os.makedirs(folder, exist_ok=True)
-            atomic_write_bytes(os.path.join(folder, f"{ev.env_steps}.mp4"), ev.video)
+            path = os.path.join(folder, f"{ev.env_steps}.mp4")
+            atomic_write_bytes(path, ev.video)
             if ev.eval_return_mean > self.best_video_return:
                 atomic_write_bytes(os.path.join(folder, "best.mp4"), ev.video)
                 self.best_video_return = ev.eval_return_mean
         except OSError as exc:  # a full disk costs the video, not the run
             log.warning("could not write an evaluation video in %s: %s", folder, exc.strerror or exc)
+            return
+        if self.tensorboard is not None and ev.video_gif is not None:
+            self.tensorboard.video(ev.video_gif, ev.env_steps)
+        self.trackers.video(path, ev.env_steps)
 
     def checkpoint(self, state: dict, weights: dict, version: int, counters: dict,
                    replay: list[dict] | None = None, run_dir: str | None = None) -> str:
@@ -216,6 +224,7 @@ class Recorder:
                 self.tensorboard.close()
         except OSError as exc:
             log.warning("cannot write summary.json or the TensorBoard files: %s", exc)
+        self.trackers.finish(summary)
         log.info(
             "done (%s): %d env steps, %d updates, %.1f s; weights in %s",
             reason, summary["env_steps"], summary["updates"], summary["wall_s"], self.weights_path,

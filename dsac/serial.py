@@ -189,7 +189,8 @@ class SerialRun:
         self.evaluated_version = self.version
         line = self.recorder.evaluation(Evaluation(
             self.storage.added, self.loop.updates, self.version, float(returns.mean()), float(returns.std()),
-            [float(r) for r in returns], time.monotonic() - started, self.weights, *video.finish(frames),
+            [float(r) for r in returns], time.monotonic() - started, self.weights,
+            *video.finish(frames, gif=config.tensorboard),
         ), {"env_steps_collected": self.storage.added,
             **({"restarts": dict(self.env_restarts)} if self.env_restarts else {}),
             **({"skipped_updates": self.loop.skipped} if self.loop.skipped else {}),

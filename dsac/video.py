@@ -71,21 +71,38 @@ def encode_mp4(images: list[np.ndarray], fps: float) -> bytes:
             return f.read()
 
 
+def small_gif(images: list[np.ndarray], fps: float, max_side: int = 160, max_frames: int = 250) -> tuple[bytes, int, int]:
+    """A small animated GIF of an episode for TensorBoard (its Images tab plays GIFs, as
+    tensorboardX's ``add_video`` writes them): at most ``max_frames`` frames, evenly picked, of
+    at most ``max_side`` pixels. Returns (gif, height, width)."""
+    import imageio.v3 as iio
+
+    step = max(1, -(-len(images) // max_frames))
+    height, width = images[0].shape[:2]
+    shrink = max(1, -(-max(height, width) // max_side))
+    frames = np.stack([image[::shrink, ::shrink] for image in images[::step]])
+    gif = iio.imwrite("<bytes>", frames, extension=".gif", duration=1000 * step / fps, loop=0)
+    return gif, frames.shape[1], frames.shape[2]
+
+
 def wanted(video_every: int, number: int, final: bool = False) -> bool:
     """Whether evaluation ``number`` (counted from 1) records a video: every ``video_every``-th
     and the final one (``--video_every``; 0: none)."""
     return bool(video_every) and (final or number % video_every == 0)
 
 
-def finish(frames: Frames | None) -> tuple[bytes | None, str | None]:
-    """``(mp4 bytes, None)``, or ``(None, why not)``, or ``(None, None)`` when nothing was asked."""
+def finish(frames: Frames | None, gif: bool = False) -> tuple[bytes | None, str | None, tuple | None]:
+    """``(mp4 bytes, None, gif)``, or ``(None, why not, None)``, or ``(None, None, None)`` when
+    nothing was asked; ``gif``: also :func:`small_gif`'s (gif, height, width) for TensorBoard."""
     if frames is None:
-        return None, None
+        return None, None, None
     if frames.error is None and not frames.images:
         frames.fail("the episode gave no frames")
     if frames.error is not None:
-        return None, frames.error
+        return None, frames.error, None
     try:
-        return encode_mp4(frames.images, frames.fps), None
+        return (encode_mp4(frames.images, frames.fps), None,
+                small_gif(frames.images, frames.fps) if gif else None)
     except Exception as exc:  # noqa: BLE001 - an encoder failure costs the video, not the run
-        return None, f"encoding failed: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return None, f"encoding failed: {type(exc).__name__}: {first}", None

@@ -6,8 +6,10 @@ alternating the two so that a slower stretch of the machine falls on both.
     python scripts/image_preprocessing.py                       # 15 minutes x 2 variants x 2 seeds
     python scripts/image_preprocessing.py --report runs/image_preprocessing   # the table again
 
-Prints, per variant and seed: env steps, updates, the evaluations' returns (last and best);
-then the medians. Runs go to ``--out`` (one ``launch.py`` output directory each).
+Prints, per variant and seed: env steps, updates, the evaluations' returns (last and best),
+and the final weights (``weights.pkl``) evaluated afterwards on the run's own evaluation
+episodes (a run's last in-run evaluation may fall before its end); then the medians. Runs go to
+``--out`` (one ``launch.py`` output directory each).
 """
 
 from __future__ import annotations
@@ -37,13 +39,29 @@ def run(env: str, variant: str, seed: int, minutes: float, workers: int, out: st
     return directory
 
 
+def final_return(directory: str) -> float:
+    """The mean return of the run's final weights on its own evaluation episodes."""
+    sys.path.insert(0, REPO_ROOT)
+    from dsac.artifacts import load_weights
+    from dsac.evaluation import evaluate
+    from dsac.inference import load_policy
+
+    path = os.path.join(directory, "weights.pkl")
+    payload = load_weights(path)
+    policy = load_policy(path)
+    returns = evaluate(lambda obs: policy(obs), policy.env_id, payload["eval_episodes"], payload["eval_seed"],
+                       policy.env_kwargs, policy.flatten_obs, policy.atari)
+    return float(returns.mean())
+
+
 def summary(directory: str) -> dict:
-    """Env steps, updates and evaluation returns of one run's ``progress.jsonl``."""
+    """Env steps, updates and evaluation returns of one run (``progress.jsonl``, ``summary.json``)."""
     rows = [json.loads(line) for line in open(os.path.join(directory, "progress.jsonl"))]
+    done = json.load(open(os.path.join(directory, "summary.json")))
     returns = [row["eval_return_mean"] for row in rows]
-    return {"env_steps": rows[-1]["env_steps"], "updates": rows[-1]["updates"], "evaluations": len(rows),
-            "last": returns[-1], "best": max(returns), "curve": [(row["env_steps"], round(row["eval_return_mean"]))
-                                                                 for row in rows]}
+    return {"env_steps": done["env_steps"], "updates": done["updates"], "evaluations": len(rows),
+            "last": returns[-1], "best": max(returns), "final": final_return(directory),
+            "curve": [(row["env_steps"], round(row["eval_return_mean"])) for row in rows]}
 
 
 def report(out: str) -> None:
@@ -52,11 +70,12 @@ def report(out: str) -> None:
         results = [summary(os.path.join(out, d)) for d in found
                    if os.path.exists(os.path.join(out, d, "progress.jsonl"))]
         for name, r in zip(found, results, strict=False):
-            print(f"{name}: {r['env_steps']} env steps, {r['updates']} updates, last {r['last']:.0f}, "
-                  f"best {r['best']:.0f}; curve {r['curve']}")
+            print(f"{name}: {r['env_steps']} env steps, {r['updates']} updates; evaluations {r['curve']}; "
+                  f"final weights {r['final']:.1f}")
         if results:
-            print(f"{variant}: median last {statistics.median(r['last'] for r in results):.0f}, "
-                  f"median best {statistics.median(r['best'] for r in results):.0f} over {len(results)} seeds")
+            print(f"{variant}: median final {statistics.median(r['final'] for r in results):.1f}, "
+                  f"median best evaluation {statistics.median(r['best'] for r in results):.1f} "
+                  f"over {len(results)} seeds")
 
 
 def main() -> None:

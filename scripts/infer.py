@@ -74,7 +74,7 @@ def main(argv=None) -> int:
         std = statistics.pstdev(returns) if len(returns) > 1 else 0.0
         print(f"mean return over {len(returns)} episodes: {statistics.fmean(returns):.2f} +- {std:.2f}")
         if args.video:
-            data, error = video.finish(frames)
+            data, error, _ = video.finish(frames)
             if error:
                 raise DsacError(f"--video: {env_id} could not be recorded: {error}")
             atomic_write_bytes(args.video, data)

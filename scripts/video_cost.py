@@ -39,7 +39,7 @@ def main(argv=None) -> int:
                 frames = video.Frames() if kind == "recorded" else None
                 started = time.perf_counter()
                 evaluate(act, env_id, args.episodes, seed=0, frames=frames)
-                data, error = video.finish(frames)
+                data, error, _ = video.finish(frames)
                 times[kind].append(time.perf_counter() - started)
                 if frames is not None and data:
                     frames_n, size = len(frames.images), frames.images[0].shape[:2]

@@ -51,6 +51,16 @@ def test_distributed_sac_learns_pendulum(ray_local, tmp_path):
     shapes = [frame.shape for frame in reader]
     reader.close()
     assert len(shapes) == 201 and set(shapes) == {(500, 500, 3)}, (len(shapes), set(shapes))
+    # TensorBoard has each of them as a small animated GIF (its Images tab plays them).
+    from tensorboard.backend.event_processing.event_accumulator import IMAGES, EventAccumulator
+
+    board = EventAccumulator(str(tmp_path / "run" / "tb"), size_guidance={IMAGES: 0})
+    board.Reload()
+    gifs = board.Images("eval/video")
+    assert sorted(g.step for g in gifs) == sorted(int(n.removesuffix(".mp4")) for n in videos if n != "best.mp4")
+    frames = imageio.mimread(gifs[0].encoded_image_string, format="GIF")
+    # Pillow merges identical consecutive frames, so up to its 201 (a pendulum at rest repeats).
+    assert 2 <= len(frames) <= 201 and frames[0].shape[:2] == (gifs[0].height, gifs[0].width) == (125, 125)
 
 
 def test_apex_dqn_with_prioritized_replay_learns_cartpole(ray_local, tmp_path):

@@ -12,8 +12,8 @@ import yaml
 from conftest import REPO_ROOT
 
 
-def tune_command(args, tmp_path, timeout=600):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+def tune_command(args, tmp_path, timeout=600, **extra_env):
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **extra_env}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
     return subprocess.run([sys.executable, "-m", "dsac.tune", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=str(tmp_path))
@@ -31,8 +31,9 @@ def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weight
         "steps_per_iteration": 1000, "eval_every": 1000, "eval_episodes": 2, "learning_starts": 500,
         "fcnet_hiddens": [32, 32],
     }))
-    proc = tune_command(["--space", str(space), "--total_env_steps", "3000", "--storage_path", str(tmp_path / "tr")],
-                        tmp_path)
+    mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = tune_command(["--space", str(space), "--total_env_steps", "3000", "--storage_path", str(tmp_path / "tr"),
+                         "--mlflow", mlflow_uri, "--wandb", "dsac-test"], tmp_path, WANDB_MODE="offline")
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     last = proc.stdout.strip().splitlines()[-2:]
     assert last[0].startswith("best config: /") and last[1].startswith("best weights: /"), last
@@ -50,6 +51,15 @@ def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weight
         assert (trial / "dsac" / "weights.pkl").exists()  # the trial's dsac output inside its directory
         seen.add((rows[-1]["config"]["lr"], rows[-1]["config"]["seed"]))
     assert seen == {(1e-3, 0), (1e-3, 1), (3e-4, 0), (3e-4, 1)}
+    # Every trial is a run of the trackers (Tune's logger callbacks), with its results.
+    import mlflow
+
+    mlflow.set_tracking_uri(mlflow_uri)
+    runs = mlflow.search_runs(experiment_names=["dsac"])
+    finished = runs[runs.status == "FINISHED"]
+    assert len(finished) == 4 and (finished["metrics.env_steps"] >= 3000).all(), runs
+    assert sorted(zip(finished["params.lr"].astype(float), finished["params.seed"].astype(int), strict=True)) == sorted(seen)
+    assert len(list((tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*/wandb/offline-run-*/run-*.wandb"))) >= 4
     best = yaml.safe_load(open(config_path))
     assert best["lr"] in (1e-3, 3e-4) and best["env"] == "CartPole-v1"
 

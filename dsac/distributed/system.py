@@ -258,14 +258,19 @@ class System:
             return None
 
     # --- stopping ------------------------------------------------------------------------
-    def stop(self, reason: str) -> list[tuple[str, object, BaseException | None]]:
-        """Raise every stop flag and wait (up to ``SHUTDOWN_TIMEOUT_S``) for the tasks; those
-        still running then are cancelled. Returns how the waited-for tasks ended."""
+    def stop(self, reason: str, evaluations_s: float = 0.0) -> list[tuple[str, object, BaseException | None]]:
+        """Raise every stop flag and wait (up to ``SHUTDOWN_TIMEOUT_S``, plus ``evaluations_s``
+        for the evaluator's last evaluations) for the tasks; those still running then are
+        cancelled. Returns how the waited-for tasks ended."""
         stopping = [self.ps.stop.remote(reason)] + [shard.stop.remote() for shard in self.shards]
         ray.get(stopping + ([self.averager.stop.remote()] if self.averager is not None else []))
-        ended = self.ended_tasks(SHUTDOWN_TIMEOUT_S) if self.pending else []
+        timeout = SHUTDOWN_TIMEOUT_S + evaluations_s
+        if evaluations_s > SHUTDOWN_TIMEOUT_S:
+            log.info("waiting up to %.0f s for the evaluator's final evaluation (the longest took %.0f s)",
+                     timeout, evaluations_s / 2)
+        ended = self.ended_tasks(timeout) if self.pending else []
         for ref in self.pending:
-            log.warning("%s did not stop within %.0f s; cancelling it", self.roles[ref], SHUTDOWN_TIMEOUT_S)
+            log.warning("%s did not stop within %.0f s; cancelling it", self.roles[ref], timeout)
             ray.cancel(ref, force=True)
         self.pending = []
         remove_boards(self.board_names())  # what a writer that died left on this machine

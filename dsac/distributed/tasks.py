@@ -602,7 +602,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_bo
             config.env_kwargs, config.flatten_obs, AtariSettings.from_config(config),
             env_crash_handler(ps, "evaluator", config.env_restarts), frames,
         )
-        mp4, video_error = video.finish(frames)
+        mp4, video_error, gif = video.finish(frames, gif=config.tensorboard)
         # Waited for: the final report must reach the parameter server before this task ends.
         ray.get(ps.report_eval.remote(Evaluation(
             env_steps=int(weights.report.env_steps),
@@ -613,7 +613,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_bo
             eval_returns=[float(r) for r in returns],
             eval_seconds=time.monotonic() - started,
             weights=policy.get_weights(),  # the driver keeps the best as best_weights.pkl
-            video=mp4, video_error=video_error,
+            video=mp4, video_error=video_error, video_gif=gif,
         )))
 
     while True:

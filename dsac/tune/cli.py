@@ -46,7 +46,51 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--address", help="a Ray cluster's address (default: a local Ray)")
     parser.add_argument("--num_cpus", type=float, help="logical CPUs of the local Ray (default: the machine's); "
                         "distributed trials are sized in whole CPUs per role, more than a laptop has")
+    parser.add_argument("--wandb", metavar="PROJECT", help="log every trial to this Weights & Biases project "
+                        "(Tune's WandbLoggerCallback; WANDB_MODE=offline: files only)")
+    parser.add_argument("--mlflow", metavar="URI", help="log every trial as a run of this MLflow tracking URI "
+                        "(Tune's MLflowLoggerCallback; experiment: MLFLOW_EXPERIMENT_NAME, else dsac)")
     return parser
+
+
+def ending_only_started(callback_class, started: str):
+    """``callback_class`` ending only trials it started (its ``started`` dict holds them): Ray
+    2.60's W&B and MLflow logger callbacks raise KeyError ending a trial that failed in setup
+    (a flag dsac refuses) before logging anything, and that error ends the whole experiment."""
+
+    class Callback(callback_class):
+        def log_trial_end(self, trial, failed: bool = False):
+            if trial in getattr(self, started):
+                super().log_trial_end(trial, failed)
+
+    Callback.__name__ = callback_class.__name__
+    return Callback
+
+
+def tracker_callbacks(wandb_project: str | None, mlflow_uri: str | None) -> list:
+    """Tune's logger callbacks for ``--wandb``/``--mlflow`` (checked first as a lone run's are:
+    :func:`dsac.trackers.check_trackers`); every trial is one tracker run, logged from the driver."""
+    from types import SimpleNamespace
+
+    from dsac.trackers import MLFLOW_EXPERIMENT, artifact_location, check_trackers
+
+    check_trackers(SimpleNamespace(wandb=wandb_project, mlflow=mlflow_uri))
+    callbacks = []
+    if mlflow_uri:
+        import mlflow
+        from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+        name = os.environ.get("MLFLOW_EXPERIMENT_NAME", MLFLOW_EXPERIMENT)
+        client = mlflow.MlflowClient(tracking_uri=mlflow_uri)
+        if client.get_experiment_by_name(name) is None:
+            client.create_experiment(name, artifact_location=artifact_location(mlflow_uri))
+        callbacks.append(ending_only_started(MLflowLoggerCallback, "_trial_runs")(tracking_uri=mlflow_uri,
+                                                                                  experiment_name=name))
+    if wandb_project:
+        from ray.air.integrations.wandb import WandbLoggerCallback
+
+        callbacks.append(ending_only_started(WandbLoggerCallback, "_trial_queues")(project=wandb_project))
+    return callbacks
 
 
 def scheduler_for(name: str, space: dict, time_attr: str = "training_iteration", grace_period: float = 2,
@@ -93,6 +137,7 @@ def run(args) -> tuple[str, str]:
     scheduler = scheduler_for(args.scheduler, space, args.time_attr, args.grace_period, args.reduction_factor,
                               args.perturbation_interval)  # bad options: before Ray starts
     check_writable_dir(args.storage_path, "--storage_path")
+    callbacks = tracker_callbacks(args.wandb, args.mlflow)
     if args.num_cpus is not None and (args.address or args.num_cpus <= 0):
         raise DsacError("--num_cpus sizes a local Ray: a positive number, without --address")
     address = args.address or os.environ.get("RAY_ADDRESS")
@@ -108,7 +153,8 @@ def run(args) -> tuple[str, str]:
         runtime_env = code_for_the_cluster(Config.from_dict(first_values(space)))
     ray.init(address=args.address, include_dashboard=False, num_cpus=args.num_cpus, runtime_env=runtime_env)
     results = search(space, scheduler=scheduler, metric=args.metric, num_samples=args.num_samples,
-                     storage_path=args.storage_path, name=args.name, max_concurrent=args.max_concurrent)
+                     storage_path=args.storage_path, name=args.name, max_concurrent=args.max_concurrent,
+                     callbacks=callbacks)
     return write_best(results, args.metric, os.path.join(os.path.abspath(args.storage_path), args.name))
 
 
@@ -125,7 +171,7 @@ def warn_default_step_budget(space: dict) -> None:
 
 
 def search(space: dict, *, storage_path: str, name: str, scheduler=None, metric: str = METRIC,
-           num_samples: int = 1, max_concurrent: int = 0, verbose: int = 1):
+           num_samples: int = 1, max_concurrent: int = 0, verbose: int = 1, callbacks: list | None = None):
     """A Tune experiment of dsac trials over ``space`` (:func:`dsac.tune.space.parse_space`'s
     form) on the Ray this process is connected to; returns Tune's ``ResultGrid``. A failed
     trial is one warning line with dsac's message; the others go on.
@@ -138,6 +184,7 @@ def search(space: dict, *, storage_path: str, name: str, scheduler=None, metric:
     :param num_samples: samples of the space (each grid point this often).
     :param max_concurrent: trials at once (0: as many as fit).
     :param verbose: Tune's reporter (0: silent, 1: the table of trials).
+    :param callbacks: Tune callbacks, e.g. :func:`tracker_callbacks`'s.
     """
     import ray
     from ray import tune
@@ -152,6 +199,7 @@ def search(space: dict, *, storage_path: str, name: str, scheduler=None, metric:
                                     scheduler=scheduler,
                                     max_concurrent_trials=max_concurrent or None),
         run_config=tune.RunConfig(name=name, storage_path=os.path.abspath(storage_path), verbose=verbose,
+                                  callbacks=callbacks,
                                   checkpoint_config=tune.CheckpointConfig(checkpoint_at_end=True, num_to_keep=2)),
     )
     results = tuner.fit()
