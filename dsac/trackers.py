@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -181,9 +182,8 @@ class MLflowTracker(Tracker):
     def row(self, row, step):
         import mlflow
 
-        now = int(1000 * __import__("time").time())
-        metrics = [mlflow.entities.Metric(key.replace("/", "."), value, now, step)
-                   for key, value in numbers(row).items()]
+        now = int(1000 * time.time())
+        metrics = [mlflow.entities.Metric(key, value, now, step) for key, value in numbers(row).items()]
         self.client.log_batch(self.run_id, metrics=metrics)
 
     def video(self, path, step):
