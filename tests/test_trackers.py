@@ -5,7 +5,6 @@ read back with each library's own client (MLflow) or from the run's own files (W
 import glob
 import json
 import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -132,7 +131,7 @@ def mlflow_server(tmp_path):
     """A real ``mlflow server`` on 127.0.0.1 (SQLite behind it), until the test ends."""
     port = free_port()
     server = subprocess.Popen(
-        [shutil.which("mlflow") or "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        [sys.executable, "-m", "mlflow", "server",  # not the `mlflow` script: PATH may not have it (pyenv shims) "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
          "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
          str(tmp_path / "server-artifacts")],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
