@@ -88,3 +88,22 @@ def test_checkpointed_frames_restore_the_same_batches():
     every = np.arange(framed.size)[None]
     np.testing.assert_array_equal(restored._gather(every)["obs"], framed._gather(every)["obs"])
     np.testing.assert_array_equal(restored._gather(every)["next_obs"], framed._gather(every)["next_obs"])
+
+
+def test_car_racing_frames_are_preprocessed_and_stored_about_once_per_transition():
+    """Another image env (CarRacing-v3, not ALE) gets the same preprocessing (84x84 gray, 4
+    stacked) and its replay holds about one frame per transition, stacks rebuilt exactly."""
+    collector = EnvCollector("CarRacing-v3", num_envs=2, seed=0, n_step=1, atari=AtariSettings())
+    layout = frame_layout(collector.observation_space.shape, collector.observation_space.dtype)
+    assert layout.stack == 4 and layout.frame_shape == (84, 84)
+    encoder = FrameEncoder(layout, num_envs=2, n_step=1)
+    naive, framed = _storages(collector, layout, capacity=1000)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        chunk = collector.collect(lambda obs: rng.uniform(-1, 1, (len(obs), 3)).astype(np.float32), 100)
+        naive.add(chunk)
+        framed.add(encoder.encode(chunk))
+    every = np.arange(framed.size)[None]
+    for key in FIELDS:
+        np.testing.assert_array_equal(framed._gather(every)[key], naive._gather(every)[key], err_msg=key)
+    assert naive.added >= 300 and framed.frame_store.added / naive.added < 1.1
