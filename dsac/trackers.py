@@ -63,8 +63,11 @@ def check_mlflow_uri(uri: str) -> None:
         directory = os.path.dirname(os.path.abspath(path))
     elif parsed.scheme in ("", "file"):
         directory = parsed.path if parsed.scheme == "file" else uri
+    elif parsed.scheme in ("databricks", "databricks-uc", "uc"):
+        return  # MLflow's own errors say what is wrong with these
     else:
-        return  # databricks, and other stores MLflow knows: MLflow's own errors say what is wrong
+        raise DsacError(f"--mlflow {uri}: not a tracking URI MLflow takes (http://HOST:PORT, https://..., "
+                        "sqlite:///FILE.db, a directory, databricks)")
     from dsac.artifacts import check_writable_dir
 
     check_writable_dir(directory, f"--mlflow {uri}:")

@@ -192,6 +192,7 @@ def test_a_tracking_server_gets_the_run_and_losing_it_costs_only_the_tracking(tm
     (["--mlflow", "http://127.0.0.1:9"], {}, "--mlflow http://127.0.0.1:9: the tracking server does not answer"),
     (["--mlflow", "sqlite:///"], {}, "a SQLite store is sqlite:///PATH/TO/FILE.db"),
     (["--mlflow", "/proc/no/such/dir"], {}, "is not writable"),
+    (["--mlflow", "ftp://example.org/x"], {}, "not a tracking URI MLflow takes"),
     (["--wandb", "a/b"], {}, "--wandb takes a W&B project name"),
     (["--wandb", "dsac-test"], {"WANDB_MODE": None, "WANDB_API_KEY": None, "HOME": "{tmp}", "NETRC": "{tmp}/none"},
      "--wandb: not logged in to W&B"),
