@@ -211,11 +211,13 @@ class Trackers:
             return
         ids_path = os.path.join(output_dir, IDS_FILE)
         ids = {}
-        if os.path.exists(ids_path):
+        if os.path.exists(ids_path):  # a resumed run: continue its tracker runs
             try:
-                ids = json.load(open(ids_path))
+                with open(ids_path) as f:
+                    ids = json.load(f)
             except (OSError, ValueError):
-                ids = {}
+                pass
+            ids = ids if isinstance(ids, dict) else {}
         values = config.to_dict()
         starts = [("wandb", config.wandb, WandbTracker), ("mlflow", config.mlflow, MLflowTracker)]
         for key, target, cls in starts:
