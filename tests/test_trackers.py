@@ -130,26 +130,30 @@ def free_port() -> int:
 def mlflow_server(tmp_path):
     """A real ``mlflow server`` on 127.0.0.1 (SQLite behind it), until the test ends."""
     port = free_port()
+    log = open(tmp_path / "server.log", "w")
+    # `python -m mlflow`, not the `mlflow` script: PATH may not have it yet (pyenv shims).
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server",  # not the `mlflow` script: PATH may not have it (pyenv shims) "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
          "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
          str(tmp_path / "server-artifacts")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     uri = f"http://127.0.0.1:{port}"
     import urllib.request
 
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300  # its first start creates the store's schema: 20-90 s on 2 busy cores
     while True:
         try:
             urllib.request.urlopen(f"{uri}/health", timeout=2).read()
             break
         except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, "mlflow server did not start"
+            assert server.poll() is None and time.monotonic() < deadline, \
+                f"mlflow server did not start: {(tmp_path / 'server.log').read_text()[-2000:]}"
             time.sleep(0.5)
     yield uri, server
     if server.poll() is None:
         os.killpg(server.pid, 9)
         server.wait()
+    log.close()
 
 
 def test_a_tracking_server_gets_the_run_and_losing_it_costs_only_the_tracking(tmp_path, mlflow_server, caplog):
