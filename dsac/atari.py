@@ -162,12 +162,11 @@ def is_large_frame(space) -> bool:
     ``(H, W)``, ``(H, W, 1)`` or ``(H, W, 3)`` with a shorter side of at least 72 pixels (the
     size that gets the Nature encoder, :mod:`dsac.models.vision`). Smaller images (grid worlds,
     MinAtar) are features more than pictures and are left as they are."""
-    from dsac.models.vision import LARGE_IMAGE_SIDE
+    from dsac.models.vision import is_large_image
 
     shape = getattr(space, "shape", None) or ()
     return (isinstance(space, gym.spaces.Box) and space.dtype == np.uint8
-            and (len(shape) == 2 or (len(shape) == 3 and shape[2] in (1, 3)))
-            and min(shape[:2]) >= LARGE_IMAGE_SIDE)
+            and (len(shape) == 2 or (len(shape) == 3 and shape[2] in (1, 3))) and is_large_image(shape))
 
 
 def wrap_image(env: gym.Env, settings: AtariSettings) -> gym.Env:

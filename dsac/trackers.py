@@ -27,6 +27,7 @@ import urllib.parse
 import urllib.request
 
 from dsac.artifacts import write_json
+from dsac.envs import one_line
 from dsac.errors import DsacError
 
 log = logging.getLogger("dsac")
@@ -44,6 +45,11 @@ def _import(name: str, flag: str):
             from None
 
 
+def _sqlite_file(uri: str) -> str:
+    """The database file of a ``sqlite:///PATH`` URI ('' when there is none)."""
+    return uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+
+
 def check_mlflow_uri(uri: str) -> None:
     """An ``http(s)://`` tracking server must answer its ``/health`` within 10 s; a
     ``sqlite:///`` or file store's directory must be writable."""
@@ -57,7 +63,7 @@ def check_mlflow_uri(uri: str) -> None:
             raise DsacError(f"--mlflow {uri}: the tracking server does not answer ({reason})") from None
         return
     if parsed.scheme == "sqlite":
-        path = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+        path = _sqlite_file(uri)
         if not path:
             raise DsacError(f"--mlflow {uri}: a SQLite store is sqlite:///PATH/TO/FILE.db")
         directory = os.path.dirname(os.path.abspath(path))
@@ -145,13 +151,18 @@ class WandbTracker(Tracker):
         self.run.finish(exit_code=1 if failed else 0)
 
 
-def artifact_location(uri: str) -> str | None:
-    """Where a new experiment's files go: beside a SQLite store's file (MLflow's own default
-    would be ``./mlruns`` in whatever directory the run was started from); a server or a
-    file store decides for itself (None)."""
-    if uri.startswith("sqlite:///"):
-        return "file://" + os.path.join(os.path.dirname(os.path.abspath(uri[len("sqlite:///"):])), "mlartifacts")
-    return None
+def mlflow_experiment(client, uri: str) -> tuple[str, str]:
+    """(name, id) of the MLflow experiment dsac's runs go to (``MLFLOW_EXPERIMENT_NAME``, else
+    ``dsac``), created if missing. A new one beside a SQLite store keeps its files in
+    ``mlartifacts/`` next to the database (MLflow's own default would be ``./mlruns`` in
+    whatever directory the run was started from); a server or a file store decides for itself."""
+    name = os.environ.get("MLFLOW_EXPERIMENT_NAME", MLFLOW_EXPERIMENT)
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return name, experiment.experiment_id
+    database = _sqlite_file(uri)
+    location = "file://" + os.path.join(os.path.dirname(os.path.abspath(database)), "mlartifacts") if database else None
+    return name, client.create_experiment(name, artifact_location=location)
 
 
 # MLflow's HTTP client retries 7 times with backoff and waits 120 s per request by default.
@@ -169,10 +180,7 @@ class MLflowTracker(Tracker):
 
         self.client = mlflow.MlflowClient(tracking_uri=uri)
         if run_id is None:
-            name = os.environ.get("MLFLOW_EXPERIMENT_NAME", MLFLOW_EXPERIMENT)
-            experiment = self.client.get_experiment_by_name(name)
-            experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(
-                name, artifact_location=artifact_location(uri))
+            _, experiment_id = mlflow_experiment(self.client, uri)
             run = self.client.create_run(experiment_id, run_name=os.path.basename(output_dir))
             run_id = run.info.run_id
             params = [mlflow.entities.Param(key, json.dumps(value) if not isinstance(value, str) else value)
@@ -226,7 +234,7 @@ class Trackers:
             try:
                 tracker = cls(target, values, output_dir, ids.get(key) if isinstance(ids.get(key), str) else None)
             except Exception as exc:  # noqa: BLE001 - a tracker must not cost the run
-                log.warning("%s: could not start a run (%s); the run goes on without it", cls.name, _short(exc))
+                log.warning("%s: could not start a run (%s); the run goes on without it", cls.name, one_line(exc))
                 continue
             ids[key] = tracker.run_id
             self.active.append(tracker)
@@ -239,7 +247,7 @@ class Trackers:
                 getattr(tracker, method)(*args)
             except Exception as exc:  # noqa: BLE001 - a tracker must not cost the run
                 log.warning("%s stopped logging this run: %s (the run and its files go on)", tracker.name,
-                            _short(exc))
+                            one_line(exc))
                 self.active.remove(tracker)
 
     def row(self, row: dict) -> None:
@@ -253,8 +261,3 @@ class Trackers:
         self._each("files", [p for p in paths if os.path.exists(p)], summary)
         self._each("finish", bool(summary.get("failure")))
         self.active = []
-
-
-def _short(exc: BaseException) -> str:
-    lines = [line for line in str(exc).strip().splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0][:200] if lines else ''}".rstrip(": ")
