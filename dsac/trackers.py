@@ -166,16 +166,25 @@ def mlflow_experiment(client, uri: str) -> tuple[str, str]:
 
 
 # MLflow's HTTP client retries 7 times with backoff and waits 120 s per request by default.
-MLFLOW_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-               "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+# Its telemetry thread, failing to reach its server (a closed network), removes an environment
+# variable that a request being built reads: seen once as KeyError '_MLFLOW_TELEMETRY_SESSION_ID'
+# from log_batch, which cost the run its tracker. Each is only a default: the user's own
+# settings of these variables win.
+MLFLOW_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+              "MLFLOW_HTTP_REQUEST_TIMEOUT": "30", "MLFLOW_DISABLE_TELEMETRY": "true"}
+
+
+def mlflow_defaults() -> None:
+    """:data:`MLFLOW_ENV` for this process, where the user set none (before MLflow is used)."""
+    for name, value in MLFLOW_ENV.items():
+        os.environ.setdefault(name, value)
 
 
 class MLflowTracker(Tracker):
     name = "MLflow"
 
     def __init__(self, uri: str, config: dict, output_dir: str, run_id: str | None):
-        for name, value in MLFLOW_HTTP.items():  # a server gone away costs seconds, not minutes of retries
-            os.environ.setdefault(name, value)
+        mlflow_defaults()  # a server gone away costs seconds, not minutes of retries
         import mlflow
 
         self.client = mlflow.MlflowClient(tracking_uri=uri)
