@@ -8,7 +8,8 @@ off and wrapped, innermost first, in:
    two frames max-pooled, ``dim``×``dim``, grayscale (or RGB);
 2. for training only, :class:`EpisodicLife`: losing a life ends the episode *for learning*
    (no bootstrap through it) while the game goes on (Stable-Baselines3's ``EpisodicLifeEnv``);
-3. :class:`FireOnReset` for games that wait for FIRE (SB3's ``FireResetEnv``, same rule);
+3. :class:`FireOnLifeStart` for games that wait for FIRE: FIRE is pressed at the start of
+   every life, after a reset and after each lost life, in training and in evaluation alike;
 4. for training only, :class:`SignReward`: rewards clipped to their sign (SB3's ``ClipRewardEnv``);
 5. ``FrameStackObservation``: the last ``framestack`` frames, stack axis first (``(4, 84, 84)``).
 
@@ -16,6 +17,17 @@ Evaluation, and every episode return dsac reports, use the game's real score ove
 (all lives, ALE's 108,000-frame cap): a training env marks its clipped steps with the real
 reward (``info["real_reward"]``) and its life-loss ends with ``info["episode_continues"]``,
 which :class:`dsac.rollout.EnvCollector` reads.
+
+Evaluation protocol: the greedy policy (no ε: two evaluations of the same weights give the same
+score) plays whole games from no-op starts, and in games that wait for FIRE after a lost life
+(Breakout, ...) FIRE is pressed for it, as training pressed it at the start of every life.
+A policy trained with life-loss ends never needs FIRE, so it never learns to press it; without
+this its evaluation games ran to the frame cap (27,000 agent steps of Breakout, lives left).
+Stable-Baselines3 and rl-zoo evaluate the same way (their ``AtariWrapper`` with
+``FireResetEnv`` and ``EpisodicLifeEnv`` around the evaluation env presses FIRE after every
+lost life); the Nature DQN's evaluation ε of 0.05 got the same unsticking by chance and
+changed the scores it measured. The same env is what ``scripts/infer.py`` and
+``load_policy(path).make_env()`` give, so a user's game ends as the evaluator's did.
 
 Protocol of the defaults: sticky actions as ALE v5 ids have them (repeat probability 0.25,
 as Machado et al. 2018 recommend: without them a policy can memorize action sequences) plus
@@ -145,11 +157,10 @@ def wrap_atari(env: gym.Env, settings: AtariSettings, training: bool) -> gym.Env
         )
     except gym.error.DependencyNotInstalled as exc:
         raise DsacError(f"Atari preprocessing needs OpenCV: pip install opencv-python-headless ({exc})") from None
+    if waits_for_fire(env):
+        env = FireOnLifeStart(env)
     if training and settings.terminal_on_life_loss:
         env = EpisodicLife(env)
-    meanings = env.unwrapped.get_action_meanings()
-    if len(meanings) >= 3 and meanings[1] == "FIRE":
-        env = FireOnReset(env)
     if training and settings.clip_rewards:
         env = SignReward(env)
     if settings.framestack > 1:
@@ -222,17 +233,50 @@ class EpisodicLife(gym.Wrapper):
         return obs, {k: v for k, v in info.items() if k != EPISODE_CONTINUES}
 
 
-class FireOnReset(gym.Wrapper):
-    """Press FIRE (then action 2) after every reset, for games that wait for it; the game is
-    reset again if either step ends it (SB3's ``FireResetEnv``)."""
+def waits_for_fire(env: gym.Env) -> bool:
+    """Whether the game has FIRE as action 1 (of at least 3): the games that wait for it at the
+    start of a life, by the rule of SB3's ``FireResetEnv``."""
+    meanings = env.unwrapped.get_action_meanings()
+    return len(meanings) >= 3 and meanings[1] == "FIRE"
+
+
+class FireOnLifeStart(gym.Wrapper):
+    """Press FIRE (then action 2, as SB3's ``FireResetEnv`` does) at the start of every life:
+    after each reset, and within the step that loses a life when the game goes on.
+
+    The presses' rewards count in that step's reward and their frames are what the step
+    returns; a game that ends during them ends the step (a reset that ends is reset again).
+    Below :class:`EpisodicLife`, so a training episode that ends at a lost life starts the next
+    one with FIRE pressed, and a whole evaluation game never waits for a FIRE the greedy policy
+    does not press (see the module's evaluation protocol)."""
+
+    PRESSES = (1, 2)
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self.lives = 0
 
     def reset(self, **kwargs):
         obs, info = self.env.reset(**kwargs)
-        for action in (1, 2):
+        for action in self.PRESSES:
             obs, _, terminated, truncated, info = self.env.step(action)
             if terminated or truncated:
                 obs, info = self.env.reset()
+        self.lives = self.env.unwrapped.ale.lives()
         return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = self.env.unwrapped.ale.lives()
+        if lives < self.lives and not (terminated or truncated):
+            for press in self.PRESSES:
+                obs, more, terminated, truncated, info = self.env.step(press)
+                reward += more
+                if terminated or truncated:
+                    break
+            lives = self.env.unwrapped.ale.lives()
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
 
 
 class SignReward(gym.Wrapper):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
 import numpy as np
 
 from dsac.atari import AtariSettings
@@ -20,11 +24,31 @@ def evaluation_seed(run_seed: int) -> int:
     return int(run_seed) + EVAL_SEED_OFFSET
 
 
+# How often, at most, an evaluation says it is still playing (``on_progress``).
+PROGRESS_EVERY_S = 2.0
+
+
+class Episodes(NamedTuple):
+    """What an evaluation's episodes gave, episode ``j`` at index ``j``."""
+
+    returns: np.ndarray  # undiscounted returns (float64)
+    lengths: np.ndarray  # agent steps (int64): an Atari step is ``frame_skip`` frames
+    truncated: np.ndarray  # bool: ended by a time limit (ALE's frame cap, TimeLimit), not by the env
+
+
 def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
              flatten_obs: bool = False, atari: AtariSettings | None = None,
              on_env_crash: CrashFn | None = None, frames=None) -> np.ndarray:
+    """The returns of :func:`play_episodes` (same arguments)."""
+    return play_episodes(act, env_id, episodes, seed, env_kwargs, flatten_obs, atari, on_env_crash, frames).returns
+
+
+def play_episodes(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
+                  flatten_obs: bool = False, atari: AtariSettings | None = None,
+                  on_env_crash: CrashFn | None = None, frames=None,
+                  on_progress: Callable[[int], None] | None = None) -> Episodes:
     """Run ``episodes`` episodes side by side (episode ``j`` reset with ``seed + j``), acting
-    on the batch of unfinished ones; return their undiscounted returns.
+    on the batch of unfinished ones; return their returns, lengths and time-limit ends.
 
     The same seeds are used at every evaluation, so two evaluations of the same weights give
     the same numbers and curves compare policies, not luck. Returns are the env's own rewards
@@ -36,6 +60,9 @@ def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict
 
     ``frames`` (a :class:`dsac.video.Frames`) takes episode 0's frames, from an env made with
     ``render_mode="rgb_array"``; an env that cannot render sets its ``error`` instead.
+    ``on_progress(steps)`` is called with the agent steps played so far, at most every
+    ``PROGRESS_EVERY_S`` seconds: a long evaluation says it is alive (the distributed stop
+    waits for it).
     """
     def build(j: int):
         if frames is None or j != 0 or frames.error is not None:
@@ -51,8 +78,14 @@ def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict
     if frames is not None:
         frames.take(envs[0])
     returns = np.zeros(episodes, dtype=np.float64)
+    lengths = np.zeros(episodes, dtype=np.int64)
+    truncations = np.zeros(episodes, dtype=bool)
     active = np.ones(episodes, dtype=bool)
+    said = time.monotonic()
     while active.any():
+        if on_progress is not None and time.monotonic() - said >= PROGRESS_EVERY_S:
+            on_progress(int(lengths.sum()))
+            said = time.monotonic()
         idx = np.flatnonzero(active)
         actions = act(obs[idx])
         for k, j in enumerate(idx):
@@ -61,17 +94,19 @@ def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict
             except Exception as exc:  # the episode starts again on a new env
                 rebuild_or_raise(on_env_crash, envs[j], exc)
                 envs[j] = build(int(j))
-                obs[j], returns[j] = envs[j].reset(seed=seed + int(j))[0], 0.0
+                obs[j], returns[j], lengths[j] = envs[j].reset(seed=seed + int(j))[0], 0.0, 0
                 if frames is not None and j == 0 and frames.error is None:
                     frames.images.clear()  # the episode starts again
                     frames.take(envs[0])
                 continue
             returns[j] += reward
+            lengths[j] += 1
             obs[j] = next_obs
             if frames is not None and j == 0:
                 frames.take(envs[0])
             if terminated or truncated:
                 active[j] = False
+                truncations[j] = bool(truncated) and not terminated
     for env in envs:
         env.close()
-    return returns
+    return Episodes(returns, lengths, truncations)

@@ -140,6 +140,8 @@ class Evaluation(NamedTuple):
     video: bytes | None = None  # episode 0 as mp4 (--video_every), written by the driver
     video_error: str | None = None  # why episode 0 could not be recorded
     video_gif: tuple | None = None  # (gif, height, width): a small copy for TensorBoard's Images tab
+    eval_lengths: tuple = ()  # each episode's agent steps
+    eval_truncated: int = 0  # episodes ended by a time limit (ALE's frame cap) rather than the env
 
 
 class Placement(NamedTuple):

@@ -125,6 +125,8 @@ class Recorder:
             "eval_return_std": ev.eval_return_std,
             "weights_version": ev.weights_version,
             "eval_episodes": len(ev.eval_returns),
+            **({"eval_length_mean": statistics.fmean(ev.eval_lengths), "eval_truncated": int(ev.eval_truncated)}
+               if len(ev.eval_lengths) else {}),
             **extra,
         }
         append_jsonl(self.progress_path, line)

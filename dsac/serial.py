@@ -20,7 +20,7 @@ from dsac import video
 from dsac.atari import AtariSettings
 from dsac.config import Config
 from dsac.envs import EnvCrashed, env_restart_message, one_line
-from dsac.evaluation import evaluate, evaluation_seed
+from dsac.evaluation import evaluation_seed, play_episodes
 from dsac.frames import FrameEncoder
 from dsac.learning import LearnerLoop, NonFiniteUpdates
 from dsac.messages import Chunk, Evaluation, FinishedEpisode, Latest, LearnerState
@@ -182,15 +182,17 @@ class SerialRun:
         started = time.monotonic()
         self.evaluations += 1
         frames = video.Frames() if video.wanted(config.video_every, self.evaluations, final) else None
-        returns = evaluate(lambda obs: self.evaluator.compute_actions(obs, explore=False), config.env,
-                           config.eval_episodes, self.eval_seed, config.env_kwargs, config.flatten_obs,
-                           AtariSettings.from_config(config), self._env_crash_handler("evaluator"), frames)
+        episodes = play_episodes(lambda obs: self.evaluator.compute_actions(obs, explore=False), config.env,
+                                 config.eval_episodes, self.eval_seed, config.env_kwargs, config.flatten_obs,
+                                 AtariSettings.from_config(config), self._env_crash_handler("evaluator"), frames)
+        returns = episodes.returns
         self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
         self.evaluated_version = self.version
         line = self.recorder.evaluation(Evaluation(
             self.storage.added, self.loop.updates, self.version, float(returns.mean()), float(returns.std()),
             [float(r) for r in returns], time.monotonic() - started, self.weights,
             *video.finish(frames, gif=config.tensorboard),
+            tuple(int(n) for n in episodes.lengths), int(episodes.truncated.sum()),
         ), {"env_steps_collected": self.storage.added,
             **({"restarts": dict(self.env_restarts)} if self.env_restarts else {}),
             **({"skipped_updates": self.loop.skipped} if self.loop.skipped else {}),

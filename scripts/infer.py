@@ -61,15 +61,17 @@ def main(argv=None) -> int:
             obs, _ = env.reset(seed=args.seed + j)
             if j == 0 and frames is not None:
                 frames.take(env)
-            total, done = 0.0, False
+            total, steps, done = 0.0, 0, False
             while not done:
                 obs, reward, terminated, truncated, _ = env.step(policy(obs, explore=args.explore))
                 total += float(reward)
+                steps += 1
                 done = terminated or truncated
                 if j == 0 and frames is not None:
                     frames.take(env)
             returns.append(total)
-            print(f"episode {j}: return {total:.2f}")
+            cut = ", truncated by the time limit" if truncated and not terminated else ""
+            print(f"episode {j}: return {total:.2f} in {steps} steps{cut}")
         env.close()
         std = statistics.pstdev(returns) if len(returns) > 1 else 0.0
         print(f"mean return over {len(returns)} episodes: {statistics.fmean(returns):.2f} +- {std:.2f}")

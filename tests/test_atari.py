@@ -2,6 +2,8 @@
 clipped rewards for learning only, the game's real score over whole games for everything
 reported."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -25,8 +27,8 @@ def test_any_ale_id_gets_deepmind_preprocessing_from_gymnasium_wrappers():
     assert small.observation_space.shape == (2, 42, 42, 3)
     assert small.unwrapped.ale.getFloat("repeat_action_probability") == 0.0
     names = {type(w).__name__ for w in _wrappers(make_env("ALE/Breakout-v5", training=True))}
-    assert {"AtariPreprocessing", "EpisodicLife", "FireOnReset", "SignReward", "FrameStackObservation"} <= names
-    assert "FireOnReset" not in {type(w).__name__ for w in _wrappers(make_env("ALE/Freeway-v5"))}  # no FIRE there
+    assert {"AtariPreprocessing", "EpisodicLife", "FireOnLifeStart", "SignReward", "FrameStackObservation"} <= names
+    assert "FireOnLifeStart" not in {type(w).__name__ for w in _wrappers(make_env("ALE/Freeway-v5"))}  # no FIRE there
 
 
 def _wrappers(env):
@@ -94,8 +96,10 @@ def test_atari_flags_and_rllib_model_keys():
         AtariSettings.from_dict({"framestack": "4"})
 
 
-def test_a_short_pong_run_with_two_workers_leaves_weights_that_act_without_tensorflow(tmp_path):
-    """launch.py as a user runs it on an ALE id with Atari defaults, shortened."""
+def test_a_short_breakout_run_records_game_lengths_and_a_policy_that_never_fires_ends_its_games(tmp_path):
+    """launch.py as a user runs it on an ALE id with Atari defaults, shortened; then its weights
+    made to prefer NOOP everywhere (the greedy policy never presses FIRE) play whole Breakout
+    games through ``load_policy(...).make_env()``: each ends well before the 27,000-step cap."""
     import json
     import os
     import subprocess
@@ -103,24 +107,48 @@ def test_a_short_pong_run_with_two_workers_leaves_weights_that_act_without_tenso
 
     from conftest import REPO_ROOT, act_without_tensorflow
 
-    out = tmp_path / "pong"
+    from dsac.artifacts import load_weights, save_weights
+
+    out = tmp_path / "breakout"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     run = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--algo", "dqn", "--env", "ALE/Pong-v5",
+        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--algo", "dqn", "--env", "ALE/Breakout-v5",
          "--num_workers", "2", "--total_env_steps", "1000", "--learning_starts", "400", "--start_steps", "400",
-         "--buffer_size", "5000", "--eval_every", "100000", "--eval_episodes", "1", "--output_dir", str(out)],
+         "--buffer_size", "5000", "--eval_every", "100000", "--eval_episodes", "2", "--output_dir", str(out)],
         capture_output=True, text=True, timeout=600, env=env, cwd=REPO_ROOT,
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "stored frame by frame: 4 frames of (84, 84)" in run.stderr + run.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["env_steps"] >= 1000 and summary["updates"] > 0
-    printed = act_without_tensorflow(out / "weights.pkl", """
-        total = 0.0
-        for _ in range(300):
-            obs, reward, terminated, truncated, _ = env.step(policy(obs))
-            total += reward
-        assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
-        print("score", total)
+    final = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()][-1]
+    assert final["eval_truncated"] == 0 and 50 < final["eval_length_mean"] < 10_000, final
+
+    payload = load_weights(str(out / "weights.pkl"))
+    weights = payload["weights"]
+    head = [k for k in weights if weights[k].ndim == 1 and weights[k].shape == (4,)]  # the Q head's bias
+    assert len(head) == 1, sorted((k, v.shape) for k, v in weights.items())
+    kernel = head[0][: -len("bias")] + "kernel"
+    weights[kernel] = np.zeros_like(weights[kernel])
+    weights[head[0]] = np.array([1.0, 0.0, 0.0, 0.0], weights[head[0]].dtype)  # NOOP, whatever it sees
+    save_weights(str(tmp_path / "noop.pkl"), payload)
+    printed = act_without_tensorflow(tmp_path / "noop.pkl", """
+        assert policy.action_space.n == 4 and env.unwrapped.get_action_meanings()[1] == "FIRE"
+        for game in range(3):
+            obs, _ = env.reset(seed=game)
+            steps, done = 0, False
+            while not done:
+                action = policy(obs)
+                assert action == 0
+                obs, reward, terminated, truncated, _ = env.step(action)
+                steps, done = steps + 1, terminated or truncated
+            assert terminated and not truncated and env.unwrapped.ale.lives() == 0
+            print("game", game, "steps", steps)
     """)
-    assert "score" in printed
+    lengths = [int(line.split()[-1]) for line in printed.splitlines() if line.startswith("game")]
+    assert len(lengths) == 3 and max(lengths) < 10_000, lengths
+    infer = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "scripts", "infer.py"), str(tmp_path / "noop.pkl"),
+                            "--episodes", "2"], capture_output=True, text=True, timeout=300, env=env, cwd=REPO_ROOT)
+    assert infer.returncode == 0, infer.stderr[-2000:]
+    played = re.findall(r"episode \d: return [\d.]+ in (\d+) steps(.*)", infer.stdout)
+    assert len(played) == 2 and all(int(n) < 10_000 and not rest for n, rest in played), infer.stdout

@@ -254,3 +254,45 @@ def test_every_role_of_a_two_learner_run_survives_a_kill(tmp_path):
     assert summary["updates"] >= killed_at_updates + 100
     updates = [json.loads(x)["updates"] for x in (run.out / "progress.jsonl").read_text().splitlines()]
     assert updates == sorted(updates), updates
+
+
+# Pendulum whose evaluation episodes (a --seed 0 run's reset with seeds 100,000 + j,
+# dsac.evaluation's offset; rollout workers' are drawn from 2^32) take 0.5 s a step: a 70-step evaluation plays for 35 s, longer than a stop's 30 s.
+SLOW_EVALUATION_MODULE = '''
+import time
+
+import gymnasium as gym
+
+
+class SlowToEvaluate(gym.Wrapper):
+    def __init__(self):
+        super().__init__(gym.make("Pendulum-v1", max_episode_steps=70))
+        self.slow = False
+
+    def reset(self, *, seed=None, options=None):
+        self.slow = seed is not None and 100_000 <= seed < 100_010
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        if self.slow:
+            time.sleep(0.5)
+        return self.env.step(action)
+'''
+
+
+def test_a_stop_keeps_a_final_evaluation_longer_than_the_shutdown_timeout(tmp_path):
+    """The evaluator says every few seconds that it is still playing; the stop waits for it
+    rather than cancelling it at 30 s, so the final weights' evaluation reaches progress.jsonl
+    with its episode lengths."""
+    (tmp_path / "slow_eval_envs.py").write_text(SLOW_EVALUATION_MODULE)
+    run = Run(tmp_path / "run", "--env", "slow_eval_envs:SlowToEvaluate", "--num_workers", "1",
+              "--fcnet_hiddens", "32", "32", "--total_env_steps", "600", "--learning_starts", "200",
+              "--start_steps", "200", "--eval_every", "100000", "--eval_episodes", "1", "--no-tensorboard",
+              cwd=tmp_path)
+    assert run.finish(timeout=400) == 0, run.stderr[-3000:]
+    output = "\n".join(run.lines + run.stderr_lines)
+    assert "waiting for the evaluator's final evaluation" in output, output[-3000:]
+    assert "did not stop" not in output, output[-3000:]
+    lines = [json.loads(line) for line in (run.out / "progress.jsonl").read_text().splitlines()]
+    assert len(lines) == 1 and lines[0]["eval_length_mean"] == 70 and lines[0]["eval_truncated"] == 1, lines
+    assert run.summary()["stop_reason"] == "total_env_steps"

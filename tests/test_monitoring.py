@@ -58,7 +58,8 @@ def test_tensorboard_events_hold_every_listed_tag(short_run):
             for value in event.summary.value:
                 tags.setdefault(value.tag, []).append((event.step, value.simple_value))
     expected = {
-        "eval/return_mean", "eval/return_std", "rollout/episode_return_mean", "learner/qf_loss",
+        "eval/return_mean", "eval/return_std", "eval/length_mean", "eval/truncated", "rollout/episode_return_mean",
+        "learner/qf_loss",
         "learner/actor_loss", "learner/alpha_loss", "learner/alpha", "learner/entropy", "learner/td_error_mean",
         "learner/td_error_max", "throughput/updates_per_s", "throughput/env_steps_per_s", "replay/fill",
         "weights/version_lag", "learner/wait_fraction",
@@ -68,6 +69,9 @@ def test_tensorboard_events_hold_every_listed_tag(short_run):
     # TensorBoard stores float32: compare at its precision, not by rounding (rounding can split at a .xxx5).
     assert [v for _, v in tags["eval/return_mean"]] == pytest.approx([e["eval_return_mean"] for e in evals], rel=1e-6)
     assert [s for s, _ in tags["eval/return_mean"]] == [e["env_steps"] for e in evals]
+    assert [v for _, v in tags["eval/length_mean"]] == [e["eval_length_mean"] for e in evals] == [200.0] * len(evals)
+    assert [v for _, v in tags["eval/truncated"]] == [e["eval_truncated"] for e in evals]  # Pendulum: all, at 200
+    assert all(e["eval_truncated"] == e["eval_episodes"] for e in evals)
     assert all(0.0 <= v <= 1.0 for _, v in tags["replay/fill"])
     assert all(v > 0 for _, v in tags["learner/alpha"])
 

@@ -333,6 +333,7 @@ class ParameterServer:
         self.stopped = False
         self.stop_reason = ""
         self.evaluations: list[Evaluation] = []
+        self.evaluator_said: tuple[float, int, bool] | None = None  # (when, steps, final): still playing
         self.episodes: list = []
         self.worker_versions: dict[int, int] = {}
         self.held_versions: dict[int, int] = {}  # what each worker said it acts with
@@ -511,6 +512,20 @@ class ParameterServer:
 
     async def report_eval(self, result: Evaluation) -> None:
         self.evaluations.append(result)
+        self.evaluator_said = None
+
+    async def evaluator_alive(self, steps: int, final: bool) -> None:
+        """The evaluator is inside an evaluation (``final``: of the final weights) and has
+        played ``steps`` agent steps of it (fire-and-forget, every few seconds)."""
+        self.evaluator_said = (time.monotonic(), int(steps), bool(final))
+
+    async def evaluator_progress(self) -> tuple[float, int, bool] | None:
+        """Seconds since the evaluator last said it was playing, with the steps and ``final``
+        it said; None when it is not inside an evaluation."""
+        if self.evaluator_said is None:
+            return None
+        when, steps, final = self.evaluator_said
+        return time.monotonic() - when, steps, final
 
     @hot_path
     async def report_episodes(self, episodes: list) -> None:

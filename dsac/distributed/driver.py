@@ -91,7 +91,6 @@ class DistributedRun:
         self.recovery = Recovery(self.system, {n: w["process"] for n, w in wheres.items()}, meta.get("env_steps", 0),
                                  learner_checkpoint, (checkpoint or {}).get("weights"), meta.get("version", 0))
         self.stopping = False
-        self.longest_eval_s = 0.0  # how long an evaluation takes: the stop waits for the final one
         self.counters: dict = {
             "env_steps": meta.get("env_steps", 0), "updates": meta.get("updates", 0),
             "version": meta.get("version", 0), "add_calls": 0, "sample_wait_s": 0.0,
@@ -172,7 +171,6 @@ class DistributedRun:
         self._count(reports, shard_stats, version)
         lines = []
         for ev in reports.evaluations:
-            self.longest_eval_s = max(self.longest_eval_s, ev.eval_seconds)
             lines.append(self.recorder.evaluation(ev, self._evaluation_extras()))
             self._metrics_since_eval = []
         if lines:
@@ -307,8 +305,8 @@ class DistributedRun:
         self.stopping = True
         try:
             # The evaluator may be inside an evaluation and then runs the final one: a slow env's
-            # (an Atari game, CarRacing) can take minutes, and a cancelled one is lost.
-            for role, result, exc in self.system.stop(reason, evaluations_s=2 * self.longest_eval_s):
+            # (an Atari game, CarRacing) can take minutes; the stop waits while it plays.
+            for role, result, exc in self.system.stop(reason):
                 if exc is not None:
                     self.failure = self.failure or f"{role}: {ray_error_line(exc)}"
                 elif role.startswith("learner"):

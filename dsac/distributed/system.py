@@ -19,13 +19,17 @@ from dsac.distributed.tasks import evaluator, learner, learner_role, rollout_wor
 from dsac.distributed.topology import SOFT_ACTOR_CPUS, ResourcePlan, per_shard
 from dsac.distributed.weights_board import remove_boards
 from dsac.distributed.weights_cache import WeightsCache
-from dsac.evaluation import evaluation_seed
+from dsac.evaluation import PROGRESS_EVERY_S, evaluation_seed
 from dsac.messages import Latest, LearnerState, Reports, ShardStats
 from dsac.replay import replay_specs
 
 log = logging.getLogger("dsac")
 
 SHUTDOWN_TIMEOUT_S = 30.0
+# A stop waits this long at most for an evaluator that is still playing (saying so every few
+# seconds): a slow env's final evaluation (Atari games, CarRacing, Humanoid) can take minutes.
+EVALUATOR_STOP_LIMIT_S = 1800.0
+PROGRESS_WAIT_S = 2 * PROGRESS_EVERY_S
 
 
 class System:
@@ -200,6 +204,25 @@ class System:
         )
         return self._track(ref, f"rollout_worker_{i}")
 
+    def wait_for_playing_evaluator(self) -> list[tuple[str, object, BaseException | None]]:
+        """After the stop: wait for an evaluator that is still playing (it said so within
+        ``SHUTDOWN_TIMEOUT_S``), so the final evaluation is not lost to a slow env; one that
+        went quiet is stuck and is left to be cancelled."""
+        ended, said, limit = [], False, time.monotonic() + EVALUATOR_STOP_LIMIT_S
+        while any(self.roles[ref] == "evaluator" for ref in self.pending) and time.monotonic() < limit:
+            try:
+                progress = ray.get(self.ps.evaluator_progress.remote(), timeout=10)
+            except (ray.exceptions.RayError, TimeoutError):
+                break
+            if progress is None or progress[0] > SHUTDOWN_TIMEOUT_S:
+                break
+            if not said:
+                said = True
+                log.info("waiting for the evaluator's %s evaluation (%d agent steps played so far)",
+                         "final" if progress[2] else "current", progress[1])
+            ended += self.ended_tasks(PROGRESS_WAIT_S)
+        return ended
+
     def ended_tasks(self, timeout: float) -> list[tuple[str, object, BaseException | None]]:
         """Wait up to ``timeout`` for tasks to end; ``(role, result, error)`` of each that did."""
         if not self.pending:
@@ -258,19 +281,17 @@ class System:
             return None
 
     # --- stopping ------------------------------------------------------------------------
-    def stop(self, reason: str, evaluations_s: float = 0.0) -> list[tuple[str, object, BaseException | None]]:
-        """Raise every stop flag and wait (up to ``SHUTDOWN_TIMEOUT_S``, plus ``evaluations_s``
-        for the evaluator's last evaluations) for the tasks; those still running then are
-        cancelled. Returns how the waited-for tasks ended."""
+    def stop(self, reason: str) -> list[tuple[str, object, BaseException | None]]:
+        """Raise every stop flag and wait up to ``SHUTDOWN_TIMEOUT_S`` for the tasks, and for
+        an evaluator still playing its evaluations as long as it says so (up to
+        ``EVALUATOR_STOP_LIMIT_S``); those still running then are cancelled. Returns how the
+        waited-for tasks ended."""
         stopping = [self.ps.stop.remote(reason)] + [shard.stop.remote() for shard in self.shards]
         ray.get(stopping + ([self.averager.stop.remote()] if self.averager is not None else []))
-        timeout = SHUTDOWN_TIMEOUT_S + evaluations_s
-        if evaluations_s > SHUTDOWN_TIMEOUT_S:
-            log.info("waiting up to %.0f s for the evaluator's final evaluation (the longest took %.0f s)",
-                     timeout, evaluations_s / 2)
-        ended = self.ended_tasks(timeout) if self.pending else []
+        ended = self.ended_tasks(SHUTDOWN_TIMEOUT_S) if self.pending else []
+        ended += self.wait_for_playing_evaluator()
         for ref in self.pending:
-            log.warning("%s did not stop within %.0f s; cancelling it", self.roles[ref], timeout)
+            log.warning("%s did not stop within %.0f s; cancelling it", self.roles[ref], SHUTDOWN_TIMEOUT_S)
             ray.cancel(ref, force=True)
         self.pending = []
         remove_boards(self.board_names())  # what a writer that died left on this machine

@@ -23,7 +23,7 @@ from dsac.distributed.actors import REGROUP
 from dsac.distributed.topology import describe_process
 from dsac.distributed.weights_board import STALE_S, BoardReader
 from dsac.envs import one_line
-from dsac.evaluation import evaluate
+from dsac.evaluation import play_episodes
 from dsac.frames import FrameEncoder, frame_layout
 from dsac.learning import LearnerLoop, NonFiniteUpdates
 from dsac.messages import Chunk, Evaluation, LearnerOrders, LearnerReport, Placement, PullReply
@@ -597,11 +597,13 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_bo
     def run_evaluation(final: bool = False):
         started = time.monotonic()
         frames = video.Frames() if video.wanted(config.video_every, count + 1, final) else None
-        returns = evaluate(
+        episodes = play_episodes(
             lambda obs: policy.compute_actions(obs, explore=False), config.env, config.eval_episodes, seed,
             config.env_kwargs, config.flatten_obs, AtariSettings.from_config(config),
             env_crash_handler(ps, "evaluator", config.env_restarts), frames,
+            on_progress=lambda steps: ps.evaluator_alive.remote(steps, final),
         )
+        returns = episodes.returns
         mp4, video_error, gif = video.finish(frames, gif=config.tensorboard)
         # Waited for: the final report must reach the parameter server before this task ends.
         ray.get(ps.report_eval.remote(Evaluation(
@@ -614,6 +616,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_bo
             eval_seconds=time.monotonic() - started,
             weights=policy.get_weights(),  # the driver keeps the best as best_weights.pkl
             video=mp4, video_error=video_error, video_gif=gif,
+            eval_lengths=tuple(int(n) for n in episodes.lengths), eval_truncated=int(episodes.truncated.sum()),
         )))
 
     while True:
