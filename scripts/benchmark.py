@@ -20,7 +20,8 @@ Measures:
                 with the product's defaults, or --settings tuned: scripts/configs/)
   SB3           optional, when stable-baselines3 is installed (requirements-bench.txt): the same
                 thresholds with rl-zoo settings (scripts/sb3_baseline.py), alternating with dsac seed by
-                seed, evaluated on the same start states through dsac.evaluation -> dsac / SB3
+                seed, evaluated on the same start states through dsac.evaluation -> dsac / SB3; for DQN
+                also SB3 by a plain script with nothing of dsac's (scripts/sb3_plain.py): it must agree
   equal         the same two thresholds with equal settings on both sides (parity.py's TASKS: network
                 sizes, lr, batch, buffer, warm-up, updates per env step, target updates, exploration)
   lunar         not by default (--lunar or --only lunar; up to two hours a seed): SAC on
@@ -286,13 +287,24 @@ def sb3_time_to_solve(task: str, seed: int, max_seconds: float | None = None) ->
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def sb3_plain_time_to_solve(seed: int) -> dict:
+    """SB3's DQN on CartPole-v1 by ``scripts/sb3_plain.py`` (no dsac code in the process, its own
+    evaluation loop): the check that ``sb3_baseline.py`` times SB3 as SB3 runs by itself."""
+    script = os.path.join(REPO_ROOT, "scripts", "sb3_plain.py")
+    result = subprocess.run([sys.executable, script, "--seed", str(seed)], capture_output=True, text=True)
+    if result.returncode != 0:
+        return {"seed": seed, "solved": False, "error": result.stderr.strip().splitlines()[-1:]}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def solve_rows(report: dict, args) -> None:
     """dsac and SB3 to each threshold, alternating seed by seed on the same machine, both
-    evaluated on the same start states (dsac.evaluation.evaluation_seed)."""
+    evaluated on the same start states (dsac.evaluation.evaluation_seed); for DQN also SB3 by a
+    plain script (``sb3_plain.py``), which should agree with ``sb3_baseline.py``."""
     report["solve"], report["solve_settings"] = {}, args.settings
     report["sb3"] = None if "sb3" in args.skip else {}
     for algo in ("sac", "dqn"):
-        runs, sb3_runs = [], []
+        runs, sb3_runs, plain_runs = [], [], []
         for seed in range(args.seeds):
             runs.append(time_to_solve(algo, seed, args.settings))
             if report["sb3"] is not None:
@@ -301,12 +313,17 @@ def solve_rows(report: dict, args) -> None:
                     report["sb3"] = None
                     print("SB3 not installed: pip install -r requirements-bench.txt for the side-by-side",
                           file=sys.stderr)
+                elif algo == "dqn":
+                    plain_runs.append(sb3_plain_time_to_solve(seed))
         report["solve"][algo] = {"runs": runs, "median_wall_s": median(r["wall_s"] for r in runs),
                                  "median_env_steps": median(r["env_steps"] for r in runs)}
         print(f"solve {algo}: {report['solve'][algo]}", file=sys.stderr)
         if report["sb3"] is not None:
             report["sb3"][algo] = {"runs": sb3_runs, "median_wall_s": median(r.get("wall_s") for r in sb3_runs),
                                    "median_env_steps": median(r.get("env_steps") for r in sb3_runs)}
+            if plain_runs:
+                report["sb3"][algo]["plain"] = {"runs": plain_runs,
+                                                "median_wall_s": median(r.get("wall_s") for r in plain_runs)}
             print(f"sb3 {algo}: {report['sb3'][algo]}", file=sys.stderr)
 
 
@@ -512,6 +529,11 @@ def markdown(r: dict, cores: float) -> str:
         rows.append(f"| time to solve {algo.upper()} {env_id} to {threshold:g}, dsac {settings}: median wall s "
                     f"(per seed: s / steps), same evaluation start states | {fmt(s['median_wall_s'], '.1f')} "
                     f"({per_seed}){versus} | ≤ 0.5× SB3 |")
+        if sb3 and sb3.get("plain"):
+            plain = sb3["plain"]
+            seeds = ", ".join(f"{fmt(x.get('wall_s'), '.1f')} s / {fmt(x.get('env_steps'))}" for x in plain["runs"])
+            rows.append(f"| the same SB3 by a plain script (scripts/sb3_plain.py, no dsac code) | "
+                        f"{fmt(plain['median_wall_s'], '.1f')} ({seeds}) | agrees with the SB3 row |")
     for algo, e in r.get("equal", {}).items():
         env_id, threshold = SOLVE[algo][:2]
         sides = []

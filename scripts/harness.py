@@ -161,6 +161,23 @@ def return_at(points: list[dict], budget: float, axis: str = "env_steps") -> flo
     return before[-1]["return"] if before else None
 
 
+def area_under_curve(points: list[dict], budget: float, axis: str = "env_steps") -> float | None:
+    """The mean return over ``[0, budget]`` on ``axis``, each evaluation's return held until the
+    next (a step curve; before the first evaluation nothing counts): one number that rewards a
+    run for getting good early and for staying good, and marks one that collapses after a
+    threshold. None without an evaluation."""
+    inside = [p for p in points if p[axis] <= budget * 1.02]
+    if not inside:
+        return None
+    start = inside[0][axis]
+    if budget <= start:
+        return inside[0]["return"]
+    area = 0.0
+    for here, after in zip(inside, inside[1:] + [{axis: budget}], strict=True):
+        area += here["return"] * (min(after[axis], budget) - here[axis])
+    return area / (budget - start)
+
+
 def seed_list(values: list[int]) -> list[int]:
     """A ``--seeds``-style option: one number N means seeds 0..N-1, several numbers those seeds."""
     return list(range(values[0])) if len(values) == 1 else list(values)

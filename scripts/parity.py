@@ -111,6 +111,7 @@ def summarize(task: dict, runs: list[dict], budget: int) -> dict:
         row[key] = harness.spread(h[key] for h in hits if h)
     for frac in (0.25, 0.5, 1.0):
         row[f"return_at_{frac}"] = harness.spread(harness.return_at(r["points"], frac * budget) for r in runs)
+    row["auc"] = harness.spread(harness.area_under_curve(r["points"], budget) for r in runs)
     return row
 
 
@@ -121,13 +122,15 @@ def markdown(results: dict) -> str:
         lines += [f"\n### {name}: {task['env']} to {task['threshold']:g}, {budget:,} env steps, "
                   f"{len(res['seeds'])} seeds (median, range)", "",
                   f"| variant | env steps to {task['threshold']:g} | updates to it | seconds to it | "
-                  f"return at {budget // 4:,} | at {budget // 2:,} | at {budget:,} |", "|---|---|---|---|---|---|---|"]
+                  f"return at {budget // 4:,} | at {budget // 2:,} | at {budget:,} (final) | mean return (area) |",
+                  "|---|---|---|---|---|---|---|---|"]
         for variant, runs in res["variants"].items():
             if not runs:
                 continue
             row = summarize(task, runs, budget)
             cells = [harness.fmt_spread(row[k], missing=row["not_reached"]) for k in ("env_steps", "updates", "wall_s")]
             cells += [harness.fmt_spread(row[f"return_at_{frac}"]) for frac in (0.25, 0.5, 1.0)]
+            cells.append(harness.fmt_spread(row["auc"]))
             errors = row["errors"]
             label = variant if len(runs) == len(res["seeds"]) else f"{variant} ({len(runs)} seeds)"
             lines.append(f"| {label} | " + " | ".join(cells) + " |" + (f" errors: {errors}" if errors else ""))

@@ -22,13 +22,20 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from dsac.evaluation import evaluate, evaluation_seed  # noqa: E402
 
+# rl-zoo's own budget for DQN on CartPole-v1 (hyperparams/dqn.yml, n_timesteps: 5e4): its
+# exploration_fraction 0.16 decays ε over 0.16 x 50,000 = 8,000 env steps.
+ZOO_CARTPOLE_STEPS = 50_000
+DQN_CARTPOLE_BUDGET = 100_000
+
 # task (algo, or algo-task) -> env, threshold, env-step budget, evaluation period (env steps),
-# rl-zoo's settings ("lin_X": rl-zoo's linear schedule from X to 0 over the budget).
+# rl-zoo's settings ("lin_X": rl-zoo's linear schedule from X to 0 over the budget). A fraction
+# of the budget is scaled so that it covers the env steps it covers in rl-zoo's own run.
 TASKS = {
     "sac": ("Pendulum-v1", -200.0, 20_000, 1_000, {"learning_rate": 1e-3}),  # rl-zoo hyperparams/sac.yml
-    "dqn": ("CartPole-v1", 475.0, 100_000, 2_000, {  # rl-zoo hyperparams/dqn.yml
+    "dqn": ("CartPole-v1", 475.0, DQN_CARTPOLE_BUDGET, 2_000, {  # rl-zoo hyperparams/dqn.yml
         "learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000, "gamma": 0.99,
-        "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128, "exploration_fraction": 0.16,
+        "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128,
+        "exploration_fraction": 0.16 * ZOO_CARTPOLE_STEPS / DQN_CARTPOLE_BUDGET,  # ε over 8,000 env steps
         "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [256, 256]},
     }),
     # rl-zoo hyperparams/sac.yml (LunarLanderContinuous-v2 there; v3 has the same dynamics), whose

@@ -137,3 +137,13 @@ def test_sb3_side_reads_rl_zoo_linear_schedules():
     schedule = _sb3_baseline()._schedule("lin_7.3e-4")
     assert schedule(1.0) == 7.3e-4 and schedule(0.5) == 7.3e-4 / 2 and schedule(0.0) == 0.0
     assert _sb3_baseline()._schedule(1e-3) == 1e-3
+
+
+def test_area_under_the_curve_marks_a_run_that_collapses_after_its_threshold():
+    harness = _script("harness")
+    held = [{"env_steps": s, "return": r} for s, r in ((0, 10.0), (25_000, 500.0), (50_000, 500.0))]
+    collapsed = [{"env_steps": s, "return": r} for s, r in ((0, 10.0), (25_000, 500.0), (37_500, 20.0), (50_000, 20.0))]
+    assert harness.area_under_curve(held, 50_000) == 255.0  # half the budget at 10, half at 500
+    assert harness.area_under_curve(collapsed, 50_000) == 135.0  # the same threshold time, a quarter at 500
+    assert harness.first_reaching(held, 475)["env_steps"] == harness.first_reaching(collapsed, 475)["env_steps"]
+    assert harness.area_under_curve([], 50_000) is None
