@@ -66,7 +66,8 @@ def record(settings: str, variant: str, seed: int, budget: int, extra: list[str]
         "final": points[-1]["return"] if points else None,
         "auc": harness.area_under_curve(points, budget),
         "hit_steps": hit and hit["env_steps"], "hit_s": hit and hit["wall_s"],
-        "curve": [[p["env_steps"], round(p["return"], 1)] for p in points], "error": run["error"],
+        # [env steps, return, seconds from process start] of each evaluation
+        "curve": [[p["env_steps"], round(p["return"], 1), p["wall_s"]] for p in points], "error": run["error"],
     }
 
 
