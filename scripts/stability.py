@@ -22,33 +22,20 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
-from parity import TASKS, VARIANTS  # noqa: E402
+from parity import TASKS, VARIANTS, commit  # noqa: E402
 
 TASK = TASKS["dqn-cartpole"]
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def flags_for(settings: str, variant: str) -> list[str]:
     if settings == "parity":
         return harness.dsac_flags("dqn", TASK["settings"]) + VARIANTS[variant]
     return ["--algo", "dqn"] + (["--local"] if variant == "serial" else ["--num_workers", variant[1:]])
-
-
-def commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                              text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True).stdout.strip()
-        return head + ("+" if dirty else "")
-    except OSError:
-        return "?"
 
 
 def record(settings: str, variant: str, seed: int, budget: int, extra: list[str] | None = None) -> dict:
