@@ -35,6 +35,12 @@ class Episodes(NamedTuple):
     lengths: np.ndarray  # agent steps (int64): an Atari step is ``frame_skip`` frames
     truncated: np.ndarray  # bool: ended by a time limit (ALE's frame cap, TimeLimit), not by the env
 
+    def summary(self) -> dict:
+        """The episodes as :class:`dsac.messages.Evaluation` reports them (its ``eval_*`` fields)."""
+        return {"eval_return_mean": float(self.returns.mean()), "eval_return_std": float(self.returns.std()),
+                "eval_returns": [float(r) for r in self.returns], "eval_lengths": tuple(int(n) for n in self.lengths),
+                "eval_truncated": int(self.truncated.sum())}
+
 
 def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
              flatten_obs: bool = False, atari: AtariSettings | None = None,

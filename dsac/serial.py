@@ -185,14 +185,13 @@ class SerialRun:
         episodes = play_episodes(lambda obs: self.evaluator.compute_actions(obs, explore=False), config.env,
                                  config.eval_episodes, self.eval_seed, config.env_kwargs, config.flatten_obs,
                                  AtariSettings.from_config(config), self._env_crash_handler("evaluator"), frames)
-        returns = episodes.returns
         self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
         self.evaluated_version = self.version
+        mp4, video_error, gif = video.finish(frames, gif=config.tensorboard)
         line = self.recorder.evaluation(Evaluation(
-            self.storage.added, self.loop.updates, self.version, float(returns.mean()), float(returns.std()),
-            [float(r) for r in returns], time.monotonic() - started, self.weights,
-            *video.finish(frames, gif=config.tensorboard),
-            tuple(int(n) for n in episodes.lengths), int(episodes.truncated.sum()),
+            env_steps=self.storage.added, updates=self.loop.updates, weights_version=self.version,
+            eval_seconds=time.monotonic() - started, weights=self.weights,
+            video=mp4, video_error=video_error, video_gif=gif, **episodes.summary(),
         ), {"env_steps_collected": self.storage.added,
             **({"restarts": dict(self.env_restarts)} if self.env_restarts else {}),
             **({"skipped_updates": self.loop.skipped} if self.loop.skipped else {}),

@@ -603,20 +603,16 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_bo
             env_crash_handler(ps, "evaluator", config.env_restarts), frames,
             on_progress=lambda steps: ps.evaluator_alive.remote(steps, final),
         )
-        returns = episodes.returns
         mp4, video_error, gif = video.finish(frames, gif=config.tensorboard)
         # Waited for: the final report must reach the parameter server before this task ends.
         ray.get(ps.report_eval.remote(Evaluation(
             env_steps=int(weights.report.env_steps),
             updates=int(weights.report.updates),
             weights_version=weights.version,
-            eval_return_mean=float(returns.mean()),
-            eval_return_std=float(returns.std()),
-            eval_returns=[float(r) for r in returns],
             eval_seconds=time.monotonic() - started,
             weights=policy.get_weights(),  # the driver keeps the best as best_weights.pkl
             video=mp4, video_error=video_error, video_gif=gif,
-            eval_lengths=tuple(int(n) for n in episodes.lengths), eval_truncated=int(episodes.truncated.sum()),
+            **episodes.summary(),
         )))
 
     while True:
