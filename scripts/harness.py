@@ -10,9 +10,11 @@ translation says so in a comment.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -128,10 +130,12 @@ def run_dsac(flags: list[str], env: str, seed: int, budget: int, eval_every: int
 
 
 def run_sb3(algo: str, env: str, kwargs: dict, seed: int, budget: int, eval_every: int,
-            stop_return: float | None = None, timeout: float | None = None) -> dict | None:
-    """SB3 with constructor ``kwargs`` (``sb3_baseline.py --curve``); None when SB3 is not installed."""
+            stop_return: float | None = None, timeout: float | None = None,
+            max_seconds: float | None = None) -> dict | None:
+    """SB3 with constructor ``kwargs`` (``sb3_baseline.py --curve``), until ``budget`` env steps,
+    ``stop_return`` or ``max_seconds`` from process start; None when SB3 is not installed."""
     spec = {"algo": algo, "env": env, "kwargs": kwargs, "seed": seed, "budget": budget, "eval_every": eval_every,
-            "stop_return": stop_return}
+            "stop_return": stop_return, "max_seconds": max_seconds}
     started = time.time()
     try:
         result = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "scripts", "sb3_baseline.py"), "--curve",
@@ -147,6 +151,41 @@ def run_sb3(algo: str, env: str, kwargs: dict, seed: int, budget: int, eval_ever
                 "error": (result.stderr.strip().splitlines() or ["?"])[-1]}
     return {"seed": seed, "points": json.loads(result.stdout.strip().splitlines()[-1]), "process_s": process_s,
             "error": None}
+
+
+# --- result records -------------------------------------------------------------------------
+def commit() -> str:
+    """The checkout's commit (``+`` when it has uncommitted changes): runs pooled from several
+    invocations say which code they ran."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO_ROOT).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD") or "?"
+    return head + ("+" if git("status", "--porcelain", "--untracked-files=no", "--", "dsac", "launch.py", "scripts") else "")
+
+
+def provenance(command: list[str]) -> dict:
+    """What every result record (one JSON line per run) starts with: the command that made it,
+    the commit, the date (UTC) and the machine."""
+    return {"command": " ".join(command), "commit": commit(),
+            "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}}
+
+
+def scores_at_marks(points: list[dict], marks_min: list[float], budget_min: float) -> dict:
+    """{minutes: the evaluation that stands at that mark} for a run capped at ``budget_min``
+    minutes (``wall_s`` from process start): at an earlier mark, the last evaluation made by
+    then; at the budget's own mark, the last evaluation of all (both programs evaluate the
+    weights they stop with, which takes a little past the cap)."""
+    out = {}
+    for mark in marks_min:
+        if mark > budget_min:
+            continue
+        made = points if mark == budget_min else [p for p in points if p["wall_s"] <= 60 * mark]
+        if made:
+            p = made[-1]
+            out[f"{mark:g}"] = {"return": round(p["return"], 1), "env_steps": p["env_steps"],
+                                "updates": p.get("updates"), "wall_s": p["wall_s"]}
+    return out
 
 
 # --- reading curves -------------------------------------------------------------------------

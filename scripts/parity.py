@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -168,15 +167,6 @@ def plot(name: str, res: dict, path: str) -> None:
     plt.close(fig)
 
 
-def commit() -> str:
-    """The checkout's commit (``+`` when it has uncommitted changes): runs pooled from several
-    invocations say which code they ran."""
-    def git(*args):
-        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=harness.REPO_ROOT).stdout.strip()
-    head = git("rev-parse", "--short", "HEAD") or "?"
-    return head + ("+" if git("status", "--porcelain", "--untracked-files=no", "--", "dsac", "launch.py", "scripts") else "")
-
-
 def load_results(path: str) -> dict:
     """What an earlier invocation wrote to ``parity.json`` (empty if nothing)."""
     if not os.path.exists(path):
@@ -248,7 +238,7 @@ def main(argv=None) -> int:
         seeds = harness.seed_list(args.seeds)
     args.variants = args.variants or (QUICK_VARIANTS if args.quick else list(VARIANTS))
     os.makedirs(args.out, exist_ok=True)
-    code = commit()
+    code = harness.commit()
     budgets = {name: args.budget or (TASKS[name]["quick_budget"] if args.quick and TASKS[name]["quick_budget"]
                                      else TASKS[name]["budget"]) for name in tasks}
     try:  # before any run: a sitting that would overwrite earlier runs does not start

@@ -18,16 +18,14 @@ evaluates 10 episodes every 2,000 env steps to 50,000.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
-from parity import TASKS, VARIANTS, commit  # noqa: E402
+from parity import TASKS, VARIANTS  # noqa: E402
 
 TASK = TASKS["dqn-cartpole"]
 
@@ -46,10 +44,8 @@ def record(settings: str, variant: str, seed: int, budget: int, extra: list[str]
     hit = harness.first_reaching(points, TASK["threshold"])
     return {
         "settings": " ".join([settings, *(extra or [])]), "variant": variant, "seed": seed, "budget": budget,
-        "command": " ".join(["python launch.py", *flags, "--env", TASK["env"], "--seed", str(seed),
-                             "--total_env_steps", str(budget), "--eval_every", str(TASK["eval_every"])]),
-        "commit": commit(), "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        **harness.provenance(["python launch.py", *flags, "--env", TASK["env"], "--seed", str(seed),
+                              "--total_env_steps", str(budget), "--eval_every", str(TASK["eval_every"])]),
         "final": points[-1]["return"] if points else None,
         "auc": harness.area_under_curve(points, budget),
         "hit_steps": hit and hit["env_steps"], "hit_s": hit and hit["wall_s"],

@@ -1,0 +1,145 @@
+"""The MuJoCo v5 table: dsac's SAC defaults against Stable-Baselines3's SAC with rl-zoo's
+settings, each for a wall-clock budget on this machine, one run at a time.
+
+    python scripts/mujoco_benchmark.py --envs HalfCheetah-v5 --sides dsac sb3     # 15 minutes each
+    python scripts/mujoco_benchmark.py --envs Humanoid-v5 --minutes 60
+    python scripts/mujoco_benchmark.py --report                                  # the table of --out
+
+Both sides get rl-zoo's env-step budget (1M; Humanoid 2M) and stop at ``--minutes`` from their
+process start, whichever comes first, and both evaluate 10 deterministic episodes on the same
+start states (``dsac.evaluation.evaluation_seed``):
+  dsac  ``python launch.py --algo sac --env E --seed S --total_env_steps N --max_seconds M``, as a
+        user types it (its defaults: 2 rollout workers, evaluation every 1,000 env steps in its
+        own process; ``--max_seconds`` counts from the driver's start, a few seconds after the
+        process's).
+  sb3   ``scripts/sb3_baseline.py`` with rl-zoo's ``hyperparams/sac.yml`` for the MuJoCo envs
+        (``learning_starts`` 10,000, SB3's defaults otherwise: 2x256 networks, lr 3e-4, batch
+        256, one update per env step), torch at 1 thread, evaluating every 10,000 env steps in
+        its own process (the evaluations' time is on its clock).
+The score at a mark is the last evaluation made by then; at the budget's mark, the evaluation of
+the weights the run stopped with. One JSON line per run in ``--out`` (command, commit, date,
+machine, scores at the marks, the curve); ``--report`` prints the table, with rl-zoo's published
+score after its full budget (``benchmark.md``, the v3 envs) beside it. SB3 needs
+``requirements-bench.txt`` (a run of a missing side is recorded as an error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import harness  # noqa: E402
+
+# env -> rl-zoo's SAC budget (env steps) and its published score after it (benchmark.md, v3).
+SUITE = {
+    "HalfCheetah-v5": (1_000_000, 9535.5),
+    "Hopper-v5": (1_000_000, 2325.5),
+    "Walker2d-v5": (1_000_000, 3863.2),
+    "Ant-v5": (1_000_000, 4615.8),
+    "Humanoid-v5": (2_000_000, 6232.3),
+}
+ZOO_SAC_MUJOCO = {"learning_starts": 10_000}  # rl-zoo hyperparams/sac.yml: mujoco-defaults
+SB3_EVAL_EVERY = 10_000
+MARKS_MIN = (5, 15, 30, 60)
+
+
+def run(env: str, side: str, seed: int, minutes: float) -> dict:
+    """One run of ``side`` on ``env`` for ``minutes``: its result record."""
+    budget, _ = SUITE[env]
+    cap = 60.0 * minutes
+    if side == "dsac":
+        flags = ["--algo", "sac", "--max_seconds", f"{cap:g}"]
+        result = harness.run_dsac(flags, env, seed, budget, None, timeout=cap + 1800, as_typed=True)
+        command = ["python launch.py", *flags, "--env", env, "--seed", str(seed), "--total_env_steps", str(budget)]
+    else:
+        result = harness.run_sb3("sac", env, ZOO_SAC_MUJOCO, seed, budget, SB3_EVAL_EVERY, timeout=cap + 1800,
+                                 max_seconds=cap)
+        if result is None:
+            result = {"points": [], "error": "stable_baselines3 is not installed (requirements-bench.txt)"}
+        command = ["python scripts/sb3_baseline.py --curve", json.dumps(
+            {"algo": "sac", "env": env, "kwargs": ZOO_SAC_MUJOCO, "seed": seed, "budget": budget,
+             "eval_every": SB3_EVAL_EVERY, "max_seconds": cap})]
+    points = result["points"]
+    return {
+        "suite": "mujoco", "env": env, "side": side, "seed": seed, "minutes": minutes, **harness.provenance(command),
+        "scores": harness.scores_at_marks(points, sorted({*(m for m in MARKS_MIN if m < minutes), minutes}), minutes),
+        "best": max((p["return"] for p in points), default=None),
+        # [env steps, return, seconds from process start, updates] of each evaluation
+        "curve": [[p["env_steps"], round(p["return"], 1), p["wall_s"], p.get("updates")] for p in points],
+        "error": result["error"],
+    }
+
+
+def first_at(curve: list, level: float) -> float | None:
+    """Seconds from process start to the first evaluation at or above ``level``."""
+    return next((wall_s for _, ret, wall_s, _ in curve if ret >= level), None)
+
+
+def report(path: str) -> str:
+    """The table of the records in ``path`` (the latest run of each env, side and budget)."""
+    latest: dict = {}
+    for line in open(path):
+        if line.strip():
+            rec = json.loads(line)
+            latest[(rec["env"], rec["minutes"], rec["seed"], rec["side"])] = rec
+    marks = sorted({float(m) for rec in latest.values() for m in rec["scores"]})
+    lines = ["Evaluation return (mean of 10 deterministic episodes) at each mark, minutes from process start; "
+             "env steps in brackets.", "",
+             "| env | budget | side | " + " | ".join(f"{m:g} min" for m in marks)
+             + " | best | dsac reached the SB3 run's final return after | rl-zoo SAC (its budget) | commit |",
+             "|---|---|---|" + "---|" * len(marks) + "---|---|---|---|"]
+    for (env, minutes, seed, side), rec in sorted(latest.items(), key=lambda kv: (list(SUITE).index(kv[0][0])
+                                                                                  if kv[0][0] in SUITE else 99, kv[0])):
+        cells = []
+        for m in marks:
+            s = rec["scores"].get(f"{m:g}")
+            cells.append(f"{s['return']:,.0f} ({s['env_steps'] / 1000:,.0f}k)" if s else "—")
+        other = latest.get((env, minutes, seed, "sb3"))
+        catch = "—"
+        if side == "dsac" and other and other["curve"]:
+            level = other["curve"][-1][1]
+            at = first_at(rec["curve"], level)
+            catch = f"{at:,.0f} s (SB3: {level:,.0f} at {other['curve'][-1][2]:,.0f} s)" if at is not None else \
+                f"not reached (SB3: {level:,.0f})"
+        budget, zoo = SUITE.get(env, (None, None))
+        best = f"{rec['best']:,.0f}" if rec["best"] is not None else "—"
+        error = f" ({rec['error']})" if rec.get("error") else ""
+        lines.append(f"| {env} | {minutes:g} min, seed {seed} | {side}{error} | " + " | ".join(cells)
+                     + f" | {best} | {catch} | {f'{zoo:,.0f} ({budget / 1e6:g}M)' if zoo else '—'} | {rec['commit']} |")
+    lines += ["", "Commands: " + "; ".join(sorted({f"`{rec['command']}`" for rec in latest.values()}))]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--envs", nargs="+", default=[e for e in SUITE if e != "Humanoid-v5"], choices=sorted(SUITE))
+    parser.add_argument("--sides", nargs="+", default=["dsac", "sb3"], choices=["dsac", "sb3"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="the seeds (one run each)")
+    parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget of each run")
+    parser.add_argument("--out", default="docs/mujoco/results.jsonl")
+    parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
+    args = parser.parse_args(argv)
+    if not args.report:
+        if not (0 < args.minutes <= 24 * 60):
+            parser.error(f"--minutes must be in (0, 1440], got {args.minutes:g}")
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        for env in args.envs:
+            for seed in args.seeds:
+                for side in args.sides:
+                    rec = run(env, side, seed, args.minutes)
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(rec) + "\n")
+                    print(f"{env} {side} seed {seed}: {rec['scores']} best {rec['best']} error {rec['error']}",
+                          file=sys.stderr, flush=True)
+    if not os.path.exists(args.out):
+        parser.error(f"no results in {args.out} yet")
+    print(report(args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
