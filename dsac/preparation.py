@@ -85,6 +85,7 @@ def prepare(config: Config, local: bool = False) -> Prepared:
         config = with_image_defaults(config, obs.shape)
         # every conv layer must fit its input: one line now, not a learner's traceback later
         conv_output_shape(obs.shape, config.conv_filters or default_conv_filters(obs.shape))
+    say_budget(config)
     initial_weights = None
     if config.init_weights:
         initial_weights = fitting_weights(config, config.init_weights, observation_space, action_space)
@@ -111,6 +112,16 @@ def say_image_preprocessing(config: Config, env) -> None:
              config.env, "x".join(map(str, raw.shape)),
              f"{config.dim}x{config.dim}, {'gray' if config.grayscale else 'colour'}, {config.framestack} stacked "
              f"-> observations {'x'.join(map(str, env.observation_space.shape))}")
+
+
+def say_budget(config: Config) -> None:
+    """A warning when ``--max_seconds`` comes with the algorithm's default env-step budget,
+    which may end the run long before the seconds do (SAC's 20,000 steps: ~1 minute of
+    HalfCheetah on 2 cores)."""
+    if config.max_seconds and "total_env_steps" in config.defaulted:
+        log.warning("--max_seconds %g with %s's default budget of %s env steps: the run stops at whichever comes "
+                    "first (--total_env_steps to raise the budget)", config.max_seconds, config.algo,
+                    f"{config.total_env_steps:,}")
 
 
 def with_image_defaults(config: Config, shape) -> Config:

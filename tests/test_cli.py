@@ -2,6 +2,7 @@
 a small run leaves its files."""
 
 import json
+import logging
 import os
 import re
 import signal
@@ -331,3 +332,17 @@ def test_numbers_given_as_strings_are_numbers_and_other_strings_are_refused():
                          ({"env": 3}, "must be a string"), ({"env_kwargs": [1]}, "mapping")):
         with pytest.raises(DsacError, match=fact):
             Config.from_dict(values).validate()
+
+
+def test_max_seconds_with_the_default_budget_says_which_ends_the_run(tmp_path, caplog):
+    from dsac.config import Config
+    from dsac.preparation import prepare
+
+    with caplog.at_level(logging.WARNING, logger="dsac"):
+        prepare(Config(algo="sac", env="Pendulum-v1", max_seconds=600, output_dir=str(tmp_path / "a")), local=True)
+    assert "--max_seconds 600 with sac's default budget of 20,000 env steps" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dsac"):
+        prepare(Config(algo="sac", env="Pendulum-v1", max_seconds=600, total_env_steps=10**6,
+                       output_dir=str(tmp_path / "b")), local=True)
+    assert "default budget" not in caplog.text
