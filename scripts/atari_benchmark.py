@@ -1,7 +1,18 @@
-"""The Atari part of ``scripts/benchmark.py --atari``: what pixels cost on this machine.
+"""Atari on this machine: the games table, and the Atari part of ``scripts/benchmark.py --atari``.
 
-    python scripts/benchmark.py --atari                  # all of it, with the 60-minute Pong run
-    python scripts/benchmark.py --atari --pong_minutes 0 # the measurements only (~3 minutes)
+    python scripts/atari_benchmark.py --games Pong Breakout Qbert Freeway --minutes 60   # the games table
+    python scripts/atari_benchmark.py --games Pong --minutes 60                         # the Pong hour
+    python scripts/atari_benchmark.py --report                                          # the table of --out
+    python scripts/benchmark.py --atari                  # the costs below, with the 60-minute Pong run
+    python scripts/benchmark.py --atari --pong_minutes 0 # the costs only (~3 minutes)
+
+The games table: each game runs ``launch.py --algo dqn --env ALE/<Game>-v5 --num_workers W
+--max_seconds 60*minutes --seed S`` with the Atari defaults, one run at a time, and its
+evaluations (5 whole games, FIRE at each life's start, the game's real score) are read at 15 /
+30 / 60 minutes from process start and at 100k agent steps (400k frames: the Atari 100k
+benchmark's budget, where published figures exist at that number of frames). One JSON line per
+run in ``--out`` (command, commit, date, machine, scores, the curve); ``--report`` prints the
+table with random play, human play and the published figures (:data:`PUBLISHED`) beside it.
 
 Measures, for ALE/Pong-v5 with dsac's Atari preprocessing (84x84 grayscale, 4 stacked frames,
 frame skip 4):
@@ -25,11 +36,118 @@ import subprocess
 import sys
 import time
 
-import harness
 import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)  # dsac, when run as a script
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness, when imported as a module
+
+import harness  # noqa: E402
+
 ENV = "ALE/Pong-v5"
+
+
+GAMES_MARKS_MIN = (15, 30, 60)
+ATARI_100K_STEPS = 100_000
+# Published scores per game (None: not published for that game): random and human play as the
+# DQN and Atari 100k papers use them; DER (van Hasselt et al. 2019) and DrQ(ε) (Agarwal et al.
+# 2021) after 100k agent steps (400k frames); rl-zoo's DQN after 10M agent steps (benchmark.md).
+PUBLISHED: dict[str, dict[str, float | None]] = {}
+PUBLISHED_SOURCES = ""
+
+
+def game_record(game: str, minutes: float, workers: int, seed: int) -> dict:
+    """One run of ALE/``game``-v5 with the Atari defaults for ``minutes``: its result record."""
+    env = f"ALE/{game}-v5"
+    flags = ["--algo", "dqn", "--num_workers", str(workers), "--max_seconds", f"{60 * minutes:g}"]
+    run = harness.run_dsac(flags, env, seed, 10_000_000, None, timeout=60 * minutes + 3600, as_typed=True)
+    points = run["points"]
+    at_100k = harness.return_at(points, ATARI_100K_STEPS) if points and points[-1]["env_steps"] >= ATARI_100K_STEPS \
+        else None
+    return {
+        "suite": "atari", "env": env, "game": game, "seed": seed, "workers": workers, "minutes": minutes,
+        **harness.provenance(["python launch.py", *flags, "--env", env, "--seed", str(seed)]),
+        "scores": harness.scores_at_marks(points, sorted({*(m for m in GAMES_MARKS_MIN if m < minutes), minutes}),
+                                          minutes),
+        "at_100k_steps": at_100k, "best": max((p["return"] for p in points), default=None),
+        # [env steps, return, seconds from process start, updates] of each evaluation
+        "curve": [[p["env_steps"], round(p["return"], 1), p["wall_s"], p.get("updates")] for p in points],
+        "error": run["error"],
+    }
+
+
+def games_report(path: str) -> str:
+    """The games table of the records in ``path`` (the latest run of each game, budget, seed)."""
+    latest: dict = {}
+    for line in open(path):
+        if line.strip():
+            rec = json.loads(line)
+            latest[(rec["game"], rec["minutes"], rec["seed"])] = rec
+    marks = sorted({float(m) for rec in latest.values() for m in rec["scores"]})
+
+    def ref(game, key):
+        value = PUBLISHED.get(game, {}).get(key)
+        return "—" if value is None else f"{value:,.1f}"
+
+    lines = ["Evaluation score (mean of 5 whole games) at each mark, minutes from process start; agent steps "
+             "in brackets (frames = 4 × agent steps).", "",
+             "| game | run | " + " | ".join(f"{m:g} min" for m in marks) + " | at 100k steps | best | random "
+             "| DER 100k | DrQ(ε) 100k | rl-zoo DQN 10M | human | commit |",
+             "|---|---|" + "---|" * len(marks) + "---|---|---|---|---|---|---|---|"]
+    for (game, minutes, seed), rec in sorted(latest.items()):
+        cells = []
+        for m in marks:
+            sc = rec["scores"].get(f"{m:g}")
+            cells.append(f"{sc['return']:,.1f} ({sc['env_steps'] / 1000:,.0f}k, {sc['updates'] or 0:,} upd.)"
+                         if sc else "—")
+        at = "—" if rec["at_100k_steps"] is None else f"{rec['at_100k_steps']:,.1f}"
+        best = "—" if rec["best"] is None else f"{rec['best']:,.1f}"
+        error = f" ({rec['error']})" if rec.get("error") else ""
+        lines.append(f"| {game} | {minutes:g} min, {rec['workers']} workers, seed {seed}{error} | " + " | ".join(cells)
+                     + f" | {at} | {best} | {ref(game, 'random')} | {ref(game, 'der_100k')} | "
+                     f"{ref(game, 'drq_eps_100k')} | {ref(game, 'zoo_dqn_10m')} | {ref(game, 'human')} "
+                     f"| {rec['commit']} |")
+    lines += ["", "Commands: " + "; ".join(sorted({f"`{rec['command']}`" for rec in latest.values()}))]
+    if PUBLISHED_SOURCES:
+        lines += ["", PUBLISHED_SOURCES]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--games", nargs="+", default=["Pong", "Breakout", "Qbert", "Freeway"],
+                        help="ALE game names (ALE/<Game>-v5)")
+    parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget of each run")
+    parser.add_argument("--workers", type=int, default=2, help="rollout workers (--num_workers)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="the seeds (one run each)")
+    parser.add_argument("--out", default="docs/atari/results.jsonl")
+    parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
+    args = parser.parse_args(argv)
+    if not args.report:
+        if not (0 < args.minutes <= 24 * 60):
+            parser.error(f"--minutes must be in (0, 1440], got {args.minutes:g}")
+        from dsac.envs import make_env
+        from dsac.errors import DsacError
+
+        for game in args.games:  # every name checked before the first hour is spent
+            try:
+                make_env(f"ALE/{game}-v5").close()
+            except DsacError as exc:
+                parser.error(str(exc))
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        for game in args.games:
+            for seed in args.seeds:
+                rec = game_record(game, args.minutes, args.workers, seed)
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(rec) + "\n")
+                print(f"{game} seed {seed}: {rec['scores']} at 100k steps {rec['at_100k_steps']} error {rec['error']}",
+                      file=sys.stderr, flush=True)
+    if not os.path.exists(args.out):
+        parser.error(f"no results in {args.out} yet")
+    print(games_report(args.out))
+    return 0
 
 
 def _policy(build_learner: bool, batch_size: int = 32):
@@ -199,3 +317,7 @@ def markdown(atari: dict) -> list[str]:
         rows.append(f"| Pong-v5, {pong['workers']} workers, defaults: eval score at {marks} | best "
                     f"{pong['best_eval_return']} | >= 0 within 60 min |")
     return rows
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -147,3 +147,18 @@ def test_area_under_the_curve_marks_a_run_that_collapses_after_its_threshold():
     assert harness.area_under_curve(collapsed, 50_000) == 135.0  # the same threshold time, a quarter at 500
     assert harness.first_reaching(held, 475)["env_steps"] == harness.first_reaching(collapsed, 475)["env_steps"]
     assert harness.area_under_curve([], 50_000) is None
+
+
+def test_scores_at_marks_read_a_capped_run_as_the_tables_need():
+    """A 15-minute run: the 5-minute score is the last evaluation made by 300 s; the 15-minute
+    score is the evaluation of the weights it stopped with, which lands a little after 900 s."""
+    harness = _script("harness")
+    points = [{"env_steps": s, "return": r, "wall_s": t, "updates": s}
+              for s, r, t in ((10_000, 1.0, 100.0), (30_000, 2.0, 299.0), (40_000, 3.0, 301.0), (90_000, 4.0, 912.0))]
+    scores = harness.scores_at_marks(points, [5, 15, 60], 15)
+    assert scores["5"]["return"] == 2.0 and scores["5"]["env_steps"] == 30_000
+    assert scores["15"]["return"] == 4.0 and scores["15"]["wall_s"] == 912.0
+    assert "60" not in scores
+    assert harness.scores_at_marks([], [5], 5) == {}
+    record = harness.provenance(["python launch.py", "--algo", "sac"])
+    assert record["command"] == "python launch.py --algo sac" and record["commit"] and record["machine"]["cpus"]
