@@ -1,8 +1,14 @@
 """Export a weights file as a TensorFlow SavedModel with a serving signature obs -> action
 (deterministic), loadable by ``tf.saved_model.load`` and TF Serving. Each algorithm says how it
-acts in TensorFlow (:attr:`dsac.algorithms.Algorithm.serving`)."""
+acts in TensorFlow (:attr:`dsac.algorithms.Algorithm.serving`).
+
+    dsac-export runs/x/weights.pkl --savedmodel out/        # or: python -m dsac.export ...
+"""
 
 from __future__ import annotations
+
+import argparse
+import sys
 
 from dsac.artifacts import check_writable_dir
 from dsac.errors import DsacError
@@ -39,3 +45,26 @@ def export_savedmodel(weights_path: str, out_dir: str, trust_code: bool = False)
         raise DsacError(f"--savedmodel {out_dir}: cannot write it ({message.strip().splitlines()[0]})") from None
     shape = ", ".join(["batch", *map(str, obs.input_shape)])
     return out_dir, f"serving_default(obs {obs.input_dtype}[{shape}]) -> action"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")
+    parser.add_argument("--savedmodel", required=True, help="output directory of the SavedModel")
+    parser.add_argument("--trust_code", action="store_true",
+                        help="allow importing the modules the file names (its custom model)")
+    args = parser.parse_args(argv)
+    try:
+        out, signature = export_savedmodel(args.path, args.savedmodel, trust_code=args.trust_code)
+    except DsacError as exc:
+        print(f"export: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"export: error: cannot write {args.savedmodel}: {exc}", file=sys.stderr)
+        return 2
+    print(f"SavedModel in {out}: signature {signature}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,59 +1,11 @@
-"""Convert a weights file of dsac's old format 1 (numpy objects pickled) to the current
-format (builtins only, see dsac.safe_pickle). Reading format 1 trusts the file: a crafted one
-can crash this process or read its memory, so convert only files you trust (e.g. your own runs).
+"""``python scripts/convert_weights.py`` is ``dsac-convert-weights`` (``python -m dsac.convert_weights``), kept for old commands."""
 
-    python scripts/convert_weights.py runs/x/weights.pkl              # writes runs/x/weights.pkl in place
-    python scripts/convert_weights.py old.pkl --out new.pkl
-"""
-
-import argparse
 import os
-import pickle
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from dsac.artifacts import FORMAT_1_GLOBALS, FORMAT_VERSION, load_weights, save_weights  # noqa: E402
-from dsac.errors import DsacError  # noqa: E402
-
-
-class _Format1Unpickler(pickle.Unpickler):
-    def find_class(self, module, name):
-        if f"{module}.{name}" in FORMAT_1_GLOBALS:  # what format 1 admitted: numpy's arrays and dtypes
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("path", help="a format-1 weights file you trust")
-    parser.add_argument("--out", default=None, help="where to write the converted file (default: in place)")
-    args = parser.parse_args(argv)
-    out = args.out or args.path
-    try:
-        try:
-            with open(args.path, "rb") as f:
-                payload = _Format1Unpickler(f).load()
-        except OSError as exc:
-            raise DsacError(f"cannot read {args.path}: {exc.strerror or exc}") from None
-        except Exception as exc:
-            raise DsacError(f"{args.path} is not a format-1 weights file ({type(exc).__name__}: {exc})") from None
-        if not isinstance(payload, dict) or payload.get("format_version") != 1:
-            raise DsacError(f"{args.path} is not a format-1 weights file")
-        payload.pop("format_version")
-        try:
-            save_weights(out, payload)
-        except TypeError as exc:
-            raise DsacError(f"{args.path} holds something the current format cannot store: {exc}") from None
-        except OSError as exc:
-            raise DsacError(f"cannot write {out}: {exc.strerror or exc}") from None
-        load_weights(out)  # the converted file passes every check of the safe loader
-    except DsacError as exc:
-        print(f"convert: error: {exc}", file=sys.stderr)
-        return 2
-    print(f"converted {args.path} to format {FORMAT_VERSION}: {out}")
-    return 0
-
+from dsac.convert_weights import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

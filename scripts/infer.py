@@ -1,95 +1,11 @@
-"""Run episodes with a saved policy and print their returns (no Ray needed).
+"""``python scripts/infer.py`` is ``dsac-infer`` (``python -m dsac.infer``), kept for old commands."""
 
-    python scripts/infer.py runs/x/weights.pkl --episodes 10 --seed 0
-    python scripts/infer.py runs/x/best_weights.pkl --render          # a window, if there is a display
-    python scripts/infer.py runs/x/weights.pkl --video out.mp4        # episode 0 as an mp4 (MuJoCo: EGL off-screen)
-"""
-
-import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from dsac.errors import DsacError  # noqa: E402
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")
-    parser.add_argument("--episodes", type=int, default=10, help="episodes to run")
-    parser.add_argument("--seed", type=int, default=0, help="episode j resets with seed + j")
-    parser.add_argument("--env", default=None, help="environment id (default: the one in the file)")
-    parser.add_argument("--explore", action="store_true", help="sample actions instead of acting deterministically")
-    parser.add_argument("--render", action="store_true", help="show the episodes in a window")
-    parser.add_argument("--video", default=None, help="write episode 0 to this .mp4")
-    parser.add_argument("--trust_code", action="store_true",
-                        help="allow importing the modules the file names (env module:Name, policy class, custom model)")
-    args = parser.parse_args(argv)
-    try:
-        if args.episodes <= 0:
-            raise DsacError(f"--episodes must be positive, got {args.episodes}")
-        if not 0 <= args.seed < 2**32 - args.episodes:
-            raise DsacError(f"--seed must be an integer in [0, 2^32 - episodes), got {args.seed}")
-        from dsac import video
-        from dsac.artifacts import atomic_write_bytes
-        from dsac.envs import make_env
-        from dsac.inference import load_policy
-
-        policy = load_policy(args.path, seed=args.seed, trust_code=args.trust_code)
-        env_id = args.env or policy.env_id
-        env_kwargs = {} if args.env else policy.env_kwargs  # the file's env, unless overridden
-        flatten = policy.flatten_obs
-        if args.video:
-            if os.path.isdir(args.video) or not os.access(os.path.dirname(os.path.abspath(args.video)), os.W_OK):
-                raise DsacError(f"--video {args.video}: not a file path this user can write")
-            video.prepare_headless_rendering()
-        if args.video or args.render:
-            env = make_env(env_id, {**env_kwargs, "render_mode": "rgb_array" if args.video else "human"}, flatten,
-                           policy.atari)
-        else:
-            env = make_env(env_id, env_kwargs, flatten, policy.atari)
-        if env.observation_space.shape != policy.observation_space.shape:
-            raise DsacError(
-                f"{env_id} observes {env.observation_space.shape}, the policy in {args.path} expects "
-                f"{policy.observation_space.shape}"
-            )
-        returns = []
-        frames = video.Frames() if args.video else None
-        for j in range(args.episodes):
-            obs, _ = env.reset(seed=args.seed + j)
-            if j == 0 and frames is not None:
-                frames.take(env)
-            total, steps, done = 0.0, 0, False
-            while not done:
-                obs, reward, terminated, truncated, _ = env.step(policy(obs, explore=args.explore))
-                total += float(reward)
-                steps += 1
-                done = terminated or truncated
-                if j == 0 and frames is not None:
-                    frames.take(env)
-            returns.append(total)
-            cut = ", truncated by the time limit" if truncated and not terminated else ""
-            print(f"episode {j}: return {total:.2f} in {steps} steps{cut}")
-        env.close()
-        std = statistics.pstdev(returns) if len(returns) > 1 else 0.0
-        print(f"mean return over {len(returns)} episodes: {statistics.fmean(returns):.2f} +- {std:.2f}")
-        if args.video:
-            data, error, _ = video.finish(frames)
-            if error:
-                raise DsacError(f"--video: {env_id} could not be recorded: {error}")
-            atomic_write_bytes(args.video, data)
-            print(f"video of episode 0 in {args.video}")
-    except DsacError as exc:
-        print(f"infer: error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # the env (or a trusted user class) raised mid-episode: one line, exit 1
-        lines = [line for line in str(exc).splitlines() if line.strip()]
-        print(f"infer: failed: {type(exc).__name__}: {lines[0] if lines else ''}", file=sys.stderr)
-        return 1
-    return 0
-
+from dsac.infer import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())
