@@ -49,11 +49,31 @@ ENV = "ALE/Pong-v5"
 
 GAMES_MARKS_MIN = (15, 30, 60)
 ATARI_100K_STEPS = 100_000
-# Published scores per game (None: not published for that game): random and human play as the
-# DQN and Atari 100k papers use them; DER (van Hasselt et al. 2019) and DrQ(ε) (Agarwal et al.
-# 2021) after 100k agent steps (400k frames); rl-zoo's DQN after 10M agent steps (benchmark.md).
-PUBLISHED: dict[str, dict[str, float | None]] = {}
-PUBLISHED_SOURCES = ""
+# Published scores per game (absent: not published for that game). random, human: as the
+# Atari 100k papers use them; der_100k (data-efficient Rainbow, van Hasselt et al. 2019) and
+# drq_eps_100k (DrQ(ε), Agarwal et al. 2021, mean of 100 runs) after 100k agent steps (400k
+# frames); zoo_dqn_10m: rl-zoo's DQN after 10M agent steps (one agent); nature_dqn: Mnih et al.
+# 2015 after 50M agent steps (200M frames). Sources in PUBLISHED_SOURCES.
+PUBLISHED: dict[str, dict[str, float]] = {
+    "Pong": {"random": -20.7, "human": 14.6, "der_100k": -19.3, "drq_eps_100k": -9.1, "zoo_dqn_10m": 20.6,
+             "nature_dqn": 18.9},
+    "Breakout": {"random": 1.7, "human": 30.5, "der_100k": 1.9, "drq_eps_100k": 19.8, "zoo_dqn_10m": 358.3,
+                 "nature_dqn": 401.2},
+    "Qbert": {"random": 163.9, "human": 13_455.0, "der_100k": 1_152.9, "drq_eps_100k": 1_810.7,
+              "zoo_dqn_10m": 9_496.8, "nature_dqn": 10_596.0},
+    "Freeway": {"random": 0.0, "human": 29.6, "der_100k": 27.9, "drq_eps_100k": 20.3, "nature_dqn": 30.3},
+    "Seaquest": {"random": 68.4, "human": 42_054.7, "der_100k": 354.1, "drq_eps_100k": 352.3, "zoo_dqn_10m": 2_000.3,
+                 "nature_dqn": 5_286.0},
+    "SpaceInvaders": {"random": 148.0, "human": 1_668.7, "zoo_dqn_10m": 622.7, "nature_dqn": 1_976.0},
+}
+PUBLISHED_SOURCES = (
+    "Sources: random and human: google/dopamine `dopamine/labs/atari_100k/normalization_utils.py`; DER: the "
+    "paper's table as mila-iqia/spr `src/rlpyt_utils.py` (`atari_der_scores`) holds it; DrQ(ε): the mean of the "
+    "100 runs per game of rliable's Atari 100k data (as eloialonso/iris `results/data/DrQ(eps).json` holds it); "
+    "rl-zoo DQN: DLR-RM/rl-baselines3-zoo `benchmark.md` (NoFrameskip-v4, 10M steps, one agent); Nature DQN: "
+    "Mnih et al. 2015 (seungjaeryanlee/rldb `paper__dqn`, no-op starts). dsac plays ALE v5 (sticky actions 0.25, "
+    "full action set off), the others NoFrameskip-v4 or v5 as their papers state."
+)
 
 
 def game_record(game: str, minutes: float, workers: int, seed: int) -> dict:
@@ -92,8 +112,8 @@ def games_report(path: str) -> str:
     lines = ["Evaluation score (mean of 5 whole games) at each mark, minutes from process start; agent steps "
              "in brackets (frames = 4 × agent steps).", "",
              "| game | run | " + " | ".join(f"{m:g} min" for m in marks) + " | at 100k steps | best | random "
-             "| DER 100k | DrQ(ε) 100k | rl-zoo DQN 10M | human | commit |",
-             "|---|---|" + "---|" * len(marks) + "---|---|---|---|---|---|---|---|"]
+             "| DER 100k | DrQ(ε) 100k | rl-zoo DQN 10M | Nature DQN 50M | human | commit |",
+             "|---|---|" + "---|" * len(marks) + "---|---|---|---|---|---|---|---|---|"]
     for (game, minutes, seed), rec in sorted(latest.items()):
         cells = []
         for m in marks:
@@ -105,7 +125,7 @@ def games_report(path: str) -> str:
         error = f" ({rec['error']})" if rec.get("error") else ""
         lines.append(f"| {game} | {minutes:g} min, {rec['workers']} workers, seed {seed}{error} | " + " | ".join(cells)
                      + f" | {at} | {best} | {ref(game, 'random')} | {ref(game, 'der_100k')} | "
-                     f"{ref(game, 'drq_eps_100k')} | {ref(game, 'zoo_dqn_10m')} | {ref(game, 'human')} "
+                     f"{ref(game, 'drq_eps_100k')} | {ref(game, 'zoo_dqn_10m')} | {ref(game, 'nature_dqn')} | {ref(game, 'human')} "
                      f"| {rec['commit']} |")
     lines += ["", "Commands: " + "; ".join(sorted({f"`{rec['command']}`" for rec in latest.values()}))]
     if PUBLISHED_SOURCES:
