@@ -62,7 +62,7 @@ FORMAT_1_GLOBALS = {
     "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar", "numpy.core.numeric._frombuffer",
     "numpy._core.numeric._frombuffer",
 }
-CONVERT_COMMAND = "python scripts/convert_weights.py"
+CONVERT_COMMAND = "python -m dsac.convert_weights"
 
 
 def read_limited(path: str, what: str, limit: int | None = None) -> bytes:

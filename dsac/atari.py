@@ -26,7 +26,7 @@ this its evaluation games ran to the frame cap (27,000 agent steps of Breakout, 
 Stable-Baselines3 and rl-zoo evaluate the same way (their ``AtariWrapper`` with
 ``FireResetEnv`` and ``EpisodicLifeEnv`` around the evaluation env presses FIRE after every
 lost life); the Nature DQN's evaluation ε of 0.05 got the same unsticking by chance and
-changed the scores it measured. The same env is what ``scripts/infer.py`` and
+changed the scores it measured. The same env is what ``dsac-infer`` and
 ``load_policy(path).make_env()`` give, so a user's game ends as the evaluator's did.
 
 Protocol of the defaults: sticky actions as ALE v5 ids have them (repeat probability 0.25,

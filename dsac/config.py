@@ -240,7 +240,7 @@ class Config:
     flatten_obs: bool = _f(False, "flatten Dict/Tuple/Discrete/image observations into one flat Box")
     env_step_ms: float = _f(
         0.0, "rollout envs: each step takes at least this many milliseconds of wall time, sleeping, not computing "
-        "(a stand-in for an expensive simulator, a robot or a remote service: scripts/scale.py)"
+        "(a stand-in for an expensive simulator, a robot or a remote service: benchmarks/scale.py)"
     )
     env_reset_ms: float = _f(0.0, "rollout envs: each reset takes at least this many milliseconds (as --env_step_ms)")
     seed: int = _f(0, "random seed (envs, networks, replay sampling)")

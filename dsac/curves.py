@@ -1,5 +1,5 @@
 """Learning curves from run directories: read ``progress.jsonl``, group runs that differ
-only in their seed, and average a group on a common x grid (for ``scripts/plot.py``)."""
+only in their seed, and average a group on a common x grid (for ``dsac-plot``)."""
 
 from __future__ import annotations
 
@@ -38,19 +38,31 @@ class Curve:
     std: np.ndarray
 
 
+def read_progress(path: str) -> list[dict]:
+    """The rows of a run's ``progress.jsonl`` (``path``: the file or its run directory), in the
+    order they were written; ``[]`` when the run has none yet. One line per evaluation with
+    ``env_steps``, ``updates``, ``wall_s`` (seconds from the program's start) and the
+    ``eval_*`` fields (README: Output)."""
+    progress = os.path.join(path, "progress.jsonl") if os.path.isdir(path) else path
+    if not os.path.isfile(progress):
+        return []
+    rows = []
+    with open(progress) as f:
+        for number, text in enumerate(f, 1):
+            if text.strip():
+                try:
+                    rows.append(json.loads(text))
+                except json.JSONDecodeError:
+                    raise DsacError(f"{progress}: line {number} is not JSON") from None
+    return rows
+
+
 def read_run(path: str) -> Run:
     """The evaluations in ``path/progress.jsonl`` (and its ``config.json``, if any)."""
     progress = os.path.join(path, "progress.jsonl")
     if not os.path.isfile(progress):
         raise DsacError(f"{path} is not a run directory (no progress.jsonl)")
-    lines = []
-    with open(progress) as f:
-        for number, text in enumerate(f, 1):
-            if text.strip():
-                try:
-                    lines.append(json.loads(text))
-                except json.JSONDecodeError:
-                    raise DsacError(f"{progress}: line {number} is not JSON") from None
+    lines = read_progress(progress)
     if not lines:
         raise DsacError(f"{progress} has no evaluations yet")
     config = {}

@@ -76,7 +76,7 @@ class SimulatedCost(gym.Wrapper):
     """Each ``step`` takes at least ``step_ms`` milliseconds of wall time and each ``reset``
     ``reset_ms``, sleeping for whatever the env's own work left: a stand-in for a simulator, a
     robot or a remote service, which a rollout worker waits for without using a core (``launch.py
-    --env_step_ms``; ``scripts/scale.py``)."""
+    --env_step_ms``; ``benchmarks/scale.py``)."""
 
     def __init__(self, env: gym.Env, step_ms: float = 0.0, reset_ms: float = 0.0):
         super().__init__(env)
@@ -170,7 +170,7 @@ def check_training_env_kwargs(env_kwargs: dict) -> None:
     if mode not in TRAINING_RENDER_MODES:
         raise DsacError(
             f"--env_kwargs render_mode {mode!r} is not for training (every rollout worker would draw each step); "
-            "train with render_mode null or 'rgb_array', and watch the result with scripts/infer.py --render"
+            "train with render_mode null or 'rgb_array', and watch the result with python -m dsac.infer <weights> --render"
         )
 
 

@@ -19,7 +19,7 @@ EVAL_SEED_OFFSET = 100_000
 
 def evaluation_seed(run_seed: int) -> int:
     """The seed evaluation episode 0 of a run with ``--seed run_seed`` resets with (episode j:
-    this + j). Anything compared with dsac (``scripts/benchmark.py``'s SB3 side) evaluates on
+    this + j). Anything compared with dsac (``benchmarks/speed.py``'s SB3 side) evaluates on
     the same start states by calling :func:`evaluate` with this seed."""
     return int(run_seed) + EVAL_SEED_OFFSET
 
@@ -75,7 +75,7 @@ def play_episodes(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs:
             return make_env(env_id, env_kwargs, flatten_obs, atari)
         try:
             return make_env(env_id, {**(env_kwargs or {}), "render_mode": "rgb_array"}, flatten_obs, atari)
-        except Exception as exc:  # noqa: BLE001 - no rgb_array mode: no video, the evaluation goes on
+        except Exception as exc:
             frames.fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
             return make_env(env_id, env_kwargs, flatten_obs, atari)
 

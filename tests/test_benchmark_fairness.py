@@ -1,20 +1,15 @@
 """The benchmark compares like for like: SB3's side evaluates on the very start states a dsac
 run evaluates on, through the same function (checked without SB3 installed)."""
 
-import importlib.util
-import os
+import importlib
 
 import numpy as np
-from conftest import REPO_ROOT
 
 from dsac.evaluation import evaluate, evaluation_seed
 
 
 def _sb3_baseline():
-    spec = importlib.util.spec_from_file_location("sb3_baseline", os.path.join(REPO_ROOT, "scripts", "sb3_baseline.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # imports no SB3 at module level
-    return module
+    return importlib.import_module("benchmarks.sb3_baseline")  # imports no SB3 at module level
 
 
 class Recording:
@@ -55,10 +50,7 @@ def test_dsac_runs_evaluate_on_evaluation_seed():
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO_ROOT, "scripts", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"benchmarks.{name}")
 
 
 def test_parity_settings_mean_the_same_on_both_sides():

@@ -58,7 +58,7 @@ def test_acting_code_does_not_import_tensorflow_at_module_level():
 def test_ruff_is_clean():
     ruff = shutil.which("ruff")
     assert ruff, "ruff is in requirements-dev.txt"
-    result = subprocess.run([ruff, "check", "dsac", "launch.py", "scripts", "tests", "examples"], cwd=ROOT,
+    result = subprocess.run([ruff, "check", "dsac", "launch.py", "benchmarks", "scripts", "tests", "examples"], cwd=ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -156,3 +156,36 @@ def test_no_long_function_or_class_in_dsac():
                 if length > limit:
                     too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length} lines > {limit})")
     assert not too_long, "\n".join(too_long)
+
+
+def test_dsac_never_imports_the_benchmarks_and_neither_edits_sys_path():
+    """``benchmarks/`` measures dsac from outside: nothing in ``dsac`` imports it, and both are
+    plain packages (run from the repository's root) with no ``sys.path`` edits."""
+    for path in sorted((ROOT / "dsac").rglob("*.py")):
+        assert not {n for n in imports_of(path) if n.split(".")[0] == "benchmarks"}, path
+    for path in [*sorted((ROOT / "dsac").rglob("*.py")), *sorted((ROOT / "benchmarks").rglob("*.py"))]:
+        assert "sys.path.insert" not in path.read_text(), path
+
+
+def test_every_benchmark_command_answers_help_without_sb3_torch_or_mujoco_imported():
+    """``python -m benchmarks --help`` and each command's ``--help`` run in the venv of
+    requirements.txt: SB3, torch and MuJoCo are imported by the commands that run them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from benchmarks.__main__ import COMMANDS
+
+    probe = ("import runpy, sys; sys.argv = ['benchmarks', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_module('benchmarks', run_name='__main__')\nexcept SystemExit as e:\n    code = e.code\n"
+             "heavy = sorted(m for m in ('stable_baselines3', 'torch', 'mujoco') if m in sys.modules)\n"
+             "print('HEAVY', heavy); sys.exit(code or 0)")
+
+    def run(args):
+        return args, subprocess.run([sys.executable, "-c", probe, *args], cwd=ROOT, capture_output=True, text=True,
+                                    timeout=120)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, [["--help"], *([name, "--help"] for name in COMMANDS)]))
+    for args, result in results:
+        assert result.returncode == 0, (args, result.stderr[-2000:])
+        assert "HEAVY []" in result.stdout, (args, result.stdout[-500:])
+        assert "usage" in result.stdout.lower(), args

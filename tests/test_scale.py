@@ -1,4 +1,4 @@
-"""Many rollout workers of an expensive env (a sleeping one, as in scripts/scale.py): every
+"""Many rollout workers of an expensive env (a sleeping one, as in benchmarks/scale.py): every
 worker delivers transitions and acts with weights close to the latest, which reach it by
 notice (a pull waiting on the parameter server), not after a number of its env steps."""
 

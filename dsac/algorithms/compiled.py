@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 # Adam's epsilon: PyTorch's (and so Stable-Baselines3's and CleanRL's) 1e-8 rather than Keras'
-# 1e-7, so that equal settings mean equal updates in the parity runs (scripts/parity.py).
+# 1e-7, so that equal settings mean equal updates in the parity runs (benchmarks/parity.py).
 ADAM_EPSILON = 1e-8
 
 

@@ -48,7 +48,7 @@ BOARD_WAIT_S = 10.0
 POLL_WHILE_WAITING_S = 0.02
 # A chunk waits for at least this many transitions (up to MAX_CHUNK_S) before it is sent: with a
 # slow env, a chunk every --chunk_seconds would be a few transitions per add call, and the call,
-# not the env, would be most of a worker's CPU (scripts/scale.py, docs/scaling.md).
+# not the env, would be most of a worker's CPU (benchmarks/scale.py, docs/scaling.md).
 MIN_CHUNK_TRANSITIONS = 128
 MAX_CHUNK_S = 1.0
 # The evaluator's pull waits this long for new weights (it wakes on each version; an idle
@@ -150,7 +150,7 @@ class WeightsClient:
                     self._applied.clear()
                     self._received = (reply.version, weights, reply.report)
                     time.sleep(max(0.0, pulled_at + MIN_PULL_INTERVAL_S - time.monotonic()))
-        except BaseException as exc:  # noqa: BLE001 - raised in the env loop by poll()
+        except BaseException as exc:
             if not self._closed:
                 self._error = exc
                 self.stop = True

@@ -18,7 +18,7 @@ EVALUATOR_CPUS = 0.1
 # measured with Pendulum) and of a learner (TensorFlow: ~600 MB), to refuse plans that cannot fit.
 WORKER_PROCESS_BYTES = 120 * 2**20
 LEARNER_PROCESS_BYTES = 700 * 2**20
-# A replay shard answers ~1,000 add calls/s on a core (``scripts/scale.py --only capacity``).
+# A replay shard answers ~1,000 add calls/s on a core (``benchmarks/scale.py --only capacity``).
 # The rollout workers writing to one send chunks no more often than keeps it at this many calls
 # a second, so that many workers of a fast-stepping env leave it room to sample
 # (docs/scaling.md): 64 workers on a shard send every 0.32 s instead of every 0.1 s.

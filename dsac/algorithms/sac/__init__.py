@@ -36,7 +36,7 @@ ALGORITHM = Algorithm(
         "target_update_every": 100,  # unused: SAC's targets are polyak averages (--tau)
     },
     # Large frames (side >= 72, e.g. CarRacing-v3's 96x96x3; the Nature encoder shared by the
-    # critics): measured on 2 CPU cores (scripts/atari_benchmark.py: sac_image_learner_rate),
+    # critics): measured on 2 CPU cores (benchmarks/atari.py: sac_image_learner_rate),
     # batch 32/64/128/256 run at 47/28/13/7 updates/s, i.e. 1.5k/1.8k/1.7k/1.9k samples/s;
     # 64 keeps most of the samples/s at 4x the updates/s of 256. One update per 4 env steps
     # (DrQ's one per agent step at an action repeat of 4); SB3's CnnPolicy head (2x256).

@@ -3,22 +3,20 @@
 number of deterministic episodes. Prints one JSON line; exits 3 when SB3 is not installed
 (``pip install -r requirements-bench.txt``).
 
-    python scripts/sb3_baseline.py --algo sac --seed 0
-    python scripts/sb3_baseline.py --algo sac-lunar --seed 0 --max_seconds 3600   # capped at 60 minutes
-    python scripts/sb3_baseline.py --curve '{"algo": "sac", "env": "Pendulum-v1", "kwargs": {}, "seed": 0,
-        "budget": 5000, "eval_every": 1000, "stop_return": null}'   # a learning curve (scripts/harness.py)
+    python -m benchmarks sb3_baseline --algo sac --seed 0
+    python -m benchmarks sb3_baseline --algo sac-lunar --seed 0 --max_seconds 3600   # capped at 60 minutes
+    python -m benchmarks sb3_baseline --curve '{"algo": "sac", "env": "Pendulum-v1", "kwargs": {}, "seed": 0,
+        "budget": 5000, "eval_every": 1000, "stop_return": null}'   # a learning curve (benchmarks/harness.py)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
 STARTED = time.time()
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from dsac.evaluation import evaluate, evaluation_seed  # noqa: E402
 
@@ -58,7 +56,7 @@ def evaluate_model(model, env_id: str, seed: int, episodes: int = EVAL_EPISODES)
 def time_to_solve(task: str, seed: int, max_seconds: float | None = None) -> dict:
     """Train until an evaluation reaches the task's threshold (wall seconds from process start),
     or for ``max_seconds`` at most: then the last evaluation says how far it got."""
-    from harness import first_reaching  # scripts/, this script's own directory
+    from benchmarks.harness import first_reaching
 
     env_id, threshold, total, every, settings = TASKS[task]
     points = learning_curve({"algo": task.split("-")[0], "env": env_id, "kwargs": settings, "seed": seed,

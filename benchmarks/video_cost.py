@@ -1,15 +1,12 @@
 """What an evaluation video costs the evaluator: one evaluation of a fixed random policy with
 and without recording episode 0 (rendering plus encoding), A B A B.
 
-    python scripts/video_cost.py --env Pendulum-v1 Hopper-v5 --episodes 5 --repeats 2
+    python -m benchmarks video-cost --env Pendulum-v1 Hopper-v5 --episodes 5 --repeats 2
 """
 
 import argparse
-import os
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main(argv=None) -> int:

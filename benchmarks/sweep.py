@@ -4,8 +4,8 @@ run ``launch.py`` (2 rollout workers for SAC, 4 for DQN), several seeds per cand
 at a time, on every task for a short wall-clock budget; judged by the wall-clock seconds to a
 fixed fraction of the best return any candidate reached on that task.
 
-    python scripts/sweep.py                                   # both algorithms, 2 seeds: ~2 hours on 2 cores
-    python scripts/sweep.py --algos dqn --seeds 0 1 2 --json sweep.json
+    python -m benchmarks sweep                                   # both algorithms, 2 seeds: ~2 hours on 2 cores
+    python -m benchmarks sweep --algos dqn --seeds 0 1 2 --json sweep.json
 
 Score of a candidate on a task: seconds from its trainer's start to the first evaluation at or
 above ``lo + FRACTION * (best - lo)``, where ``best`` is the best evaluation any candidate
@@ -25,10 +25,7 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import harness  # noqa: E402
+from benchmarks import harness
 
 FRACTION = 0.9
 # algo -> [(env, wall-clock budget s, env-step cap, evaluation period)]
@@ -83,7 +80,7 @@ def run_candidate(space: dict, storage_path: str, name: str) -> list[dict]:
     for result in search(space, storage_path=storage_path, name=name, max_concurrent=1, verbose=0):
         output = (result.metrics or {}).get("dsac_output_dir") or os.path.join(result.path, "dsac")
         runs.append({"seed": result.config.get("seed"),
-                     "points": harness._read_progress(os.path.join(output, "progress.jsonl")),
+                     "points": harness.read_points(output),
                      "error": None if result.error is None else str(result.error).strip().splitlines()[-1]})
     return sorted(runs, key=lambda r: r["seed"])
 

@@ -2,12 +2,12 @@
 evaluation start states, several seeds; learning curves of the evaluation return against env
 steps and against gradient updates, with 95% confidence bands.
 
-    python scripts/parity.py --quick          # under ~20 minutes on 2 cores: 3 tasks, 2 seeds
-    python scripts/parity.py                  # the full run: 4 tasks, 5 seeds (hours; see --tasks)
-    python scripts/parity.py --tasks sac-pendulum --variants serial sb3 --seeds 3
-    python scripts/parity.py --seeds 3 4      # add seeds 3 and 4 to what parity/ holds
-    python scripts/parity.py --report         # the table and plots of what parity/ holds
-    python scripts/parity.py --tasks sac-lunar --variants serial sb3 --seeds 2 --budget 50000 --out parity-lunar50k
+    python -m benchmarks parity --quick          # under ~20 minutes on 2 cores: 3 tasks, 2 seeds
+    python -m benchmarks parity                  # the full run: 4 tasks, 5 seeds (hours; see --tasks)
+    python -m benchmarks parity --tasks sac-pendulum --variants serial sb3 --seeds 3
+    python -m benchmarks parity --seeds 3 4      # add seeds 3 and 4 to what parity/ holds
+    python -m benchmarks parity --report         # the table and plots of what parity/ holds
+    python -m benchmarks parity --tasks sac-lunar --variants serial sb3 --seeds 2 --budget 50000 --out parity-lunar50k
 
 The full run is long, so it can be made in sittings: runs already in ``<out>/parity.json`` at the
 same budget and settings are kept and not repeated, and each run records the commit it ran.
@@ -17,7 +17,7 @@ distributed system with 1, 2 and 8 rollout workers), ``w8-fresh`` (8 workers kep
 learner: what stale weights and collection running ahead cost; not in --quick) and ``sb3`` (needs ``pip install -r
 requirements-bench.txt``). Every variant gets the same settings (``TASKS``: network sizes, lr,
 batch, buffer, warm-up, updates per env step, target updates, DQN's exploration), translated by
-``scripts/harness.py``. What stays different is printed under the table: with several workers
+``benchmarks/harness.py``. What stays different is printed under the table: with several workers
 dsac's DQN explores with Ape-X's fixed per-worker ε instead of one decaying ε, and SB3 trains in
 bursts of ``train_freq`` env steps where dsac's rate limiter interleaves.
 
@@ -33,10 +33,9 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-import harness  # noqa: E402
-import numpy as np  # noqa: E402
+from benchmarks import harness
 
 # task: algo, env, threshold, env-step budget (full, quick), evaluation period, equal settings.
 TASKS = {

@@ -3,10 +3,10 @@ variant: env steps and seconds to the threshold, the final return and the mean r
 budget (the area under the curve), which marks a run that reaches the threshold and then
 falls away. One JSON line per run (command, commit, date, machine, curve) in ``--out``.
 
-    python scripts/stability.py --settings defaults --variants serial w2 --seeds 5
-    python scripts/stability.py --settings parity --variants serial w1 --seeds 0 1 2
-    python scripts/stability.py --variants w2 --seeds 3 --flags=--target_update_every=500   # a candidate
-    python scripts/stability.py --report                     # the table of what --out holds
+    python -m benchmarks stability --settings defaults --variants serial w2 --seeds 5
+    python -m benchmarks stability --settings parity --variants serial w1 --seeds 0 1 2
+    python -m benchmarks stability --variants w2 --seeds 3 --flags=--target_update_every=500   # a candidate
+    python -m benchmarks stability --report                     # the table of what --out holds
 
 ``--settings defaults``: ``launch.py --algo dqn`` as a user types it (``serial`` adds
 ``--local``, ``wN`` ``--num_workers N``); ``parity``: parity.py's dqn-cartpole settings (SB3's
@@ -22,10 +22,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import harness  # noqa: E402
-from parity import TASKS, VARIANTS  # noqa: E402
+from benchmarks import harness
+from benchmarks.parity import TASKS, VARIANTS
 
 TASK = TASKS["dqn-cartpole"]
 

@@ -1,30 +1,25 @@
 """Where runs first reached a return: env steps, updates and wall seconds.
 
-    python scripts/threshold.py runs/p0 runs/p1 runs/p2 --return -200
+    python -m benchmarks threshold runs/p0 runs/p1 runs/p2 --return -200
 """
 
 import argparse
-import json
-import os
 import statistics
 import sys
 
 
 def first_crossing(run_dir: str, threshold: float) -> dict | None:
     """The first progress line whose eval_return_mean >= threshold, or None."""
-    with open(os.path.join(run_dir, "progress.jsonl")) as f:
-        for line in f:
-            record = json.loads(line)
-            if record["eval_return_mean"] >= threshold:
-                return record
-    return None
+    from dsac.curves import read_progress
+
+    return next((row for row in read_progress(run_dir) if row["eval_return_mean"] >= threshold), None)
 
 
-def main() -> int:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run directories (with progress.jsonl)")
     parser.add_argument("--return", dest="threshold", type=float, required=True, help="return to reach")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print("| run | env steps | updates | wall s | eval return |")
     print("|---|---|---|---|---|")
     walls, steps = [], []

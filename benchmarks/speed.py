@@ -1,9 +1,9 @@
 """dsac's speed on this machine, in one run: a Markdown table on stdout and a JSON file.
 
-    python scripts/benchmark.py --quick            # ~10 minutes on 2 cores
-    python scripts/benchmark.py --seeds 3 --out bench.json
-    python scripts/benchmark.py --only lunar       # LunarLanderContinuous-v3 alone (up to ~2 h)
-    python scripts/benchmark.py --only atari       # pixels: collection, acting, learner, replay, 60-min Pong
+    python -m benchmarks speed --quick            # ~10 minutes on 2 cores
+    python -m benchmarks speed --seeds 3 --out bench.json
+    python -m benchmarks speed --only lunar       # LunarLanderContinuous-v3 alone (up to ~2 h)
+    python -m benchmarks speed --only atari       # pixels: collection, acting, learner, replay, 60-min Pong
 
 Measures:
   raw env       env steps/s of one env in one process (the floor to compare against)
@@ -17,11 +17,11 @@ Measures:
                 pushes every 70 ms (a learner's pace) and workers collecting
   time to solve SAC Pendulum-v1 to -200 and DQN CartPole-v1 to 475: wall seconds from process
                 start (Ray start included) and env steps, median over seeds (launch.py as users run it,
-                with the product's defaults, or --settings tuned: scripts/configs/)
+                with the product's defaults, or --settings tuned: benchmarks/configs/)
   SB3           optional, when stable-baselines3 is installed (requirements-bench.txt): the same
-                thresholds with rl-zoo settings (scripts/sb3_baseline.py), alternating with dsac seed by
+                thresholds with rl-zoo settings (benchmarks/sb3_baseline.py), alternating with dsac seed by
                 seed, evaluated on the same start states through dsac.evaluation -> dsac / SB3; for DQN
-                also SB3 by a plain script with nothing of dsac's (scripts/sb3_plain.py): it must agree
+                also SB3 by a plain script with nothing of dsac's (benchmarks/sb3_plain.py): it must agree
   equal         the same two thresholds with equal settings on both sides (parity.py's TASKS: network
                 sizes, lr, batch, buffer, warm-up, updates per env step, target updates, exploration)
   lunar         not by default (--lunar or --only lunar; up to two hours a seed): SAC on
@@ -29,7 +29,7 @@ Measures:
                 each capped at --lunar_cap minutes (60), beside rl-zoo's published 260 at 500k steps
   atari         not by default (--atari or --only atari): ALE/Pong-v5 frames/s collected, numpy acting
                 cost, DQN learner updates/s with the Nature encoder, replay bytes and sampling rate,
-                and a --pong_minutes (60) learning run with the Atari defaults (scripts/atari_benchmark.py)
+                and a --pong_minutes (60) learning run with the Atari defaults (benchmarks/atari.py)
 """
 
 from __future__ import annotations
@@ -44,12 +44,11 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness.py, parity.py
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import harness  # noqa: E402
-import numpy as np  # noqa: E402
+import numpy as np
+
+from benchmarks import harness
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # algo: (env, threshold, env-step budget, dsac's tuned settings: rl-zoo's role for SB3)
@@ -261,7 +260,7 @@ def in_system(seconds: float, workers: int = 4) -> dict:
 # --- time to solve --------------------------------------------------------------------------
 def time_to_solve(algo: str, seed: int, settings: str = "defaults") -> dict:
     """launch.py as a user runs it — with the product's defaults, or the tuned config in
-    ``scripts/configs/`` — to the threshold: wall seconds from process start (as SB3's side
+    ``benchmarks/configs/`` — to the threshold: wall seconds from process start (as SB3's side
     counts them), env steps."""
     env_id, threshold, total, config_file = SOLVE[algo]
     chosen = DEFAULTS[algo] if settings == "defaults" else ["--config", config_file]
@@ -276,10 +275,10 @@ def sb3_time_to_solve(task: str, seed: int, max_seconds: float | None = None) ->
     """Stable-Baselines3 with rl-zoo settings to the same threshold (``task``: sb3_baseline.py's
     --algo), evaluated on dsac's evaluation start states, stopped after ``max_seconds`` if given;
     None when SB3 is not installed."""
-    script = os.path.join(REPO_ROOT, "scripts", "sb3_baseline.py")
     cap = ["--max_seconds", str(max_seconds)] if max_seconds is not None else []
-    result = subprocess.run([sys.executable, script, "--algo", task, "--seed", str(seed), *cap], capture_output=True,
-                            text=True, timeout=max_seconds + 900 if max_seconds is not None else None)
+    result = subprocess.run([sys.executable, "-m", "benchmarks.sb3_baseline", "--algo", task, "--seed", str(seed), *cap],
+                            capture_output=True, text=True, cwd=REPO_ROOT,
+                            timeout=max_seconds + 900 if max_seconds is not None else None)
     if result.returncode == 3:
         return None
     if result.returncode != 0:
@@ -288,10 +287,10 @@ def sb3_time_to_solve(task: str, seed: int, max_seconds: float | None = None) ->
 
 
 def sb3_plain_time_to_solve(seed: int) -> dict:
-    """SB3's DQN on CartPole-v1 by ``scripts/sb3_plain.py`` (no dsac code in the process, its own
+    """SB3's DQN on CartPole-v1 by ``benchmarks/sb3_plain.py`` (no dsac code in the process, its own
     evaluation loop): the check that ``sb3_baseline.py`` times SB3 as SB3 runs by itself."""
-    script = os.path.join(REPO_ROOT, "scripts", "sb3_plain.py")
-    result = subprocess.run([sys.executable, script, "--seed", str(seed)], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "benchmarks.sb3_plain", "--seed", str(seed)], capture_output=True,
+                            text=True, cwd=REPO_ROOT)
     if result.returncode != 0:
         return {"seed": seed, "solved": False, "error": result.stderr.strip().splitlines()[-1:]}
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -331,7 +330,7 @@ def equal_rows(report: dict, args) -> None:
     """dsac (the solve rows' workers) and SB3 at equal settings — parity.py's for Pendulum and
     CartPole: network sizes, lr, batch, buffer, warm-up, updates per env step, target updates,
     exploration — to the same thresholds, alternating seed by seed, same evaluation start states."""
-    import parity
+    from benchmarks import parity
 
     report["equal"] = {}
     for algo, task_name in (("sac", "sac-pendulum"), ("dqn", "dqn-cartpole")):
@@ -415,14 +414,14 @@ def main(argv=None) -> int:
     parser.add_argument("--lunar", action="store_true", help="add the LunarLanderContinuous-v3 part (long)")
     parser.add_argument("--lunar_cap", type=float, default=60.0, help="minutes each Lunar run may take at most")
     parser.add_argument("--atari", action="store_true",
-                        help="add the Atari part (scripts/atari_benchmark.py; with the Pong run, over an hour)")
+                        help="add the Atari part (benchmarks/atari.py; with the Pong run, over an hour)")
     parser.add_argument("--pong_minutes", type=float, default=60.0, help="length of the Atari part's Pong run (0: none)")
     parser.add_argument("--pong_workers", type=int, default=2, help="rollout workers of the Pong run")
     parser.add_argument("--lunar_seeds", type=int, nargs="+", default=[1],
                         help="seeds of the Lunar part: how many (one number: seeds 0..N-1) or which (several)")
     parser.add_argument("--settings", choices=["defaults", "tuned"], default="defaults",
                         help="dsac's settings in the solve rows: the product's defaults (what users run) or "
-                             "scripts/configs/")
+                             "benchmarks/configs/")
     parser.add_argument("--out", default="benchmark.json", help="where the JSON goes")
     args = parser.parse_args(argv)
     if args.only:
@@ -468,9 +467,9 @@ def main(argv=None) -> int:
                                              "p95": float(np.percentile(sync, 95)) if sync else None})
         print(f"sync: {report['weight_sync_ms']}", file=sys.stderr)
     if "atari" not in args.skip:
-        import atari_benchmark
+        from benchmarks import atari as atari_part
 
-        atari_benchmark.run(report, [w for w in (1, 2, 4) if w <= max(args.workers)], window, args.pong_minutes,
+        atari_part.run(report, [w for w in (1, 2, 4) if w <= max(args.workers)], window, args.pong_minutes,
                             args.pong_workers, collection_rate)
     if in_ray:
         import ray
@@ -532,7 +531,7 @@ def markdown(r: dict, cores: float) -> str:
         if sb3 and sb3.get("plain"):
             plain = sb3["plain"]
             seeds = ", ".join(f"{fmt(x.get('wall_s'), '.1f')} s / {fmt(x.get('env_steps'))}" for x in plain["runs"])
-            rows.append(f"| the same SB3 by a plain script (scripts/sb3_plain.py, no dsac code) | "
+            rows.append(f"| the same SB3 by a plain script (benchmarks/sb3_plain.py, no dsac code) | "
                         f"{fmt(plain['median_wall_s'], '.1f')} ({seeds}) | agrees with the SB3 row |")
     for algo, e in r.get("equal", {}).items():
         env_id, threshold = SOLVE[algo][:2]
@@ -567,9 +566,9 @@ def markdown(r: dict, cores: float) -> str:
         rows.append(f"| time to solve SAC {env_id} to {threshold:g}, each capped at {cap_min:g} min | "
                     f"{' · '.join(cells)} | beside {RL_ZOO_LUNAR} |")
     if "atari" in r:
-        import atari_benchmark
+        from benchmarks import atari as atari_part
 
-        rows += atari_benchmark.markdown(r["atari"])
+        rows += atari_part.markdown(r["atari"])
     rows.append(f"| benchmark wall time | {r['benchmark_s']} s | |")
     return "\n".join(rows)
 

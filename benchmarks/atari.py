@@ -1,10 +1,10 @@
-"""Atari on this machine: the games table, and the Atari part of ``scripts/benchmark.py --atari``.
+"""Atari on this machine: the games table, and the Atari part of ``benchmarks/speed.py --atari``.
 
-    python scripts/atari_benchmark.py --games Pong Breakout Qbert Freeway --minutes 60   # the games table
-    python scripts/atari_benchmark.py --games Pong --minutes 60                         # the Pong hour
-    python scripts/atari_benchmark.py --report                                          # the table of --out
-    python scripts/benchmark.py --atari                  # the costs below, with the 60-minute Pong run
-    python scripts/benchmark.py --atari --pong_minutes 0 # the costs only (~3 minutes)
+    python -m benchmarks atari --games Pong Breakout Qbert Freeway --minutes 60   # the games table
+    python -m benchmarks atari --games Pong --minutes 60                         # the Pong hour
+    python -m benchmarks atari --report                                          # the table of --out
+    python -m benchmarks speed --atari                  # the costs below, with the 60-minute Pong run
+    python -m benchmarks speed --atari --pong_minutes 0 # the costs only (~3 minutes)
 
 The games table: each game runs ``launch.py --algo dqn --env ALE/<Game>-v5 --num_workers W
 --max_seconds 60*minutes --seed S`` with the Atari defaults, one run at a time, and its
@@ -25,7 +25,7 @@ frame skip 4):
                 of 32 and 256 with stacks rebuilt
   pong          a learning run with the product's Atari defaults (launch.py --algo dqn --env
                 ALE/Pong-v5 --num_workers W --max_seconds 60*minutes --seed 0): the evaluation score
-                at 15, 30 and 60 minutes and the learning-curve PNG (scripts/plot.py)
+                at 15, 30 and 60 minutes and the learning-curve PNG (dsac.plot)
 """
 
 from __future__ import annotations
@@ -39,10 +39,8 @@ import time
 import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)  # dsac, when run as a script
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # harness, when imported as a module
 
-import harness  # noqa: E402
+from benchmarks import harness  # noqa: E402
 
 ENV = "ALE/Pong-v5"
 
@@ -76,12 +74,17 @@ PUBLISHED_SOURCES = (
 )
 
 
-def game_record(game: str, minutes: float, workers: int, seed: int) -> dict:
-    """One run of ALE/``game``-v5 with the Atari defaults for ``minutes``: its result record."""
+def game_record(game: str, minutes: float, workers: int, seed: int, png: str | None = None) -> dict:
+    """One run of ALE/``game``-v5 with the Atari defaults for ``minutes``: its result record
+    (and its learning curve drawn into ``png``, if given)."""
     env = f"ALE/{game}-v5"
     flags = ["--algo", "dqn", "--num_workers", str(workers), "--max_seconds", f"{60 * minutes:g}"]
     run = harness.run_dsac(flags, env, seed, 10_000_000, None, timeout=60 * minutes + 3600, as_typed=True)
     points = run["points"]
+    if png and points:
+        os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
+        subprocess.run([sys.executable, "-m", "dsac.plot", run["output_dir"], "--out", png], cwd=REPO_ROOT,
+                       check=False, capture_output=True)
     at_100k = harness.return_at(points, ATARI_100K_STEPS) if points and points[-1]["env_steps"] >= ATARI_100K_STEPS \
         else None
     return {
@@ -92,7 +95,7 @@ def game_record(game: str, minutes: float, workers: int, seed: int) -> dict:
         "at_100k_steps": at_100k, "best": max((p["return"] for p in points), default=None),
         # [env steps, return, seconds from process start, updates] of each evaluation
         "curve": [[p["env_steps"], round(p["return"], 1), p["wall_s"], p.get("updates")] for p in points],
-        "error": run["error"],
+        "curve_png": png if png and os.path.exists(png) else None, "error": run["error"],
     }
 
 
@@ -159,7 +162,8 @@ def main(argv=None) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         for game in args.games:
             for seed in args.seeds:
-                rec = game_record(game, args.minutes, args.workers, seed)
+                png = os.path.join(os.path.dirname(os.path.abspath(args.out)), f"{game}-seed{seed}-{args.minutes:g}min.png")
+                rec = game_record(game, args.minutes, args.workers, seed, png=png)
                 with open(args.out, "a") as f:
                     f.write(json.dumps(rec) + "\n")
                 print(f"{game} seed {seed}: {rec['scores']} at 100k steps {rec['at_100k_steps']} error {rec['error']}",
@@ -266,38 +270,6 @@ def replay_figures(transitions: int = 4000, seconds: float = 3.0) -> dict:
     return out
 
 
-def pong_run(minutes: float, workers: int, out_dir: str) -> dict:
-    """launch.py with the Atari defaults for ``minutes``; eval scores at 15/30/60 minutes (the
-    last evaluation before each) and the curve's PNG."""
-    started = time.time()
-    subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--algo", "dqn", "--env", ENV, "--num_workers",
-         str(workers), "--max_seconds", str(60 * minutes), "--seed", "0", "--output_dir", out_dir,
-         "--no-progress_bar"],
-        cwd=REPO_ROOT, check=False,
-        # as a user runs it: dsac quiets TensorFlow itself (a TF_CPP_MIN_LOG_LEVEL given to it is the user's choice)
-        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
-    )
-    evals = []
-    path = os.path.join(out_dir, "progress.jsonl")
-    if os.path.exists(path):
-        with open(path) as f:
-            evals = [e for e in map(json.loads, f) if "eval_return_mean" in e]
-    scores = {}
-    for mark in (15, 30, 60):
-        before = [e for e in evals if e["wall_s"] <= 60 * mark]
-        if before and mark <= minutes:
-            last = before[-1]
-            scores[f"{mark}min"] = {"eval_return_mean": last["eval_return_mean"], "env_steps": last["env_steps"],
-                                    "updates": last["updates"]}
-    png = os.path.join(out_dir, "curve.png")
-    subprocess.run([sys.executable, os.path.join(REPO_ROOT, "scripts", "plot.py"), out_dir, "--out", png],
-                   cwd=REPO_ROOT, check=False, capture_output=True)
-    best = max((e["eval_return_mean"] for e in evals), default=None)
-    return {"workers": workers, "minutes": minutes, "wall_s": round(time.time() - started, 1), "scores": scores,
-            "best_eval_return": best, "curve_png": png if os.path.exists(png) else None, "run_dir": out_dir}
-
-
 def run(report: dict, workers: list[int], window: float, pong_minutes: float, pong_workers: int,
         collection_rate) -> None:
     """Fill ``report["atari"]``; ``collection_rate`` is benchmark.py's (a local Ray is up)."""
@@ -312,8 +284,8 @@ def run(report: dict, workers: list[int], window: float, pong_minutes: float, po
         import ray
 
         ray.shutdown()  # the run starts its own
-        out_dir = os.path.join(REPO_ROOT, "runs", f"pong-benchmark-{time.strftime('%Y%m%d-%H%M%S')}")
-        atari["pong"] = pong_run(pong_minutes, pong_workers, out_dir)
+        png = os.path.join(REPO_ROOT, "runs", f"pong-benchmark-{time.strftime('%Y%m%d-%H%M%S')}.png")
+        atari["pong"] = game_record("Pong", pong_minutes, pong_workers, 0, png=png)
 
 
 def markdown(atari: dict) -> list[str]:
@@ -333,9 +305,9 @@ def markdown(atari: dict) -> list[str]:
                     f"{replay['sample_256_batches_per_s']:,.0f} | |")
     pong = atari.get("pong")
     if pong:
-        marks = ", ".join(f"{k}: {v['eval_return_mean']:.1f} ({v['env_steps']:,} steps)" for k, v in pong["scores"].items())
+        marks = ", ".join(f"{k} min: {v['return']:.1f} ({v['env_steps']:,} steps)" for k, v in pong["scores"].items())
         rows.append(f"| Pong-v5, {pong['workers']} workers, defaults: eval score at {marks} | best "
-                    f"{pong['best_eval_return']} | >= 0 within 60 min |")
+                    f"{pong['best']} | >= 0 within 60 min |")
     return rows
 
 

@@ -3,8 +3,8 @@
 frames (``--preprocess_images false``: one 96x96x3 frame), ``--seeds`` each, one run at a time,
 alternating the two so that a slower stretch of the machine falls on both.
 
-    python scripts/image_preprocessing.py                       # 15 minutes x 2 variants x 2 seeds
-    python scripts/image_preprocessing.py --report runs/image_preprocessing   # the table again
+    python -m benchmarks image-preprocessing                       # 15 minutes x 2 variants x 2 seeds
+    python -m benchmarks image-preprocessing --report runs/image_preprocessing   # the table again
 
 Prints, per variant and seed: env steps, updates, the evaluations' returns (last and best),
 and the final weights (``weights.pkl``) evaluated afterwards on the run's own evaluation
@@ -41,7 +41,6 @@ def run(env: str, variant: str, seed: int, minutes: float, workers: int, out: st
 
 def final_return(directory: str) -> float:
     """The mean return of the run's final weights on its own evaluation episodes."""
-    sys.path.insert(0, REPO_ROOT)
     from dsac.artifacts import load_weights
     from dsac.evaluation import evaluate
     from dsac.inference import load_policy
@@ -56,7 +55,9 @@ def final_return(directory: str) -> float:
 
 def summary(directory: str) -> dict:
     """Env steps, updates and evaluation returns of one run (``progress.jsonl``, ``summary.json``)."""
-    rows = [json.loads(line) for line in open(os.path.join(directory, "progress.jsonl"))]
+    from dsac.curves import read_progress
+
+    rows = read_progress(directory)
     done = json.load(open(os.path.join(directory, "summary.json")))
     returns = [row["eval_return_mean"] for row in rows]
     return {"env_steps": done["env_steps"], "updates": done["updates"], "evaluations": len(rows),
@@ -78,7 +79,7 @@ def report(out: str) -> None:
                   f"over {len(results)} seeds")
 
 
-def main() -> None:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="CarRacing-v3")
     parser.add_argument("--minutes", type=float, default=15.0)
@@ -86,16 +87,17 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "runs", "image_preprocessing"))
     parser.add_argument("--report", metavar="DIR", help="print the table of an earlier sitting's runs and stop")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.report:
         report(args.report)
-        return
+        return 0
     os.makedirs(args.out, exist_ok=True)
     for seed in args.seeds:
         for variant in VARIANTS:
             run(args.env, variant, seed, args.minutes, args.workers, args.out)
     report(args.out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

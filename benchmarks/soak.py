@@ -1,8 +1,8 @@
 """A long run that watches for leaks: RSS of every process of the run and the Ray object
 store, sampled every 30 s, and their growth reported at the end. Not part of CI.
 
-    python scripts/soak.py                                  # 30 minutes, 8 workers, SAC Pendulum
-    python scripts/soak.py --minutes 5 -- --algo dqn --env CartPole-v1
+    python -m benchmarks soak                                  # 30 minutes, 8 workers, SAC Pendulum
+    python -m benchmarks soak --minutes 5 -- --algo dqn --env CartPole-v1
 
 Flags after ``--`` go to launch.py. The run's processes are the driver and everything under it
 (the embedded Ray's daemons and its worker processes); the object store is read from that Ray.
@@ -21,6 +21,8 @@ import tempfile
 import time
 
 import psutil
+
+from dsac.curves import read_progress
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLASMA = re.compile(r"Plasma memory usage (\d+) MiB, (\d+) objects")
@@ -93,11 +95,8 @@ def main(argv=None) -> int:
         while proc.poll() is None:
             rss = rss_by_role(driver)
             store = object_store()
-            progress = os.path.join(out_dir, "run", "progress.jsonl")
-            env_steps = None
-            if os.path.exists(progress):
-                lines = open(progress).read().splitlines()
-                env_steps = json.loads(lines[-1])["env_steps"] if lines else None
+            rows = read_progress(os.path.join(out_dir, "run"))
+            env_steps = rows[-1]["env_steps"] if rows else None
             sample = {
                 "t_s": round(time.monotonic() - started, 1), "rss_mib": {k: round(v, 1) for k, v in sorted(rss.items())},
                 "rss_total_mib": round(sum(rss.values()), 1),

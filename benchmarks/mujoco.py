@@ -1,9 +1,9 @@
 """The MuJoCo v5 table: dsac's SAC defaults against Stable-Baselines3's SAC with rl-zoo's
 settings, each for a wall-clock budget on this machine, one run at a time.
 
-    python scripts/mujoco_benchmark.py --envs HalfCheetah-v5 --sides dsac sb3     # 15 minutes each
-    python scripts/mujoco_benchmark.py --envs Humanoid-v5 --minutes 60
-    python scripts/mujoco_benchmark.py --report                                  # the table of --out
+    python -m benchmarks mujoco --envs HalfCheetah-v5 --sides dsac sb3     # 15 minutes each
+    python -m benchmarks mujoco --envs Humanoid-v5 --minutes 60
+    python -m benchmarks mujoco --report                                  # the table of --out
 
 Both sides get rl-zoo's env-step budget (1M; Humanoid 2M) and stop at ``--minutes`` from their
 process start, whichever comes first, and both evaluate 10 deterministic episodes on the same
@@ -12,7 +12,7 @@ start states (``dsac.evaluation.evaluation_seed``):
         user types it (its defaults: 2 rollout workers, evaluation every 1,000 env steps in its
         own process; ``--max_seconds`` counts from the driver's start, a few seconds after the
         process's).
-  sb3   ``scripts/sb3_baseline.py`` with rl-zoo's ``hyperparams/sac.yml`` for the MuJoCo envs
+  sb3   ``benchmarks/sb3_baseline.py`` with rl-zoo's ``hyperparams/sac.yml`` for the MuJoCo envs
         (``learning_starts`` 10,000, SB3's defaults otherwise: 2x256 networks, lr 3e-4, batch
         256, one update per env step), torch at 1 thread, evaluating every 10,000 env steps in
         its own process (the evaluations' time is on its clock).
@@ -30,9 +30,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import harness  # noqa: E402
+from benchmarks import harness
 
 # env -> rl-zoo's SAC budget (env steps) and its published score after it (benchmark.md, v3).
 SUITE = {
@@ -60,7 +58,7 @@ def run(env: str, side: str, seed: int, minutes: float) -> dict:
                                  max_seconds=cap)
         if result is None:
             result = {"points": [], "error": "stable_baselines3 is not installed (requirements-bench.txt)"}
-        command = ["python scripts/sb3_baseline.py --curve", json.dumps(
+        command = ["python -m benchmarks sb3_baseline --curve", json.dumps(
             {"algo": "sac", "env": env, "kwargs": ZOO_SAC_MUJOCO, "seed": seed, "budget": budget,
              "eval_every": SB3_EVAL_EVERY, "max_seconds": cap})]
     points = result["points"]

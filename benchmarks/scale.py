@@ -2,9 +2,9 @@
 the machine's own ceiling, on one node and on a local 4-node cluster; and the capacity of each
 shared actor, driven directly.
 
-    python scripts/scale.py --quick --json scale.json      # everything, ~15 minutes on 2 cores
-    python scripts/scale.py                                # the full run: longer windows
-    python scripts/scale.py --only capacity                # one part: collection, cluster, capacity
+    python -m benchmarks scale --quick --json scale.json      # everything, ~15 minutes on 2 cores
+    python -m benchmarks scale                                # the full run: longer windows
+    python -m benchmarks scale --only capacity                # one part: collection, cluster, capacity
 
 The env is Pendulum-v1 made to take ``--env_step_ms`` per step by sleeping
 (``launch.py --env_step_ms``, :class:`dsac.envs.SimulatedCost`): W workers wait on their envs
@@ -52,7 +52,6 @@ import time
 import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
 
 ENV = "Pendulum-v1"
 WORKERS = [1, 2, 4, 8, 16, 32, 64]

@@ -85,15 +85,12 @@ def sb3_kwargs(algo: str, s: dict) -> dict:
     return kw
 
 
-def _read_progress(path: str) -> list[dict]:
-    if not os.path.exists(path):
-        return []
-    points = []
-    for line in open(path):
-        row = json.loads(line)
-        points.append({"env_steps": row["env_steps"], "updates": row["updates"], "wall_s": row["wall_s"],
-                       "return": row["eval_return_mean"]})
-    return points
+def read_points(path: str) -> list[dict]:
+    """A run's evaluations (``progress.jsonl``) as points {env_steps, updates, wall_s, return}."""
+    from dsac.curves import read_progress
+
+    return [{"env_steps": row["env_steps"], "updates": row["updates"], "wall_s": row["wall_s"],
+             "return": row["eval_return_mean"]} for row in read_progress(path)]
 
 
 def run_dsac(flags: list[str], env: str, seed: int, budget: int, eval_every: int | None,
@@ -118,7 +115,7 @@ def run_dsac(flags: list[str], env: str, seed: int, budget: int, eval_every: int
     except subprocess.TimeoutExpired:
         error = f"timed out after {timeout:.0f} s"
     process_s = time.time() - started
-    points = _read_progress(os.path.join(out, "progress.jsonl"))
+    points = read_points(out)
     summary_path = os.path.join(out, "summary.json")
     driver_s = json.load(open(summary_path))["wall_s"] if os.path.exists(summary_path) else None
     # The driver's clock starts after the interpreter and imports: shift its points onto the
@@ -126,7 +123,7 @@ def run_dsac(flags: list[str], env: str, seed: int, budget: int, eval_every: int
     shift = process_s - driver_s if driver_s is not None else 0.0
     for p in points:
         p["wall_s"] = round(p["wall_s"] + shift, 2)
-    return {"seed": seed, "points": points, "process_s": round(process_s, 1), "error": error}
+    return {"seed": seed, "points": points, "process_s": round(process_s, 1), "error": error, "output_dir": out}
 
 
 def run_sb3(algo: str, env: str, kwargs: dict, seed: int, budget: int, eval_every: int,
@@ -138,8 +135,8 @@ def run_sb3(algo: str, env: str, kwargs: dict, seed: int, budget: int, eval_ever
             "stop_return": stop_return, "max_seconds": max_seconds}
     started = time.time()
     try:
-        result = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "scripts", "sb3_baseline.py"), "--curve",
-                                 json.dumps(spec)], capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run([sys.executable, "-m", "benchmarks.sb3_baseline", "--curve", json.dumps(spec)],
+                                capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
     except subprocess.TimeoutExpired:
         return {"seed": seed, "points": [], "process_s": round(time.time() - started, 1),
                 "error": f"timed out after {timeout:.0f} s"}
@@ -160,7 +157,7 @@ def commit() -> str:
     def git(*args):
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO_ROOT).stdout.strip()
     head = git("rev-parse", "--short", "HEAD") or "?"
-    return head + ("+" if git("status", "--porcelain", "--untracked-files=no", "--", "dsac", "launch.py", "scripts") else "")
+    return head + ("+" if git("status", "--porcelain", "--untracked-files=no", "--", "dsac", "launch.py", "benchmarks") else "")
 
 
 def provenance(command: list[str]) -> dict:
