@@ -144,7 +144,7 @@ def main(argv=None) -> int:
                         help="ALE game names (ALE/<Game>-v5)")
     parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget of each run")
     parser.add_argument("--workers", type=int, default=2, help="rollout workers (--num_workers)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="the seeds (one run each)")
+    harness.add_seed_flags(parser, [0])
     parser.add_argument("--out", default="docs/atari/results.jsonl")
     parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
     args = parser.parse_args(argv)
@@ -161,7 +161,7 @@ def main(argv=None) -> int:
                 parser.error(str(exc))
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         for game in args.games:
-            for seed in args.seeds:
+            for seed in harness.seeds_of(args, [0]):
                 png = os.path.join(os.path.dirname(os.path.abspath(args.out)), f"{game}-seed{seed}-{args.minutes:g}min.png")
                 rec = game_record(game, args.minutes, args.workers, seed, png=png)
                 with open(args.out, "a") as f:

@@ -214,9 +214,23 @@ def area_under_curve(points: list[dict], budget: float, axis: str = "env_steps")
     return area / (budget - start)
 
 
-def seed_list(values: list[int]) -> list[int]:
-    """A ``--seeds``-style option: one number N means seeds 0..N-1, several numbers those seeds."""
-    return list(range(values[0])) if len(values) == 1 else list(values)
+def add_seed_flags(parser, default: list[int] | None, prefix: str = "") -> None:
+    """``--seeds S ...`` (which seeds) or ``--num_seeds N`` (seeds 0..N-1), never both; with
+    ``prefix`` (e.g. ``lunar_``) for a second set. :func:`seeds_of` reads them."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(f"--{prefix}seeds", nargs="+", type=int, metavar="S",
+                       help=f"the seeds, one run each (default: {' '.join(map(str, default)) if default else 'see above'})")
+    group.add_argument(f"--{prefix}num_seeds", type=int, metavar="N", help="seeds 0..N-1")
+
+
+def seeds_of(args, default: list[int], prefix: str = "") -> list[int]:
+    """The seeds :func:`add_seed_flags` gave, or ``default``."""
+    count = getattr(args, f"{prefix}num_seeds")
+    if count is not None:
+        if count < 1:
+            raise SystemExit(f"error: --{prefix}num_seeds must be >= 1, got {count}")
+        return list(range(count))
+    return list(getattr(args, f"{prefix}seeds") or default)
 
 
 def spread(values) -> tuple[float | None, float | None, float | None]:

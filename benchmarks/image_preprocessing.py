@@ -21,6 +21,8 @@ import statistics
 import subprocess
 import sys
 
+from benchmarks import harness
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VARIANTS = {"preprocessed": [], "raw": ["--preprocess_images", "false"]}
 
@@ -83,7 +85,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="CarRacing-v3")
     parser.add_argument("--minutes", type=float, default=15.0)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    harness.add_seed_flags(parser, [0, 1])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "runs", "image_preprocessing"))
     parser.add_argument("--report", metavar="DIR", help="print the table of an earlier sitting's runs and stop")
@@ -92,7 +94,7 @@ def main(argv=None) -> int:
         report(args.report)
         return 0
     os.makedirs(args.out, exist_ok=True)
-    for seed in args.seeds:
+    for seed in harness.seeds_of(args, [0, 1]):
         for variant in VARIANTS:
             run(args.env, variant, seed, args.minutes, args.workers, args.out)
     report(args.out)

@@ -116,7 +116,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=[e for e in SUITE if e != "Humanoid-v5"], choices=sorted(SUITE))
     parser.add_argument("--sides", nargs="+", default=["dsac", "sb3"], choices=["dsac", "sb3"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="the seeds (one run each)")
+    harness.add_seed_flags(parser, [0])
     parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget of each run")
     parser.add_argument("--out", default="docs/mujoco/results.jsonl")
     parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
             parser.error(f"--minutes must be in (0, 1440], got {args.minutes:g}")
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         for env in args.envs:
-            for seed in args.seeds:
+            for seed in harness.seeds_of(args, [0]):
                 for side in args.sides:
                     rec = run(env, side, seed, args.minutes)
                     with open(args.out, "a") as f:

@@ -4,10 +4,10 @@ steps and against gradient updates, with 95% confidence bands.
 
     python -m benchmarks parity --quick          # under ~20 minutes on 2 cores: 3 tasks, 2 seeds
     python -m benchmarks parity                  # the full run: 4 tasks, 5 seeds (hours; see --tasks)
-    python -m benchmarks parity --tasks sac-pendulum --variants serial sb3 --seeds 3
+    python -m benchmarks parity --tasks sac-pendulum --variants serial sb3 --num_seeds 3
     python -m benchmarks parity --seeds 3 4      # add seeds 3 and 4 to what parity/ holds
     python -m benchmarks parity --report         # the table and plots of what parity/ holds
-    python -m benchmarks parity --tasks sac-lunar --variants serial sb3 --seeds 2 --budget 50000 --out parity-lunar50k
+    python -m benchmarks parity --tasks sac-lunar --variants serial sb3 --num_seeds 2 --budget 50000 --out parity-lunar50k
 
 The full run is long, so it can be made in sittings: runs already in ``<out>/parity.json`` at the
 same budget and settings are kept and not repeated, and each run records the commit it ran.
@@ -208,9 +208,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS))
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS),
                         help=f"default: all; with --quick {' '.join(QUICK_VARIANTS)}")
-    parser.add_argument("--seeds", nargs="+", type=int,
-                        help="how many seeds (one number: seeds 0..N-1) or which (several numbers); default 5, "
-                        "with --quick 2")
+    harness.add_seed_flags(parser, None)  # default: seeds 0..4, with --quick 0 1
     parser.add_argument("--budget", type=int,
                         help="env steps of every run instead of the task's budget (a shorter LunarLanderContinuous "
                         "run; the table states each task's budget)")
@@ -231,10 +229,7 @@ def main(argv=None) -> int:
         print(markdown(results))
         return 0
     tasks = args.tasks or [n for n, t in TASKS.items() if not args.quick or t["quick_budget"]]
-    if args.seeds is None:
-        seeds = list(range(2 if args.quick else 5))
-    else:
-        seeds = harness.seed_list(args.seeds)
+    seeds = harness.seeds_of(args, list(range(2 if args.quick else 5)))
     args.variants = args.variants or (QUICK_VARIANTS if args.quick else list(VARIANTS))
     os.makedirs(args.out, exist_ok=True)
     code = harness.commit()

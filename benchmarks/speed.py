@@ -1,7 +1,7 @@
 """dsac's speed on this machine, in one run: a Markdown table on stdout and a JSON file.
 
     python -m benchmarks speed --quick            # ~10 minutes on 2 cores
-    python -m benchmarks speed --seeds 3 --out bench.json
+    python -m benchmarks speed --num_seeds 3 --out bench.json
     python -m benchmarks speed --only lunar       # LunarLanderContinuous-v3 alone (up to ~2 h)
     python -m benchmarks speed --only atari       # pixels: collection, acting, learner, replay, 60-min Pong
 
@@ -304,7 +304,7 @@ def solve_rows(report: dict, args) -> None:
     report["sb3"] = None if "sb3" in args.skip else {}
     for algo in ("sac", "dqn"):
         runs, sb3_runs, plain_runs = [], [], []
-        for seed in range(args.seeds):
+        for seed in harness.seeds_of(args, [0, 1, 2]):
             runs.append(time_to_solve(algo, seed, args.settings))
             if report["sb3"] is not None:
                 sb3_runs.append(sb3_time_to_solve(algo, seed))
@@ -337,7 +337,7 @@ def equal_rows(report: dict, args) -> None:
         task = parity.TASKS[task_name]
         env_id, threshold, budget = task["env"], task["threshold"], SOLVE[algo][2]
         row = report["equal"][algo] = {"settings": task["settings"], "dsac": [], "sb3": []}
-        for seed in range(args.seeds):
+        for seed in harness.seeds_of(args, [0, 1, 2]):
             flags = harness.dsac_flags(algo, task["settings"]) + ["--num_workers", str(harness.WORKERS[algo])]
             row["dsac"].append(harness.run_dsac(flags, env_id, seed, budget, task["eval_every"], threshold))
             if "sb3" not in args.skip:
@@ -362,7 +362,7 @@ def lunar_rows(report: dict, args) -> None:
     env_id, threshold, budget = LUNAR
     cap = 60.0 * args.lunar_cap
     report["lunar"] = {"cap_s": cap, "dsac": [], "sb3": []}
-    for seed in harness.seed_list(args.lunar_seeds):
+    for seed in harness.seeds_of(args, [0], prefix="lunar_"):
         run = harness.run_dsac(DEFAULTS["sac"] + ["--max_seconds", str(cap)], env_id, seed, budget, None, threshold,
                                timeout=cap + 600, as_typed=True)
         hit, last = harness.first_reaching(run["points"], threshold), (run["points"] or [{}])[-1]
@@ -406,7 +406,7 @@ def start_ray() -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short windows (about 10 minutes on 2 cores)")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per time-to-solve")
+    harness.add_seed_flags(parser, [0, 1, 2])  # each time-to-solve's seeds
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], help="rollout workers to measure")
     parser.add_argument("--skip", nargs="*", default=[], choices=PARTS, help="parts to leave out")
     parser.add_argument("--only", nargs="+", choices=[p for p in PARTS if p != "sb3"],
@@ -417,8 +417,7 @@ def main(argv=None) -> int:
                         help="add the Atari part (benchmarks/atari.py; with the Pong run, over an hour)")
     parser.add_argument("--pong_minutes", type=float, default=60.0, help="length of the Atari part's Pong run (0: none)")
     parser.add_argument("--pong_workers", type=int, default=2, help="rollout workers of the Pong run")
-    parser.add_argument("--lunar_seeds", type=int, nargs="+", default=[1],
-                        help="seeds of the Lunar part: how many (one number: seeds 0..N-1) or which (several)")
+    harness.add_seed_flags(parser, [0], prefix="lunar_")  # the Lunar part's seeds
     parser.add_argument("--settings", choices=["defaults", "tuned"], default="defaults",
                         help="dsac's settings in the solve rows: the product's defaults (what users run) or "
                              "benchmarks/configs/")

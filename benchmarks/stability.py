@@ -3,9 +3,9 @@ variant: env steps and seconds to the threshold, the final return and the mean r
 budget (the area under the curve), which marks a run that reaches the threshold and then
 falls away. One JSON line per run (command, commit, date, machine, curve) in ``--out``.
 
-    python -m benchmarks stability --settings defaults --variants serial w2 --seeds 5
+    python -m benchmarks stability --settings defaults --variants serial w2 --num_seeds 5
     python -m benchmarks stability --settings parity --variants serial w1 --seeds 0 1 2
-    python -m benchmarks stability --variants w2 --seeds 3 --flags=--target_update_every=500   # a candidate
+    python -m benchmarks stability --variants w2 --num_seeds 3 --flags=--target_update_every=500   # a candidate
     python -m benchmarks stability --report                     # the table of what --out holds
 
 ``--settings defaults``: ``launch.py --algo dqn`` as a user types it (``serial`` adds
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     parser.add_argument("--settings", choices=["defaults", "parity"], default="defaults")
     parser.add_argument("--variants", nargs="+", default=["serial", "w2"],
                         help="serial, or wN (N rollout workers); parity: its variants (w1, w2, w8, w8-fresh)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[5], help="N: seeds 0..N-1; several: those seeds")
+    harness.add_seed_flags(parser, [0, 1, 2, 3, 4])
     parser.add_argument("--budget", type=int, default=TASK["budget"])
     parser.add_argument("--flags", default="", help="extra launch.py flags, e.g. --flags=--lr=lin_2.3e-3")
     parser.add_argument("--out", default="docs/stability/dqn-cartpole.jsonl")
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         for variant in args.variants:
             if not (variant == "serial" or (variant[:1] == "w" and variant[1:].isdigit()) or variant in VARIANTS):
                 parser.error(f"unknown variant {variant!r}")
-            for seed in harness.seed_list(args.seeds):
+            for seed in harness.seeds_of(args, [0, 1, 2, 3, 4]):
                 rec = record(args.settings, variant, seed, args.budget, args.flags.split())
                 with open(args.out, "a") as f:
                     f.write(json.dumps(rec) + "\n")

@@ -107,8 +107,7 @@ def score(runs: dict, budget: float) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algos", nargs="+", choices=sorted(TASKS), default=sorted(TASKS))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[2],
-                        help="one number N: seeds 0..N-1; several numbers: those seeds")
+    harness.add_seed_flags(parser, [0, 1])
     parser.add_argument("--candidates", nargs="+", help="run only these candidates (names as in CANDIDATES)")
     parser.add_argument("--envs", nargs="+", help="run only these tasks' envs")
     parser.add_argument("--json", default="sweep.json")
@@ -122,7 +121,7 @@ def main(argv=None) -> int:
 
     from dsac.tune.trainable import resource_bundles
 
-    seeds = harness.seed_list(args.seeds)
+    seeds = harness.seeds_of(args, [0, 1])
     # A local Ray just large enough for one trial of the largest: trials run one after another.
     trial_cpus = max(sum(b.get("CPU", 0) for b in resource_bundles({"algo": a, "num_workers": harness.WORKERS[a]}))
                      for a in args.algos)

@@ -118,7 +118,7 @@ def test_parity_keeps_stored_runs_and_refuses_to_overwrite_them(tmp_path):
     path = tmp_path / "parity.json"
     path.write_text(json.dumps({"sac-pendulum": stored}))
     before = path.read_text()
-    assert parity.main(["--tasks", "sac-pendulum", "--variants", "serial", "--seeds", "1", "--budget", "1000",
+    assert parity.main(["--tasks", "sac-pendulum", "--variants", "serial", "--num_seeds", "1", "--budget", "1000",
                         "--out", str(tmp_path)]) == 2
     assert path.read_text() == before
 
