@@ -1,0 +1,136 @@
+"""The generated parts of the docs: the flag table (from ``dsac.config.Config``) and the result
+tables (from the result files the benchmarks write), each between two markers in a page:
+
+    <!-- generated: mujoco -->
+    ...
+    <!-- end generated: mujoco -->
+
+    python -m benchmarks docs            # rewrite every generated block in README.md and docs/*.md
+    python -m benchmarks docs --check    # exit 1, naming them, if any block is stale (the tests run this)
+    python -m benchmarks docs --print flags
+
+A page holds a block by carrying its two markers; what is between them is never typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import sys
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def flags_table() -> str:
+    """One Markdown row per flag: name, default (per algorithm where it differs), help."""
+    from dsac.config import Config
+    from dsac.registry import ALGOS, algorithm
+
+    algo_defaults = {name: algorithm(name).defaults for name in ALGOS}
+    rows = ["| flag | default | what |", "|---|---|---|"]
+    for f in dataclasses.fields(Config):
+        if f.metadata.get("cli") is False:
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if default is None and f.name in algo_defaults["sac"]:
+            default = ", ".join(f"{algo} {values[f.name]}" for algo, values in algo_defaults.items())
+        elif isinstance(default, list):
+            default = " ".join(map(str, default))
+        flag = f"--[no-]{f.name}" if f.type.startswith("bool") else f"--{f.name}"
+        rows.append(f"| `{flag}` | `{default}` | {f.metadata['help']} |")
+    return "\n".join(rows)
+
+
+def _from_file(path: str, render) -> str:
+    full = os.path.join(REPO_ROOT, path)
+    if not os.path.exists(full):
+        return f"(no results yet: `{path}` does not exist)"
+    return render(full)
+
+
+def mujoco_table() -> str:
+    from benchmarks import mujoco
+
+    return _from_file("docs/mujoco/results.jsonl", mujoco.report)
+
+
+def atari_table() -> str:
+    from benchmarks import atari
+
+    return _from_file("docs/atari/results.jsonl", atari.games_report)
+
+
+def stability_table() -> str:
+    from benchmarks import stability
+
+    return _from_file("docs/stability/dqn-cartpole.jsonl", stability.report)
+
+
+def parity_table() -> str:
+    from benchmarks import parity
+
+    return _from_file("docs/parity/parity.json", lambda path: parity.markdown(json.load(open(path))))
+
+
+# block name -> what renders it
+BLOCKS = {"flags": flags_table, "mujoco": mujoco_table, "atari": atari_table, "stability": stability_table,
+          "parity": parity_table}
+MARKERS = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",
+                     re.S)
+
+
+def pages() -> list[str]:
+    docs = os.path.join(REPO_ROOT, "docs")
+    return [os.path.join(REPO_ROOT, "README.md")] + sorted(
+        os.path.join(root, name) for root, _, names in os.walk(docs) for name in names if name.endswith(".md"))
+
+
+def regenerate(text: str, cache: dict) -> tuple[str, list[str]]:
+    """``text`` with every generated block rendered anew, and the names of the blocks that changed."""
+    changed = []
+
+    def render(match: re.Match) -> str:
+        name = match["name"]
+        if name not in BLOCKS:
+            raise SystemExit(f"error: unknown generated block {name!r} (known: {', '.join(BLOCKS)})")
+        if name not in cache:
+            cache[name] = BLOCKS[name]().rstrip("\n") + "\n"
+        if match["body"] != cache[name]:
+            changed.append(name)
+        return match.group(1) + cache[name] + match.group(4)
+
+    return MARKERS.sub(render, text), changed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
+    parser.add_argument("--print", dest="show", choices=sorted(BLOCKS), help="print one block's content and stop")
+    args = parser.parse_args(argv)
+    if args.show:
+        print(BLOCKS[args.show]())
+        return 0
+    cache: dict = {}
+    stale = []
+    for page in pages():
+        text = open(page, encoding="utf-8").read()
+        new, changed = regenerate(text, cache)
+        for name in changed:
+            stale.append(f"{os.path.relpath(page, REPO_ROOT)}: {name}")
+        if changed and not args.check:
+            with open(page, "w", encoding="utf-8") as f:
+                f.write(new)
+    if args.check and stale:
+        print("stale generated blocks (python -m benchmarks docs rewrites them):\n  " + "\n  ".join(stale),
+              file=sys.stderr)
+        return 1
+    if not args.check:
+        print("\n".join(f"rewrote {s}" for s in stale) or "every generated block is up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
