@@ -1,6 +1,6 @@
 """One flat configuration for a run: every field is a CLI flag of ``launch.py``.
 
-Each field carries its help text in ``metadata["help"]`` so the CLI, the README and
+Each field carries its help text in ``metadata["help"]`` so the CLI, the guide (docs/guide.md) and
 ``config.json`` all describe the same thing.
 """
 

@@ -42,7 +42,7 @@ def read_progress(path: str) -> list[dict]:
     """The rows of a run's ``progress.jsonl`` (``path``: the file or its run directory), in the
     order they were written; ``[]`` when the run has none yet. One line per evaluation with
     ``env_steps``, ``updates``, ``wall_s`` (seconds from the program's start) and the
-    ``eval_*`` fields (README: Output)."""
+    ``eval_*`` fields (docs/guide.md: Output)."""
     progress = os.path.join(path, "progress.jsonl") if os.path.isdir(path) else path
     if not os.path.isfile(progress):
         return []

@@ -24,11 +24,11 @@ ALGORITHM = Algorithm(
     # Ape-X's choices: n-step 3, prioritized replay (dueling and double Q are on by default).
     # One update per env step (with dsac's 2x64 networks) and rl-zoo's CartPole lr 2.3e-3: the
     # fastest to a good policy, in wall-clock time, on CartPole-v1 and Acrobot-v1 of the
-    # candidates benchmarks/sweep.py tried (2 seeds each; README: the defaults sweep). The lr decays
+    # candidates benchmarks/sweep.py tried (2 seeds each; docs/benchmarks.md: the defaults sweep). The lr decays
     # linearly to 0 over the run (rl-zoo's lin_X): at a constant 2.3e-3 a CartPole policy fell
     # from 500 to ~100 and back again to the end, in the serial runner and the distributed one
     # alike (1 and 2 of 5 seeds ending at 500 at 50k env steps); decaying, 4 of 5 in each, and
-    # 475 sooner (benchmarks/stability.py; README: does a run hold what it learned?).
+    # 475 sooner (benchmarks/stability.py; docs/benchmarks.md: stability).
     defaults={
         "lr": "lin_2.3e-3", "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000,
         "start_steps": 1_000, "updates_per_step": 1.0, "n_step": 3, "prioritized": True,
