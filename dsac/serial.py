@@ -29,7 +29,7 @@ from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for, policy_class_for
 from dsac.replay import PrioritizedReplayStorage, RateLimiter, ReplayStorage, annealed_beta, replay_specs
 from dsac.rollout import EnvCollector
-from dsac.watch import Step, watch
+from dsac.run_loop import Step, run_until_stopped
 
 log = logging.getLogger("dsac")
 
@@ -37,7 +37,7 @@ log = logging.getLogger("dsac")
 class SerialRun:
     """One process that collects, stores, learns and evaluates in turn, keeping the update
     ratio with the same rate limiter the replay actor uses. Steps as the distributed run
-    does (``step()``, ``status()``, ``stop()``), so the command line's :func:`dsac.watch.watch`
+    does (``step()``, ``status()``, ``stop()``), so the command line's :func:`dsac.run_loop.run_until_stopped`
     and ``Trainer(config, local=True)`` drive it alike.
 
     Args:
@@ -299,4 +299,4 @@ def run_serial(config: Config, started_at: float | None = None) -> dict:
     started_at = time.time() if started_at is None else started_at
     config = config.validate()
     checkpoint, started_at = resume_checkpoint(config, started_at)
-    return watch(start_serial(config, started_at, checkpoint=checkpoint))
+    return run_until_stopped(start_serial(config, started_at, checkpoint=checkpoint))

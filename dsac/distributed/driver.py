@@ -2,7 +2,7 @@
 (``cluster.py``), builds the system (``system.py``), and then steps it: reads what the
 actors report, has ``recovery.py`` repair what died, and hands results to the
 :class:`dsac.recorder.Recorder`, which writes every file on the driver's filesystem.
-``launch.py`` (through :func:`dsac.watch.watch`) and ``Trainer.train`` drive the same ``step()``.
+``launch.py`` (through :func:`dsac.run_loop.run_until_stopped`) and ``Trainer.train`` drive the same ``step()``.
 
 Everything that can be checked without Ray and TensorFlow is checked first, so a typo costs
 about a second, not a cluster start-up.
@@ -33,7 +33,7 @@ from dsac.preparation import Prepared, check_resume_state, prepare, resume_check
 from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for
 from dsac.replay import replay_specs, storage_bytes
-from dsac.watch import Step, watch
+from dsac.run_loop import Step, run_until_stopped
 
 log = logging.getLogger("dsac")
 
@@ -406,7 +406,7 @@ def run(config: Config, started_at: float | None = None) -> dict:
     checkpoint, started_at = resume_checkpoint(config, started_at)
     system, started_ray = start(config, started_at, insert_limit=config.total_env_steps, checkpoint=checkpoint)
     try:
-        return watch(system)
+        return run_until_stopped(system)
     finally:
         if started_ray:
             ray.shutdown()

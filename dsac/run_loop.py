@@ -42,7 +42,7 @@ def stop_reason(run, lines: list[dict], signals: Signals) -> str | None:
     return None
 
 
-def watch(run) -> dict:
+def run_until_stopped(run) -> dict:
     """Step ``run`` until a stop condition, stop it and return its summary.
 
     Raises:
