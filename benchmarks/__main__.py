@@ -31,15 +31,18 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from_command_line = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0
-    if argv[0] not in COMMANDS:
+    name = argv[0].replace("_", "-")  # video_cost as well as video-cost
+    if name not in COMMANDS:
         print(f"benchmarks: error: unknown command {argv[0]!r}\n{usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"benchmarks.{COMMANDS[argv[0]][0]}")
-    sys.argv[0] = f"python -m benchmarks {argv[0]}"  # what argparse shows as the program
+    module = importlib.import_module(f"benchmarks.{COMMANDS[name][0]}")
+    if from_command_line:
+        sys.argv[0] = f"python -m benchmarks {name}"  # what argparse shows as the program
     return module.main(argv[1:]) or 0
 
 

@@ -89,7 +89,7 @@ def game_record(game: str, minutes: float, workers: int, seed: int, png: str | N
         else None
     return {
         "suite": "atari", "env": env, "game": game, "seed": seed, "workers": workers, "minutes": minutes,
-        **harness.provenance(["python launch.py", *flags, "--env", env, "--seed", str(seed)]),
+        **harness.provenance(run["command"]),
         "scores": harness.scores_at_marks(points, sorted({*(m for m in GAMES_MARKS_MIN if m < minutes), minutes}),
                                           minutes),
         "at_100k_steps": at_100k, "best": max((p["return"] for p in points), default=None),
@@ -144,8 +144,8 @@ def main(argv=None) -> int:
                         help="ALE game names (ALE/<Game>-v5)")
     parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget of each run")
     parser.add_argument("--workers", type=int, default=2, help="rollout workers (--num_workers)")
-    harness.add_seed_flags(parser, [0])
-    parser.add_argument("--out", default="docs/atari/results.jsonl")
+    harness.add_seed_flags(parser, "0")
+    parser.add_argument("--out", default="runs/atari.jsonl", help="result records (the docs table: docs/atari/results.jsonl)")
     parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
     args = parser.parse_args(argv)
     if not args.report:
@@ -164,8 +164,7 @@ def main(argv=None) -> int:
             for seed in harness.seeds_of(args, [0]):
                 png = os.path.join(os.path.dirname(os.path.abspath(args.out)), f"{game}-seed{seed}-{args.minutes:g}min.png")
                 rec = game_record(game, args.minutes, args.workers, seed, png=png)
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(rec) + "\n")
+                harness.append_record(args.out, rec)
                 print(f"{game} seed {seed}: {rec['scores']} at 100k steps {rec['at_100k_steps']} error {rec['error']}",
                       file=sys.stderr, flush=True)
     if not os.path.exists(args.out):
@@ -272,7 +271,7 @@ def replay_figures(transitions: int = 4000, seconds: float = 3.0) -> dict:
 
 def run(report: dict, workers: list[int], window: float, pong_minutes: float, pong_workers: int,
         collection_rate) -> None:
-    """Fill ``report["atari"]``; ``collection_rate`` is benchmark.py's (a local Ray is up)."""
+    """Fill ``report["atari"]``; ``collection_rate`` is speed.py's (a local Ray is up)."""
     atari = report.setdefault("atari", {})
     atari["collection_frames_per_s"] = {w: 4 * collection_rate("dqn", ENV, w, window) for w in workers}
     print(f"atari collection: {atari['collection_frames_per_s']}", file=sys.stderr)
@@ -289,7 +288,7 @@ def run(report: dict, workers: list[int], window: float, pong_minutes: float, po
 
 
 def markdown(atari: dict) -> list[str]:
-    """Rows for benchmark.py's table."""
+    """Rows for speed.py's table."""
     rows = []
     for w, fps in atari.get("collection_frames_per_s", {}).items():
         rows.append(f"| Atari collection, {w} worker(s): frames/s (env steps x 4) | {fps:,.0f} | Ape-X: ~140 per actor core |")

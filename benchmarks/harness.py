@@ -15,6 +15,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -123,7 +124,10 @@ def run_dsac(flags: list[str], env: str, seed: int, budget: int, eval_every: int
     shift = process_s - driver_s if driver_s is not None else 0.0
     for p in points:
         p["wall_s"] = round(p["wall_s"] + shift, 2)
-    return {"seed": seed, "points": points, "process_s": round(process_s, 1), "error": error, "output_dir": out}
+    # What ran, as a person would type it (the temporary output directory named as such).
+    command = ["python", "launch.py", *["<tmp>/run" if arg == out else arg for arg in cmd[2:]]]
+    return {"seed": seed, "points": points, "process_s": round(process_s, 1), "error": error, "output_dir": out,
+            "command": command}
 
 
 def run_sb3(algo: str, env: str, kwargs: dict, seed: int, budget: int, eval_every: int,
@@ -142,12 +146,13 @@ def run_sb3(algo: str, env: str, kwargs: dict, seed: int, budget: int, eval_ever
                 "error": f"timed out after {timeout:.0f} s"}
     if result.returncode == 3:
         return None
+    command = ["python", "-m", "benchmarks.sb3_baseline", "--curve", json.dumps(spec)]
     process_s = round(time.time() - started, 1)
     if result.returncode != 0:
         return {"seed": seed, "points": [], "process_s": process_s,
-                "error": (result.stderr.strip().splitlines() or ["?"])[-1]}
+                "error": (result.stderr.strip().splitlines() or ["?"])[-1], "command": command}
     return {"seed": seed, "points": json.loads(result.stdout.strip().splitlines()[-1]), "process_s": process_s,
-            "error": None}
+            "error": None, "command": command}
 
 
 # --- result records -------------------------------------------------------------------------
@@ -161,11 +166,18 @@ def commit() -> str:
 
 
 def provenance(command: list[str]) -> dict:
-    """What every result record (one JSON line per run) starts with: the command that made it,
-    the commit, the date (UTC) and the machine."""
-    return {"command": " ".join(command), "commit": commit(),
+    """What every result record (one JSON line per run) starts with: the command that made it
+    (its arguments, quoted for a shell), the commit, the date (UTC) and the machine."""
+    return {"command": shlex.join(command), "commit": commit(),
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform()}}
+
+
+def append_record(path: str, record: dict) -> None:
+    """One result record as a JSON line at the end of ``path`` (its directory made if needed)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def scores_at_marks(points: list[dict], marks_min: list[float], budget_min: float) -> dict:
@@ -214,12 +226,13 @@ def area_under_curve(points: list[dict], budget: float, axis: str = "env_steps")
     return area / (budget - start)
 
 
-def add_seed_flags(parser, default: list[int] | None, prefix: str = "") -> None:
+def add_seed_flags(parser, default: str, prefix: str = "") -> None:
     """``--seeds S ...`` (which seeds) or ``--num_seeds N`` (seeds 0..N-1), never both; with
-    ``prefix`` (e.g. ``lunar_``) for a second set. :func:`seeds_of` reads them."""
+    ``prefix`` (e.g. ``lunar_``) for a second set; ``default`` says which seeds run without
+    either. :func:`seeds_of` reads them."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument(f"--{prefix}seeds", nargs="+", type=int, metavar="S",
-                       help=f"the seeds, one run each (default: {' '.join(map(str, default)) if default else 'see above'})")
+                       help=f"the seeds, one run each (default: {default})")
     group.add_argument(f"--{prefix}num_seeds", type=int, metavar="N", help="seeds 0..N-1")
 
 

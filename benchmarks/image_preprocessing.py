@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="CarRacing-v3")
     parser.add_argument("--minutes", type=float, default=15.0)
-    harness.add_seed_flags(parser, [0, 1])
+    harness.add_seed_flags(parser, "0 1")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "runs", "image_preprocessing"))
     parser.add_argument("--report", metavar="DIR", help="print the table of an earlier sitting's runs and stop")

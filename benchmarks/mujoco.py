@@ -52,15 +52,13 @@ def run(env: str, side: str, seed: int, minutes: float) -> dict:
     if side == "dsac":
         flags = ["--algo", "sac", "--max_seconds", f"{cap:g}"]
         result = harness.run_dsac(flags, env, seed, budget, None, timeout=cap + 1800, as_typed=True)
-        command = ["python launch.py", *flags, "--env", env, "--seed", str(seed), "--total_env_steps", str(budget)]
+        command = result["command"]
     else:
         result = harness.run_sb3("sac", env, ZOO_SAC_MUJOCO, seed, budget, SB3_EVAL_EVERY, timeout=cap + 1800,
                                  max_seconds=cap)
         if result is None:
             result = {"points": [], "error": "stable_baselines3 is not installed (requirements-bench.txt)"}
-        command = ["python -m benchmarks sb3_baseline --curve", json.dumps(
-            {"algo": "sac", "env": env, "kwargs": ZOO_SAC_MUJOCO, "seed": seed, "budget": budget,
-             "eval_every": SB3_EVAL_EVERY, "max_seconds": cap})]
+        command = result.get("command") or ["python", "-m", "benchmarks.sb3_baseline"]
     points = result["points"]
     return {
         "suite": "mujoco", "env": env, "side": side, "seed": seed, "minutes": minutes, **harness.provenance(command),
@@ -116,9 +114,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=[e for e in SUITE if e != "Humanoid-v5"], choices=sorted(SUITE))
     parser.add_argument("--sides", nargs="+", default=["dsac", "sb3"], choices=["dsac", "sb3"])
-    harness.add_seed_flags(parser, [0])
+    harness.add_seed_flags(parser, "0")
     parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget of each run")
-    parser.add_argument("--out", default="docs/mujoco/results.jsonl")
+    parser.add_argument("--out", default="runs/mujoco.jsonl", help="result records (the docs table: docs/mujoco/results.jsonl)")
     parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
     args = parser.parse_args(argv)
     if not args.report:
@@ -129,8 +127,7 @@ def main(argv=None) -> int:
             for seed in harness.seeds_of(args, [0]):
                 for side in args.sides:
                     rec = run(env, side, seed, args.minutes)
-                    with open(args.out, "a") as f:
-                        f.write(json.dumps(rec) + "\n")
+                    harness.append_record(args.out, rec)
                     print(f"{env} {side} seed {seed}: {rec['scores']} best {rec['best']} error {rec['error']}",
                           file=sys.stderr, flush=True)
     if not os.path.exists(args.out):

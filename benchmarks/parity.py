@@ -208,7 +208,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tasks", nargs="+", choices=sorted(TASKS))
     parser.add_argument("--variants", nargs="+", choices=list(VARIANTS),
                         help=f"default: all; with --quick {' '.join(QUICK_VARIANTS)}")
-    harness.add_seed_flags(parser, None)  # default: seeds 0..4, with --quick 0 1
+    harness.add_seed_flags(parser, "0..4; with --quick 0 1")
     parser.add_argument("--budget", type=int,
                         help="env steps of every run instead of the task's budget (a shorter LunarLanderContinuous "
                         "run; the table states each task's budget)")

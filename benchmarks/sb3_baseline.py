@@ -3,9 +3,9 @@
 number of deterministic episodes. Prints one JSON line; exits 3 when SB3 is not installed
 (``pip install -r requirements-bench.txt``).
 
-    python -m benchmarks sb3_baseline --algo sac --seed 0
-    python -m benchmarks sb3_baseline --algo sac-lunar --seed 0 --max_seconds 3600   # capped at 60 minutes
-    python -m benchmarks sb3_baseline --curve '{"algo": "sac", "env": "Pendulum-v1", "kwargs": {}, "seed": 0,
+    python -m benchmarks.sb3_baseline --algo sac --seed 0
+    python -m benchmarks.sb3_baseline --algo sac-lunar --seed 0 --max_seconds 3600   # capped at 60 minutes
+    python -m benchmarks.sb3_baseline --curve '{"algo": "sac", "env": "Pendulum-v1", "kwargs": {}, "seed": 0,
         "budget": 5000, "eval_every": 1000, "stop_return": null}'   # a learning curve (benchmarks/harness.py)
 """
 

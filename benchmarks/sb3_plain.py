@@ -2,8 +2,8 @@
 the check that ``benchmarks/sb3_baseline.py`` (which evaluates through ``dsac.evaluation``) times
 SB3 as SB3 runs by itself. Prints one JSON line in ``sb3_baseline.py --algo dqn``'s shape.
 
-    python -m benchmarks sb3_plain --seed 0
-    python -m benchmarks sb3_plain --seed 0 --threads 2      # torch's default on 2 cores
+    python -m benchmarks.sb3_plain --seed 0
+    python -m benchmarks.sb3_plain --seed 0 --threads 2      # torch's default on 2 cores
 
 Same settings (rl-zoo's ``hyperparams/dqn.yml`` for CartPole-v1, ε over 8,000 env steps as in
 rl-zoo's own 50k-step run), the same budget, evaluation period and threshold, the same 10

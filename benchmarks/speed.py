@@ -406,7 +406,7 @@ def start_ray() -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="short windows (about 10 minutes on 2 cores)")
-    harness.add_seed_flags(parser, [0, 1, 2])  # each time-to-solve's seeds
+    harness.add_seed_flags(parser, "0 1 2")  # each time-to-solve's seeds
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], help="rollout workers to measure")
     parser.add_argument("--skip", nargs="*", default=[], choices=PARTS, help="parts to leave out")
     parser.add_argument("--only", nargs="+", choices=[p for p in PARTS if p != "sb3"],
@@ -417,7 +417,7 @@ def main(argv=None) -> int:
                         help="add the Atari part (benchmarks/atari.py; with the Pong run, over an hour)")
     parser.add_argument("--pong_minutes", type=float, default=60.0, help="length of the Atari part's Pong run (0: none)")
     parser.add_argument("--pong_workers", type=int, default=2, help="rollout workers of the Pong run")
-    harness.add_seed_flags(parser, [0], prefix="lunar_")  # the Lunar part's seeds
+    harness.add_seed_flags(parser, "0", prefix="lunar_")  # the Lunar part's seeds
     parser.add_argument("--settings", choices=["defaults", "tuned"], default="defaults",
                         help="dsac's settings in the solve rows: the product's defaults (what users run) or "
                              "benchmarks/configs/")

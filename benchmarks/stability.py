@@ -42,8 +42,7 @@ def record(settings: str, variant: str, seed: int, budget: int, extra: list[str]
     hit = harness.first_reaching(points, TASK["threshold"])
     return {
         "settings": " ".join([settings, *(extra or [])]), "variant": variant, "seed": seed, "budget": budget,
-        **harness.provenance(["python launch.py", *flags, "--env", TASK["env"], "--seed", str(seed),
-                              "--total_env_steps", str(budget), "--eval_every", str(TASK["eval_every"])]),
+        **harness.provenance(run["command"]),
         "final": points[-1]["return"] if points else None,
         "auc": harness.area_under_curve(points, budget),
         "hit_steps": hit and hit["env_steps"], "hit_s": hit and hit["wall_s"],
@@ -77,10 +76,10 @@ def main(argv=None) -> int:
     parser.add_argument("--settings", choices=["defaults", "parity"], default="defaults")
     parser.add_argument("--variants", nargs="+", default=["serial", "w2"],
                         help="serial, or wN (N rollout workers); parity: its variants (w1, w2, w8, w8-fresh)")
-    harness.add_seed_flags(parser, [0, 1, 2, 3, 4])
+    harness.add_seed_flags(parser, "0..4")
     parser.add_argument("--budget", type=int, default=TASK["budget"])
     parser.add_argument("--flags", default="", help="extra launch.py flags, e.g. --flags=--lr=lin_2.3e-3")
-    parser.add_argument("--out", default="docs/stability/dqn-cartpole.jsonl")
+    parser.add_argument("--out", default="runs/stability.jsonl", help="result records (the docs table: docs/stability/dqn-cartpole.jsonl)")
     parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
     args = parser.parse_args(argv)
     if not args.report:
@@ -90,8 +89,7 @@ def main(argv=None) -> int:
                 parser.error(f"unknown variant {variant!r}")
             for seed in harness.seeds_of(args, [0, 1, 2, 3, 4]):
                 rec = record(args.settings, variant, seed, args.budget, args.flags.split())
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(rec) + "\n")
+                harness.append_record(args.out, rec)
                 print(f"{args.settings} {variant} seed {seed}: final {rec['final']}, area {rec['auc']}, "
                       f"to {TASK['threshold']:g} in {rec['hit_steps']} steps / {rec['hit_s']} s", file=sys.stderr)
     print(report(args.out))

@@ -107,7 +107,7 @@ def score(runs: dict, budget: float) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algos", nargs="+", choices=sorted(TASKS), default=sorted(TASKS))
-    harness.add_seed_flags(parser, [0, 1])
+    harness.add_seed_flags(parser, "0 1")
     parser.add_argument("--candidates", nargs="+", help="run only these candidates (names as in CANDIDATES)")
     parser.add_argument("--envs", nargs="+", help="run only these tasks' envs")
     parser.add_argument("--json", default="sweep.json")

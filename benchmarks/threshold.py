@@ -4,6 +4,7 @@
 """
 
 import argparse
+import os
 import statistics
 import sys
 
@@ -20,6 +21,9 @@ def main(argv=None) -> int:
     parser.add_argument("runs", nargs="+", help="run directories (with progress.jsonl)")
     parser.add_argument("--return", dest="threshold", type=float, required=True, help="return to reach")
     args = parser.parse_args(argv)
+    for run in args.runs:
+        if not os.path.isfile(os.path.join(run, "progress.jsonl")):
+            parser.error(f"{run} is not a run directory (no progress.jsonl)")
     print("| run | env steps | updates | wall s | eval return |")
     print("|---|---|---|---|---|")
     walls, steps = [], []

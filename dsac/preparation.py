@@ -115,10 +115,11 @@ def say_image_preprocessing(config: Config, env) -> None:
 
 
 def say_budget(config: Config) -> None:
-    """A warning when ``--max_seconds`` comes with the algorithm's default env-step budget,
-    which may end the run long before the seconds do (SAC's 20,000 steps: ~1 minute of
-    HalfCheetah on 2 cores)."""
-    if config.max_seconds and "total_env_steps" in config.defaulted:
+    """A warning when ``--max_seconds`` comes with the algorithm's default env-step budget for
+    small vector envs, which may end the run long before the seconds do (SAC's 20,000 steps:
+    ~1 minute of HalfCheetah on 2 cores); Atari's and large images' budgets are not meant."""
+    vector_default = algorithm(config.algo).defaults.get("total_env_steps")
+    if config.max_seconds and "total_env_steps" in config.defaulted and config.total_env_steps == vector_default:
         log.warning("--max_seconds %g with %s's default budget of %s env steps: the run stops at whichever comes "
                     "first (--total_env_steps to raise the budget)", config.max_seconds, config.algo,
                     f"{config.total_env_steps:,}")

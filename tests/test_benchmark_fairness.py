@@ -4,6 +4,7 @@ run evaluates on, through the same function (checked without SB3 installed)."""
 import importlib
 
 import numpy as np
+import pytest
 
 from dsac.evaluation import evaluate, evaluation_seed
 
@@ -152,5 +153,24 @@ def test_scores_at_marks_read_a_capped_run_as_the_tables_need():
     assert scores["15"]["return"] == 4.0 and scores["15"]["wall_s"] == 912.0
     assert "60" not in scores
     assert harness.scores_at_marks([], [5], 5) == {}
-    record = harness.provenance(["python launch.py", "--algo", "sac"])
-    assert record["command"] == "python launch.py --algo sac" and record["commit"] and record["machine"]["cpus"]
+    record = harness.provenance(["python", "launch.py", "--env_kwargs", '{"g": 9.81}'])
+    assert record["command"] == """python launch.py --env_kwargs '{"g": 9.81}'"""  # as a shell takes it
+    assert record["commit"] and record["machine"]["cpus"]
+
+
+def test_seed_flags_name_seeds_or_count_them_never_both():
+    """``--seeds 3`` is seed 3; ``--num_seeds 3`` is seeds 0, 1, 2; both at once is refused."""
+    import argparse
+
+    harness = _script("harness")
+    parser = argparse.ArgumentParser()
+    harness.add_seed_flags(parser, "0 1")
+    harness.add_seed_flags(parser, "0", prefix="lunar_")
+    assert harness.seeds_of(parser.parse_args(["--seeds", "3"]), [0, 1]) == [3]
+    assert harness.seeds_of(parser.parse_args(["--num_seeds", "3"]), [0, 1]) == [0, 1, 2]
+    assert harness.seeds_of(parser.parse_args([]), [0, 1]) == [0, 1]
+    assert harness.seeds_of(parser.parse_args(["--lunar_seeds", "4", "5"]), [0], prefix="lunar_") == [4, 5]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--seeds", "1", "--num_seeds", "2"])
+    with pytest.raises(SystemExit, match="num_seeds must be >= 1"):
+        harness.seeds_of(parser.parse_args(["--num_seeds", "0"]), [0])

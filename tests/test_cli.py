@@ -313,7 +313,7 @@ def test_export_into_an_unwritable_place_is_one_line(tmp_path):
         "algo": "sac", "env": "Pendulum-v1", "observation_space": describe_space(env.observation_space),
         "action_space": describe_space(env.action_space), "model": {"fcnet_hiddens": [8]}, "weights": weights,
     })
-    result = subprocess.run([sys.executable, "scripts/export.py", str(tmp_path / "w.pkl"), "--savedmodel",
+    result = subprocess.run([sys.executable, "-m", "dsac.export", str(tmp_path / "w.pkl"), "--savedmodel",
                              "/proc/no/such/dir"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "not writable" in result.stderr
@@ -336,7 +336,7 @@ def test_numbers_given_as_strings_are_numbers_and_other_strings_are_refused():
 
 def test_max_seconds_with_the_default_budget_says_which_ends_the_run(tmp_path, caplog):
     from dsac.config import Config
-    from dsac.preparation import prepare
+    from dsac.preparation import prepare, say_budget
 
     with caplog.at_level(logging.WARNING, logger="dsac"):
         prepare(Config(algo="sac", env="Pendulum-v1", max_seconds=600, output_dir=str(tmp_path / "a")), local=True)
@@ -345,4 +345,5 @@ def test_max_seconds_with_the_default_budget_says_which_ends_the_run(tmp_path, c
     with caplog.at_level(logging.WARNING, logger="dsac"):
         prepare(Config(algo="sac", env="Pendulum-v1", max_seconds=600, total_env_steps=10**6,
                        output_dir=str(tmp_path / "b")), local=True)
+        say_budget(Config(algo="dqn", env="ALE/Pong-v5", max_seconds=3600).validate())  # Atari's 10M steps
     assert "default budget" not in caplog.text

@@ -109,11 +109,11 @@ def test_infer_script_runs_episodes(tmp_path):
                        build_learner=True)
     path = tmp_path / "w.pkl"
     save_weights(str(path), payload_for(policy, "dqn", "CartPole-v1", fcnet_hiddens=[8]))
-    result = subprocess.run([sys.executable, "scripts/infer.py", str(path), "--episodes", "3"], cwd=REPO_ROOT,
+    result = subprocess.run([sys.executable, "-m", "dsac.infer", str(path), "--episodes", "3"], cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("episode ") == 3 and "mean return over 3 episodes" in result.stdout
-    bad = subprocess.run([sys.executable, "scripts/infer.py", str(tmp_path / "missing.pkl")], cwd=REPO_ROOT,
+    bad = subprocess.run([sys.executable, "-m", "dsac.infer", str(tmp_path / "missing.pkl")], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -132,7 +132,7 @@ def test_savedmodel_export_matches_the_numpy_policy(algo, env_id, model, tmp_pat
     path = str(tmp_path / "w.pkl")
     save_weights(path, payload_for(trained, algo, env_id, **model))
     out = str(tmp_path / "saved")
-    result = subprocess.run([sys.executable, "scripts/export.py", path, "--savedmodel", out], cwd=REPO_ROOT,
+    result = subprocess.run([sys.executable, "-m", "dsac.export", path, "--savedmodel", out], cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr[-2000:]
     serve = tf.saved_model.load(out).signatures["serving_default"]

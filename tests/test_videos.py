@@ -38,10 +38,11 @@ def test_pendulum_evaluations_are_recorded_at_the_envs_render_size(tmp_path):
     for name in names:
         shapes = frames_of(str(videos / name))
         assert len(shapes) == 201 and set(shapes) == {(500, 500, 3)}, (name, len(shapes), set(shapes))
-    # scripts/infer.py --video: the saved policy's episode 0, the same way.
+    # dsac-infer --video: the saved policy's episode 0, the same way.
     out = tmp_path / "episode.mp4"
-    proc = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "scripts", "infer.py"), str(tmp_path / "run" / "weights.pkl"),
-                           "--episodes", "2", "--video", str(out)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "dsac.infer", str(tmp_path / "run" / "weights.pkl"),
+                           "--episodes", "2", "--video", str(out)], capture_output=True, text=True, timeout=120,
+                          cwd=REPO_ROOT)
     assert proc.returncode == 0 and f"video of episode 0 in {out}" in proc.stdout, proc.stderr[-2000:]
     shapes = frames_of(str(out))
     assert len(shapes) == 201 and set(shapes) == {(500, 500, 3)}, (len(shapes), set(shapes))
