@@ -18,8 +18,8 @@ from dsac.atari import AtariSettings
 from dsac.config import MODEL_KEYS, Config
 from dsac.envs import describe_space
 from dsac.messages import Evaluation
-from dsac.monitoring import TensorBoardLog
 from dsac.registry import algorithm
+from dsac.tensorboard_log import TensorBoardLog
 from dsac.trackers import Trackers
 
 log = logging.getLogger("dsac")

@@ -10,11 +10,12 @@ and :class:`dsac.serial.SerialRun`. ``Trainer.train`` steps the same runs.
 from __future__ import annotations
 
 import logging
+import signal
 from typing import NamedTuple
 
 from dsac.errors import RunFailed
 from dsac.messages import FinishedEpisode
-from dsac.monitoring import ProgressDisplay, Signals
+from dsac.progress import ProgressDisplay
 
 log = logging.getLogger("dsac")
 
@@ -74,3 +75,37 @@ def run_until_stopped(run) -> dict:
     if reason == "interrupted":
         raise KeyboardInterrupt
     return summary
+
+
+class Signals:
+    """Turns SIGTERM (``ray job stop``) into a graceful stop, like Ctrl-C; once stopping,
+    further Ctrl-C / SIGTERM are noted but do not cut the shutdown (and the final save) short."""
+
+    def __init__(self):
+        self.received: int | None = None
+        self._previous = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._previous[sig] = signal.getsignal(sig)
+            except ValueError:  # not the main thread
+                pass
+        self._install(signal.SIGTERM, self._handle)
+        return self
+
+    def _install(self, sig, handler):
+        if sig in self._previous:
+            signal.signal(sig, handler)
+
+    def _handle(self, signum, frame):
+        self.received = signum
+
+    def shield(self):
+        """From now on, both signals only set ``received``."""
+        self._install(signal.SIGTERM, self._handle)
+        self._install(signal.SIGINT, self._handle)
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO_ROOT
 
 from dsac.curves import Run, average, curves, group_label
-from dsac.monitoring import ProgressDisplay, RateMeter, format_duration, status_line
+from dsac.progress import ProgressDisplay, RateMeter, format_duration, status_line
 
 TOTAL = 1500
 
