@@ -30,8 +30,10 @@ frame skip 4):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -74,11 +76,12 @@ PUBLISHED_SOURCES = (
 )
 
 
-def game_record(game: str, minutes: float, workers: int, seed: int, png: str | None = None) -> dict:
+def game_record(game: str, minutes: float, workers: int, seed: int, png: str | None = None,
+                extra: list[str] | None = None) -> dict:
     """One run of ALE/``game``-v5 with the Atari defaults for ``minutes``: its result record
     (and its learning curve drawn into ``png``, if given)."""
     env = f"ALE/{game}-v5"
-    flags = ["--algo", "dqn", "--num_workers", str(workers), "--max_seconds", f"{60 * minutes:g}"]
+    flags = ["--algo", "dqn", "--num_workers", str(workers), "--max_seconds", f"{60 * minutes:g}", *(extra or [])]
     run = harness.run_dsac(flags, env, seed, 10_000_000, None, timeout=60 * minutes + 3600, as_typed=True)
     points = run["points"]
     if png and points:
@@ -89,6 +92,7 @@ def game_record(game: str, minutes: float, workers: int, seed: int, png: str | N
         else None
     return {
         "suite": "atari", "env": env, "game": game, "seed": seed, "workers": workers, "minutes": minutes,
+        "flags": list(extra or []),
         **harness.provenance(run["command"]),
         "scores": harness.scores_at_marks(points, sorted({*(m for m in GAMES_MARKS_MIN if m < minutes), minutes}),
                                           minutes),
@@ -105,7 +109,7 @@ def games_report(path: str) -> str:
     for line in open(path):
         if line.strip():
             rec = json.loads(line)
-            latest[(rec["game"], rec["minutes"], rec["seed"])] = rec
+            latest[(rec["game"], rec["minutes"], rec["seed"], " ".join(rec.get("flags", [])))] = rec
     marks = sorted({float(m) for rec in latest.values() for m in rec["scores"]})
 
     def ref(game, key):
@@ -117,7 +121,7 @@ def games_report(path: str) -> str:
              "| game | run | " + " | ".join(f"{m:g} min" for m in marks) + " | at 100k steps | best | random "
              "| DER 100k | DrQ(ε) 100k | rl-zoo DQN 10M | Nature DQN 50M | human | commit |",
              "|---|---|" + "---|" * len(marks) + "---|---|---|---|---|---|---|---|---|"]
-    for (game, minutes, seed), rec in sorted(latest.items()):
+    for (game, minutes, seed, flags), rec in sorted(latest.items()):
         cells = []
         for m in marks:
             sc = rec["scores"].get(f"{m:g}")
@@ -126,7 +130,7 @@ def games_report(path: str) -> str:
         at = "—" if rec["at_100k_steps"] is None else f"{rec['at_100k_steps']:,.1f}"
         best = "—" if rec["best"] is None else f"{rec['best']:,.1f}"
         error = f" ({rec['error']})" if rec.get("error") else ""
-        lines.append(f"| {game} | {minutes:g} min, {rec['workers']} workers, seed {seed}{error} | " + " | ".join(cells)
+        lines.append(f"| {game} | {minutes:g} min, {rec['workers']} workers, seed {seed}{' ' + flags if flags else ''}{error} | " + " | ".join(cells)
                      + f" | {at} | {best} | {ref(game, 'random')} | {ref(game, 'der_100k')} | "
                      f"{ref(game, 'drq_eps_100k')} | {ref(game, 'zoo_dqn_10m')} | {ref(game, 'nature_dqn')} | {ref(game, 'human')} "
                      f"| {rec['commit']} |")
@@ -144,6 +148,8 @@ def main(argv=None) -> int:
                         help="ALE game names (ALE/<Game>-v5)")
     parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget of each run")
     parser.add_argument("--workers", type=int, default=2, help="rollout workers (--num_workers)")
+    parser.add_argument("--flags", default="", help="extra launch.py flags, a candidate change (e.g. "
+                        "--flags='--conv_filters [[32,5,5],[64,5,5]] --fcnet_hiddens 256'); the table shows them")
     harness.add_seed_flags(parser, "0")
     parser.add_argument("--out", default="runs/atari.jsonl", help="result records (the docs table: docs/atari/results.jsonl)")
     parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
@@ -162,8 +168,9 @@ def main(argv=None) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         for game in args.games:
             for seed in harness.seeds_of(args, [0]):
-                png = os.path.join(os.path.dirname(os.path.abspath(args.out)), f"{game}-seed{seed}-{args.minutes:g}min.png")
-                rec = game_record(game, args.minutes, args.workers, seed, png=png)
+                tag = "-" + hashlib.sha1(args.flags.encode()).hexdigest()[:8] if args.flags else ""
+                png = os.path.join(os.path.dirname(os.path.abspath(args.out)), f"{game}-seed{seed}-{args.minutes:g}min{tag}.png")
+                rec = game_record(game, args.minutes, args.workers, seed, png=png, extra=shlex.split(args.flags))
                 harness.append_record(args.out, rec)
                 print(f"{game} seed {seed}: {rec['scores']} at 100k steps {rec['at_100k_steps']} error {rec['error']}",
                       file=sys.stderr, flush=True)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 
 from benchmarks import harness
@@ -45,12 +46,13 @@ SB3_EVAL_EVERY = 10_000
 MARKS_MIN = (5, 15, 30, 60)
 
 
-def run(env: str, side: str, seed: int, minutes: float) -> dict:
-    """One run of ``side`` on ``env`` for ``minutes``: its result record."""
+def run(env: str, side: str, seed: int, minutes: float, extra: list[str] | None = None) -> dict:
+    """One run of ``side`` on ``env`` for ``minutes`` (dsac with ``extra`` launch.py flags: a
+    candidate change): its result record."""
     budget, _ = SUITE[env]
     cap = 60.0 * minutes
     if side == "dsac":
-        flags = ["--algo", "sac", "--max_seconds", f"{cap:g}"]
+        flags = ["--algo", "sac", "--max_seconds", f"{cap:g}", *(extra or [])]
         result = harness.run_dsac(flags, env, seed, budget, None, timeout=cap + 1800, as_typed=True)
         command = result["command"]
     else:
@@ -61,7 +63,8 @@ def run(env: str, side: str, seed: int, minutes: float) -> dict:
         command = result.get("command") or ["python", "-m", "benchmarks.sb3_baseline"]
     points = result["points"]
     return {
-        "suite": "mujoco", "env": env, "side": side, "seed": seed, "minutes": minutes, **harness.provenance(command),
+        "suite": "mujoco", "env": env, "side": side, "seed": seed, "minutes": minutes,
+        "flags": list(extra or []) if side == "dsac" else [], **harness.provenance(command),
         "scores": harness.scores_at_marks(points, sorted({*(m for m in MARKS_MIN if m < minutes), minutes}), minutes),
         "best": max((p["return"] for p in points), default=None),
         # [env steps, return, seconds from process start, updates] of each evaluation
@@ -81,7 +84,8 @@ def report(path: str) -> str:
     for line in open(path):
         if line.strip():
             rec = json.loads(line)
-            latest[(rec["env"], rec["minutes"], rec["seed"], rec["side"])] = rec
+            label = " ".join([rec["side"], *rec.get("flags", [])])
+            latest[(rec["env"], rec["minutes"], rec["seed"], label)] = rec
     marks = sorted({float(m) for rec in latest.values() for m in rec["scores"]})
     lines = ["Evaluation return (mean of 10 deterministic episodes) at each mark, minutes from process start; "
              "env steps in brackets.", "",
@@ -96,7 +100,7 @@ def report(path: str) -> str:
             cells.append(f"{s['return']:,.0f} ({s['env_steps'] / 1000:,.0f}k)" if s else "—")
         other = latest.get((env, minutes, seed, "sb3"))
         catch = "—"
-        if side == "dsac" and other and other["curve"]:
+        if side.startswith("dsac") and other and other["curve"]:
             level = other["curve"][-1][1]
             at = first_at(rec["curve"], level)
             catch = f"{at:,.0f} s (SB3: {level:,.0f} at {other['curve'][-1][2]:,.0f} s)" if at is not None else \
@@ -116,6 +120,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sides", nargs="+", default=["dsac", "sb3"], choices=["dsac", "sb3"])
     harness.add_seed_flags(parser, "0")
     parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget of each run")
+    parser.add_argument("--flags", default="", help="extra launch.py flags for dsac's side, a candidate change "
+                        "(e.g. --flags='--fcnet_hiddens 256 256'); the table shows them")
     parser.add_argument("--out", default="runs/mujoco.jsonl", help="result records (the docs table: docs/mujoco/results.jsonl)")
     parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
     args = parser.parse_args(argv)
@@ -126,7 +132,7 @@ def main(argv=None) -> int:
         for env in args.envs:
             for seed in harness.seeds_of(args, [0]):
                 for side in args.sides:
-                    rec = run(env, side, seed, args.minutes)
+                    rec = run(env, side, seed, args.minutes, shlex.split(args.flags))
                     harness.append_record(args.out, rec)
                     print(f"{env} {side} seed {seed}: {rec['scores']} best {rec['best']} error {rec['error']}",
                           file=sys.stderr, flush=True)
