@@ -233,10 +233,15 @@ def parse_command(page: str, segment: str) -> Command | None:
     return Command(page, segment, program, flags, program.missing())
 
 
+GENERATED = re.compile(r"<!-- generated: ([\w-]+) -->\n.*?<!-- end generated: \1 -->", re.S)
+
+
 def page_commands(page: pathlib.Path) -> list[Command]:
     """The commands of ``page``'s shell code blocks (fenced, or indented by 4 spaces), lines
-    continued with a backslash joined, and of its inline code."""
-    blocks, prose = split_markdown(page.read_text())
+    continued with a backslash joined, and of its inline code; not those of generated blocks,
+    which record what ran at the commit each row names (``python -m benchmarks docs --check``
+    keeps those blocks true to their result files)."""
+    blocks, prose = split_markdown(GENERATED.sub("", page.read_text()))
     shell = [line for info, block in blocks if info in SHELL_BLOCKS for line in block]
     shell += [line for line in prose.splitlines() if re.match(r"^ {4,}\S", line)]
     lines = [line.strip() for line in re.sub(r"\\\n", " ", "\n".join(shell)).splitlines()]
