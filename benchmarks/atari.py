@@ -165,7 +165,6 @@ def main(argv=None) -> int:
                 make_env(f"ALE/{game}-v5").close()
             except DsacError as exc:
                 parser.error(str(exc))
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         for game in args.games:
             for seed in harness.seeds_of(args, [0]):
                 tag = "-" + hashlib.sha1(args.flags.encode()).hexdigest()[:8] if args.flags else ""

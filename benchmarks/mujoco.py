@@ -128,7 +128,6 @@ def main(argv=None) -> int:
     if not args.report:
         if not (0 < args.minutes <= 24 * 60):
             parser.error(f"--minutes must be in (0, 1440], got {args.minutes:g}")
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         for env in args.envs:
             for seed in harness.seeds_of(args, [0]):
                 for side in args.sides:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from benchmarks import harness
@@ -83,7 +82,6 @@ def main(argv=None) -> int:
     parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
     args = parser.parse_args(argv)
     if not args.report:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         for variant in args.variants:
             if not (variant == "serial" or (variant[:1] == "w" and variant[1:].isdigit()) or variant in VARIANTS):
                 parser.error(f"unknown variant {variant!r}")
