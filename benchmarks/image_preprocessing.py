@@ -43,8 +43,8 @@ def run(env: str, variant: str, seed: int, minutes: float, workers: int, out: st
 
 def final_return(directory: str) -> float:
     """The mean return of the run's final weights on its own evaluation episodes."""
-    from dsac.artifacts import load_weights
     from dsac.evaluation import evaluate
+    from dsac.files import load_weights
     from dsac.inference import load_policy
 
     path = os.path.join(directory, "weights.pkl")

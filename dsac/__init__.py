@@ -14,7 +14,7 @@ _EXPORTS = {
     "Callbacks": "dsac.callbacks",
     "Episode": "dsac.callbacks",
     "register_custom_model": "dsac.models.catalog",
-    "load_weights": "dsac.artifacts",
+    "load_weights": "dsac.files",
     "load_policy": "dsac.inference",
     "run": "dsac.distributed.driver",
 }

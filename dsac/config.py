@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass, field
 
 from dsac import schedules
-from dsac.artifacts import read_text
 from dsac.atari import is_atari_id
 from dsac.errors import DsacError, did_you_mean
+from dsac.files import read_text
 from dsac.models.catalog import ACTIVATIONS, registered_models, resolve_builder
 from dsac.registry import ALGOS, algorithm, load_object, load_subclass, refuse_untrusted_code
 

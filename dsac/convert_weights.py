@@ -10,8 +10,8 @@ import argparse
 import pickle
 import sys
 
-from dsac.artifacts import FORMAT_1_GLOBALS, FORMAT_VERSION, load_weights, save_weights
 from dsac.errors import DsacError
+from dsac.files import FORMAT_1_GLOBALS, FORMAT_VERSION, load_weights, save_weights
 
 
 class _Format1Unpickler(pickle.Unpickler):

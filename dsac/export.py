@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dsac.artifacts import check_writable_dir
 from dsac.errors import DsacError
+from dsac.files import check_writable_dir
 from dsac.inference import load_policy
 from dsac.models.vision import obs_input
 from dsac.registry import algorithm, load_object

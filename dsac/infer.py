@@ -31,8 +31,8 @@ def main(argv=None) -> int:
         if not 0 <= args.seed < 2**32 - args.episodes:
             raise DsacError(f"--seed must be an integer in [0, 2^32 - episodes), got {args.seed}")
         from dsac import video
-        from dsac.artifacts import atomic_write_bytes
         from dsac.envs import make_env
+        from dsac.files import atomic_write_bytes
         from dsac.inference import load_policy
 
         policy = load_policy(args.path, seed=args.seed, trust_code=args.trust_code)

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsac.artifacts import code_names, load_weights
 from dsac.atari import AtariSettings
 from dsac.config import MODEL_KEYS, Config
 from dsac.envs import space_from_description
 from dsac.errors import DsacError
+from dsac.files import code_names, load_weights
 from dsac.policy import Policy
 from dsac.registry import ALGOS, algorithm, load_subclass, refuse_untrusted_code
 
@@ -27,7 +27,7 @@ class LoadedPolicy:
     """A policy rebuilt from a weights file; call it with one observation or a batch.
 
     Args:
-        payload: what :func:`dsac.artifacts.load_weights` read from ``path``.
+        payload: what :func:`dsac.files.load_weights` read from ``path``.
         trust_code: import the modules the file names (its env, policy class, custom model);
             without it a file that names any is refused.
     """

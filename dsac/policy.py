@@ -114,7 +114,7 @@ class Policy:
         return True
 
 
-class LearnerPolicy(Policy):
+class BuiltinPolicy(Policy):
     """Base of dsac's own algorithms: acting from weights by name — a numpy forward pass for
     the built-in networks, a :class:`dsac.models.keras_forward.KerasForward` for custom models —
     and learning through a TensorFlow learner that exists only with ``build_learner=True``.

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 import psutil
 
-from dsac.artifacts import check_writable_dir, code_names, load_weights, read_checkpoint
 from dsac.atari import AtariSettings, is_atari_id, is_large_frame
 from dsac.config import Config
 from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_line
 from dsac.errors import DsacError
+from dsac.files import check_writable_dir, code_names, load_weights, read_checkpoint
 from dsac.models.vision import conv_output_shape, default_conv_filters, is_large_image, obs_input
 from dsac.recorder import network_keys
 from dsac.registry import algorithm, policy_class_for, refuse_untrusted_code

@@ -13,10 +13,10 @@ import statistics
 import time
 
 import dsac
-from dsac.artifacts import append_jsonl, atomic_write_bytes, save_weights, write_checkpoint, write_json
 from dsac.atari import AtariSettings
 from dsac.config import MODEL_KEYS, Config
 from dsac.envs import describe_space
+from dsac.files import append_jsonl, atomic_write_bytes, save_weights, write_checkpoint, write_json
 from dsac.messages import Evaluation
 from dsac.registry import algorithm
 from dsac.tensorboard_log import TensorBoardLog

@@ -26,9 +26,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from dsac.artifacts import write_json
 from dsac.envs import one_line
 from dsac.errors import DsacError
+from dsac.files import write_json
 
 log = logging.getLogger("dsac")
 
@@ -74,7 +74,7 @@ def check_mlflow_uri(uri: str) -> None:
     else:
         raise DsacError(f"--mlflow {uri}: not a tracking URI MLflow takes (http://HOST:PORT, https://..., "
                         "sqlite:///FILE.db, a directory, databricks)")
-    from dsac.artifacts import check_writable_dir
+    from dsac.files import check_writable_dir
 
     check_writable_dir(directory, f"--mlflow {uri}:")
 

@@ -25,9 +25,9 @@ import time
 
 import numpy as np
 
-from dsac.artifacts import check_writable_dir, read_checkpoint
 from dsac.config import Config
 from dsac.errors import DsacError
+from dsac.files import check_writable_dir, read_checkpoint
 from dsac.registry import policy_class_for
 
 POLL_S = 0.2

@@ -85,7 +85,7 @@ def test_train_keeps_actors_and_save_restore_gives_the_same_actions(ray_local, t
 
 
 def test_trainer_save_holds_the_full_state_and_restore_continues_it(ray_local, tmp_path):
-    from dsac.artifacts import read_checkpoint
+    from dsac.files import read_checkpoint
 
     with Trainer({**SMALL, "output_dir": str(tmp_path / "run")}) as trainer:
         trainer.train()

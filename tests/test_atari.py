@@ -107,7 +107,7 @@ def test_a_short_breakout_run_records_game_lengths_and_a_policy_that_never_fires
 
     from conftest import REPO_ROOT, act_without_tensorflow
 
-    from dsac.artifacts import load_weights, save_weights
+    from dsac.files import load_weights, save_weights
 
     out = tmp_path / "breakout"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT
 
-from dsac.artifacts import load_weights
+from dsac.files import load_weights
 
 # What TensorFlow's C++ side prints (glog/absl format: I0000 00:00:... file.cc:31] ...).
 TF_LOG_LINE = re.compile(r"[IWEF]\d{4} [\d:.]+ +\d+ \S+\.cc:\d+\]|absl::InitializeLog|cpu_feature_guard")
@@ -302,9 +302,9 @@ def test_export_into_an_unwritable_place_is_one_line(tmp_path):
     import gymnasium as gym
 
     from dsac.algorithms.sac.policy import SACPolicy
-    from dsac.artifacts import save_weights
     from dsac.config import Config
     from dsac.envs import describe_space
+    from dsac.files import save_weights
 
     env = gym.make("Pendulum-v1")
     policy = SACPolicy(env.observation_space, env.action_space, Config(fcnet_hiddens=[8]).validate())

@@ -22,9 +22,9 @@ from conftest import REPO_ROOT
 
 from dsac import safe_pickle
 from dsac.algorithms.sac.policy import SACPolicy
-from dsac.artifacts import FORMAT_VERSION, save_weights
 from dsac.config import Config
 from dsac.envs import describe_space
+from dsac.files import FORMAT_VERSION, save_weights
 from dsac.safe_pickle import dumps, encode
 
 PEAK_RSS_LIMIT_MB = 1024  # the attacks reached 7.8 GB; an honest refusal needs a few hundred MB

@@ -13,10 +13,10 @@ from conftest import REPO_ROOT
 from dsac import load_policy
 from dsac.algorithms.dqn.policy import DQNPolicy
 from dsac.algorithms.sac.policy import SACPolicy
-from dsac.artifacts import FORMAT_VERSION, load_weights, save_weights
 from dsac.config import Config
 from dsac.envs import describe_space
 from dsac.errors import DsacError
+from dsac.files import FORMAT_VERSION, load_weights, save_weights
 
 
 def payload_for(policy, algo, env_id, **model):

@@ -6,10 +6,10 @@ import os
 import imageio.v2 as imageio
 import pytest
 
-from dsac.artifacts import load_weights
 from dsac.config import Config
 from dsac.distributed.driver import run
 from dsac.evaluation import evaluate
+from dsac.files import load_weights
 from dsac.inference import load_policy
 
 

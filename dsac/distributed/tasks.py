@@ -458,7 +458,7 @@ def weights_digest(weights: dict[str, np.ndarray]) -> str:
     return digest.hexdigest()[:16]
 
 
-class LearnerLink:
+class LearnerWiring:
     """The learner's Ray side, around a Ray-free :class:`dsac.learning.LearnerLoop`: feeds it
     the replay shards' batches and forwards what it decides — weights pushed after a block
     that passed a multiple of ``push_every`` updates (not waited for: the next push collects
@@ -546,7 +546,7 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
             index: int = 0, averager=None) -> dict:
     """Trains the policy on batches from its replay shards through a :class:`LearnerLoop`
     (each sample call's batches in one ``learn_on_batches``) and forwards its outputs
-    (:class:`LearnerLink`). ``initial_weights`` (e.g. ``--init_weights``) replace the fresh
+    (:class:`LearnerWiring`). ``initial_weights`` (e.g. ``--init_weights``) replace the fresh
     policy's weights before the first push; ``initial_state`` (a resumed run's checkpoint)
     replaces its whole training state. With several learners (``averager`` given), learner
     ``index`` trains on its own shards and every update is the mean of all learners' gradients."""
@@ -565,7 +565,7 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     if sync is not None and not sync.join(loop):
         return {"learner": index, "updates": loop.updates}
     sampler = ShardedSampler(shards, config.batch_size, config.batches_per_sample, config.prefetch)
-    link = LearnerLink(loop, ps, shards, sampler, index, sync)
+    link = LearnerWiring(loop, ps, shards, sampler, index, sync)
     link.first_push()
     try:
         while not link.orders.stop:

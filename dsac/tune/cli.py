@@ -125,7 +125,7 @@ def run(args) -> tuple[str, str]:
     """The search; returns the best config file's path and the best weights' path."""
     import ray
 
-    from dsac.artifacts import check_writable_dir
+    from dsac.files import check_writable_dir
     from dsac.tune.space import read_space
 
     budget = {k: v for k, v in (("max_seconds", args.max_seconds), ("total_env_steps", args.total_env_steps))

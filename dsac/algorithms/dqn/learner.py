@@ -20,9 +20,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dsac.algorithms.compiled import ADAM_EPSILON, CompiledUpdate
 from dsac.algorithms.dqn.networks import build_q_network
 from dsac.algorithms.dqn.numpy_q import c51_support
+from dsac.algorithms.learner import ADAM_EPSILON, Learner
 from dsac.models.vision import ObsInput
 from dsac.schedules import keras_learning_rate
 from dsac.weights import TensorFlowVariables, named_variables, optimizer_state
@@ -84,7 +84,7 @@ def c51_loss(q_online, q_target, batch, double_q: bool, support):
     return loss, cross_entropy, tf.reduce_mean(q_sa)
 
 
-class DQNLearner(CompiledUpdate):
+class DQNLearner(Learner):
     """Q-network, target network, optimizer and the compiled update.
 
     Args:

@@ -26,7 +26,7 @@ from dsac.algorithms.dqn.numpy_q import (
 )
 from dsac.models.numpy_ops import dense_shapes, encoder_shapes, image_features
 from dsac.models.vision import obs_input
-from dsac.policy import LearnerPolicy
+from dsac.policy import BuiltinPolicy
 from dsac.tf_setup import import_tensorflow
 
 # Q-value rows remembered from acting before they are dropped unused (a chunk holds far fewer).
@@ -38,7 +38,7 @@ def content_key(observation: np.ndarray) -> bytes:
     return hashlib.blake2b(np.ascontiguousarray(observation).data, digest_size=16).digest()
 
 
-class DQNPolicy(LearnerPolicy):
+class DQNPolicy(BuiltinPolicy):
     """Double/dueling n-step DQN for flat Box observations and Discrete actions."""
 
     def __init__(self, observation_space, action_space, config, *, build_learner=False, seed=0,

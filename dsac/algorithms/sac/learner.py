@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dsac.algorithms.compiled import ADAM_EPSILON, CompiledUpdate
+from dsac.algorithms.learner import ADAM_EPSILON, Learner
 from dsac.algorithms.sac.networks import FEATURE_DIM, build_acting_network, build_critic, build_encoder
 from dsac.algorithms.sac.numpy_actor import LOG_STD_MAX, LOG_STD_MIN, to_unit_action
 from dsac.models.vision import ObsInput
@@ -92,7 +92,7 @@ def sac_losses(actor, q1, q2, q1_target, q2_target, log_alpha, batch, target_ent
     }
 
 
-class SACLearner(CompiledUpdate):
+class SACLearner(Learner):
     """Networks, optimizers and the compiled update of SAC.
 
     Args:

@@ -18,11 +18,11 @@ from dsac.algorithms.sac.numpy_actor import (
 )
 from dsac.models.numpy_ops import dense_shapes, mlp_forward
 from dsac.models.vision import obs_input
-from dsac.policy import LearnerPolicy
+from dsac.policy import BuiltinPolicy
 from dsac.tf_setup import import_tensorflow
 
 
-class SACPolicy(LearnerPolicy):
+class SACPolicy(BuiltinPolicy):
     """Soft Actor-Critic for flat or image Box observations and bounded Box actions."""
 
     def __init__(self, observation_space, action_space, config, *, build_learner=False, seed=0,

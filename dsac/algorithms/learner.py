@@ -1,4 +1,6 @@
-"""The compiled-update skeleton SAC's and DQN's learners share.
+"""The base of the algorithms' learners (:class:`dsac.algorithms.sac.learner.SACLearner`,
+:class:`dsac.algorithms.dqn.learner.DQNLearner`): a learner holds the networks, their optimizers and
+the compiled update.
 
 A learner defines ``to_tensors(batch)`` (the batch as its graph takes it),
 ``_gradients_of(batch) -> (stats, gradients)``, ``_apply_gradients(gradients)`` (optimizer
@@ -21,9 +23,9 @@ import tensorflow as tf
 ADAM_EPSILON = 1e-8
 
 
-class CompiledUpdate:
-    """Mixin: ``update``, ``update_many``, ``compute_gradients`` and ``apply_gradients`` from the
-    learner's gradient and apply steps. Updates are counted once, by
+class Learner:
+    """An algorithm's learner: ``update``, ``update_many``, ``compute_gradients`` and
+    ``apply_gradients`` from the subclass's gradient and apply steps. Updates are counted once, by
     :class:`dsac.learning.LearnerLoop` (the optimizers count their own steps)."""
 
     STATS: tuple[str, ...] = ()
