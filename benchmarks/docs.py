@@ -26,12 +26,20 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def flags_table() -> str:
     """One Markdown row per flag: name, default (per algorithm where it differs), help."""
-    from dsac.config import Config
+    from dsac.config import SECTIONS
     from dsac.registry import ALGOS, algorithm
 
     algo_defaults = {name: algorithm(name).defaults for name in ALGOS}
     rows = ["| flag | default | what |", "|---|---|---|"]
-    for f in dataclasses.fields(Config):
+    for name, section in SECTIONS.items():
+        rows.append(f"| **{name}** | | {section.__doc__.splitlines()[0]} |")
+        rows.extend(_flag_rows(dataclasses.fields(section), algo_defaults))
+    return "\n".join(rows)
+
+
+def _flag_rows(fields, algo_defaults: dict) -> list[str]:
+    rows = []
+    for f in fields:
         if f.metadata.get("cli") is False:
             continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
@@ -41,7 +49,7 @@ def flags_table() -> str:
             default = " ".join(map(str, default))
         flag = f"--[no-]{f.name}" if f.type.startswith("bool") else f"--{f.name}"
         rows.append(f"| `{flag}` | `{default}` | {f.metadata['help']} |")
-    return "\n".join(rows)
+    return rows
 
 
 def _from_file(path: str, render) -> str:

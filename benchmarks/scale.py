@@ -39,7 +39,6 @@ capacity     one replay shard's ``add`` rate (transitions/s) for chunks of 16 ..
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import json
 import os
@@ -280,8 +279,8 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
                     break
             # Steady state: one long iteration (no insert limit met inside the windows) in a
             # thread; the windows read the replay shards' counters.
-            trainer.config = dataclasses.replace(
-                trainer.config, steps_per_iteration=int(ideal * (seconds * iterations + 2 * RAMP_S)))
+            trainer.config = trainer.config.replace(
+                steps_per_iteration=int(ideal * (seconds * iterations + 2 * RAMP_S)))
             running = threading.Thread(target=trainer.train, daemon=True)
             running.start()
             time.sleep(RAMP_S)  # every worker granted budget again

@@ -87,11 +87,10 @@ def raw_env_rate(env_id: str, seconds: float) -> float:
 # --- collection -----------------------------------------------------------------------------
 def _initial_weights(config, env_id):
     """Acting weights of a freshly built policy (what the learner would push first)."""
-    from dsac.atari import AtariSettings
     from dsac.envs import make_env
     from dsac.registry import policy_class_for
 
-    env = make_env(env_id, atari=AtariSettings.from_config(config))
+    env = make_env(env_id, atari=config.frames)
     policy = policy_class_for(config)(env.observation_space, env.action_space, config, build_learner=True, seed=0)
     return env.observation_space, env.action_space, policy.get_weights()
 

@@ -44,6 +44,7 @@ import gymnasium as gym
 import numpy as np
 
 from dsac.errors import DsacError
+from dsac.settings import cli_framestack, setting
 
 ATARI_ENTRY_POINT = "ale_py.env:AtariEnv"
 # Keys of a step's info that a training env sets (read by the rollout collector).
@@ -53,35 +54,26 @@ EPISODE_CONTINUES = "episode_continues"
 
 @dataclasses.dataclass(frozen=True)
 class AtariSettings:
-    """The preprocessing of Atari envs (``launch.py`` flags of the same names).
+    """The frames: preprocessing of Atari envs and of other envs' large frames.
 
-    Args:
-        framestack: frames stacked into one observation (RLlib's ``framestack: true`` is 4).
-        dim: side of the square frames, in pixels (RLlib's ``dim``).
-        grayscale: one channel per frame instead of RGB (RLlib's ``grayscale``).
-        noop_max: at most this many no-op actions after each reset (random count).
-        frame_skip: each action is repeated this many frames; the last two are max-pooled.
-        terminal_on_life_loss: training only: a lost life ends the episode for learning.
-        clip_rewards: training only: rewards become their sign.
-        sticky_actions: keep ALE v5's repeat-action probability (0.25); false sets it to 0.
-        preprocess_images: other envs (not ALE) whose observations are large uint8 frames get
-            ``framestack``, ``dim`` and ``grayscale`` too (:func:`wrap_image`); a weights file
-            written before this setting existed reads as false (its network saw raw frames).
+    The frames section of a run's configuration (:class:`dsac.config.Config`; ``launch.py``
+    flags of the same names). A weights file keeps them, so a policy loaded from it sees frames as its network
+    did; a file written before ``preprocess_images`` existed reads it as false (its network saw
+    raw frames).
     """
 
-    framestack: int = 4
-    dim: int = 84
-    grayscale: bool = True
-    noop_max: int = 30
-    frame_skip: int = 4
-    terminal_on_life_loss: bool = True
-    clip_rewards: bool = True
-    sticky_actions: bool = True
-    preprocess_images: bool = True
-
-    @classmethod
-    def from_config(cls, config) -> AtariSettings:
-        return cls(**{f.name: getattr(config, f.name) for f in dataclasses.fields(cls)})
+    framestack: int = setting(4, "frames stacked into one observation (RLlib's model key; true = 4, false = 1)",
+                         cli_type=cli_framestack)
+    dim: int = setting(84, "side of the square frames in pixels (RLlib's model key)")
+    grayscale: bool = setting(True, "one channel per frame instead of RGB (RLlib's model key)")
+    preprocess_images: bool = setting(True, "also resize, gray and stack other envs' large uint8 frames (side >= 72, "
+                                 "e.g. CarRacing-v3) as ALE's are; false: their raw frames")
+    noop_max: int = setting(30, "at most this many no-op actions after each reset (a random count)")
+    frame_skip: int = setting(4, "each action repeats this many frames, the last two max-pooled")
+    terminal_on_life_loss: bool = setting(True, "training only: a lost life ends the episode for learning; "
+                                     "returns are still whole games")
+    clip_rewards: bool = setting(True, "training only: rewards become their sign; returns are still the game's score")
+    sticky_actions: bool = setting(True, "keep ALE v5's repeat-action probability 0.25 (Machado et al. 2018); false: 0")
 
     @classmethod
     def from_dict(cls, values: dict) -> AtariSettings:
@@ -99,8 +91,12 @@ class AtariSettings:
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def checked(self) -> AtariSettings:
+    def check(self) -> None:
         """Every setting in its range (one line naming the flag)."""
+        self.checked()
+
+    def checked(self) -> AtariSettings:
+        """Every setting in its range (one line naming the flag); returns itself."""
         for name, low, high in (("framestack", 1, 16), ("dim", 8, 512), ("noop_max", 0, 10_000), ("frame_skip", 1, 64)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:

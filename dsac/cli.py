@@ -17,7 +17,7 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
-from dsac.config import Config, suggest_key  # noqa: E402
+from dsac.config import SECTION_OF, SECTIONS, Config, config_fields, suggest_key  # noqa: E402
 from dsac.errors import DsacError  # noqa: E402
 
 _TYPES = {"int": int, "float": float, "str": str}
@@ -69,7 +69,9 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
         description="Distributed SAC and Ape-X DQN on Ray + TensorFlow 2 + gymnasium.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    for f in dataclasses.fields(Config):
+    groups = {name: parser.add_argument_group(f"{name} ({section.__doc__.splitlines()[0].rstrip('.')})")
+              for name, section in SECTIONS.items()}
+    for f in config_fields():
         if f.metadata.get("cli") is False:
             continue
         if "cli_type" in f.metadata:
@@ -84,7 +86,8 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
             kwargs["choices"] = f.metadata["choices"]
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         names = [f"--{f.name}", *(f"--{old}" for old in f.metadata.get("old_names", ()))]
-        parser.add_argument(*names, default=argparse.SUPPRESS if suppress_defaults else default, **kwargs)
+        groups[SECTION_OF[f.name]].add_argument(*names, default=argparse.SUPPRESS if suppress_defaults else default,
+                                                **kwargs)
     parser.add_argument(
         "--config", default=argparse.SUPPRESS if suppress_defaults else None,
         help="a .yaml or .json file of flag names and values (a run's config.json repeats that run); "

@@ -39,15 +39,16 @@ class LearnerLoop:
 
     Args:
         policy: a :class:`dsac.policy.Policy` built with its learner.
-        config: the run's config (``batches_per_sample``, ``push_every``,
-            ``max_nonfinite_updates``).
+        push_every: push the weights after the block of updates that passes a multiple of this.
+        max_nonfinite_updates: updates in a row with non-finite gradients that stop the run.
         callbacks: a :class:`dsac.callbacks.Callbacks` whose ``on_learn_on_batch`` runs per update.
         updates: the update count to start from (a resumed run's).
     """
 
-    def __init__(self, policy, config, callbacks=None, updates: int = 0):
+    def __init__(self, policy, push_every: int, max_nonfinite_updates: int, callbacks=None, updates: int = 0):
         self.policy = policy
-        self.config = config
+        self.push_every = int(push_every)
+        self.max_nonfinite_updates = int(max_nonfinite_updates)
         self.callbacks = callbacks
         self.updates = int(updates)  # the one update counter of the run's learner
         self.skipped = 0  # updates with non-finite gradients (not applied)
@@ -92,14 +93,14 @@ class LearnerLoop:
                     self._sums[key] = self._sums.get(key, 0.0) + float(value)
             self._count += 1
             self.updates += 1
-        push = self.updates // self.config.push_every > block_start // self.config.push_every
+        push = self.updates // self.push_every > block_start // self.push_every
         if push:
             self.stats = {key: total / self._count for key, total in self._sums.items()}
             self._sums, self._count = {}, 0
         complete = len(priorities) == count and all(p is not None for p in priorities)
         step = LearnerStep(push=push, priorities=np.stack(priorities) if complete else None,
                            stopped=len(results) < count)
-        if self.skipped_in_a_row >= self.config.max_nonfinite_updates:
+        if self.skipped_in_a_row >= self.max_nonfinite_updates:
             raise NonFiniteUpdates(
                 f"{self.skipped_in_a_row} updates in a row had non-finite losses or gradients (skipped; "
                 f"{self.skipped} in all, of {self.updates}): stopped with the last good weights"

@@ -6,7 +6,6 @@ about a second, not a cluster start-up.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -15,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import psutil
 
-from dsac.atari import AtariSettings, is_atari_id, is_large_frame
+from dsac.atari import is_atari_id, is_large_frame
 from dsac.config import Config
 from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_line
 from dsac.errors import DsacError
@@ -70,7 +69,7 @@ def prepare(config: Config, local: bool = False) -> Prepared:
 
         if not ray.is_initialized():  # a local Ray's size is known before it starts
             plan_resources(config, local_cluster_resources())
-    env = make_env(config.env, config.env_kwargs, config.flatten_obs, AtariSettings.from_config(config))
+    env = make_env(config.env, config.env_kwargs, config.flatten_obs, config.frames)
     try:
         env.reset(seed=config.seed)
     except Exception as exc:  # the env's own reset raised
@@ -137,7 +136,7 @@ def with_image_defaults(config: Config, shape) -> Config:
     log.info("image observations %s: %s's defaults for large images %s (flags override them)",
              "x".join(map(str, shape)), config.algo,
              ", ".join(f"--{key} {' '.join(map(str, v)) if isinstance(v, list) else v}" for key, v in fills.items()))
-    return dataclasses.replace(config, **fills).validate()
+    return config.replace(**fills).validate()
 
 
 # Share of the available memory a default-sized replay of images may take.
@@ -157,7 +156,7 @@ def image_buffer_size(config: Config, specs: dict, frames, available: int) -> Co
              "half of the %.1f GiB available (set --buffer_size to choose)", config.buffer_size,
              "x".join(map(str, frames.frame_shape)), storage_bytes(config.buffer_size, specs, frames) / 2**30,
              capacity, available / 2**30)
-    return dataclasses.replace(config, buffer_size=capacity,
+    return config.replace(buffer_size=capacity,
                                learning_starts=min(config.learning_starts, capacity))
 
 

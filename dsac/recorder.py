@@ -13,7 +13,6 @@ import statistics
 import time
 
 import dsac
-from dsac.atari import AtariSettings
 from dsac.config import MODEL_KEYS, Config
 from dsac.envs import describe_space
 from dsac.files import append_jsonl, atomic_write_bytes, save_weights, write_checkpoint, write_json
@@ -89,7 +88,7 @@ class Recorder:
             "env": config.env,
             "env_kwargs": dict(config.env_kwargs),
             "flatten_obs": config.flatten_obs,
-            "atari": AtariSettings.from_config(config).as_dict(),
+            "atari": config.frames.as_dict(),
             "observation_space": describe_space(self.observation_space),
             "action_space": describe_space(self.action_space),
             "model": {key: values[key] for key in network_keys(config)},

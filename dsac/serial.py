@@ -17,7 +17,6 @@ from collections import deque
 import numpy as np
 
 from dsac import video
-from dsac.atari import AtariSettings
 from dsac.config import Config
 from dsac.envs import EnvCrashed, env_restart_message, one_line
 from dsac.evaluation import evaluation_seed, play_episodes
@@ -62,7 +61,7 @@ class SerialRun:
         self.collector = EnvCollector(
             config.env, config.envs_per_worker, worker_seed, config.gamma, config.n_step, callbacks=self.callbacks,
             worker_index=0, env_kwargs=config.env_kwargs, flatten_obs=config.flatten_obs,
-            atari=AtariSettings.from_config(config), env_step_ms=config.env_step_ms,
+            atari=config.frames, env_step_ms=config.env_step_ms,
             env_reset_ms=config.env_reset_ms, on_env_crash=self._env_crash_handler("rollout_worker_0"),
         )
         cls = policy_class_for(config)
@@ -71,7 +70,7 @@ class SerialRun:
             learner_policy.set_weights(prepared.initial_weights)
         self.actor = cls(obs_space, act_space, config, seed=worker_seed, worker_index=0, num_workers=1)
         self.evaluator = cls(obs_space, act_space, config, seed=self.eval_seed)
-        self.loop = LearnerLoop(learner_policy, config, self.callbacks)
+        self.loop = LearnerLoop(learner_policy, config.push_every, config.max_nonfinite_updates, self.callbacks)
         if checkpoint is not None:
             self.loop.set_state(checkpoint["state"])
         self.storage, warmup = self._storage(obs_space, act_space, checkpoint)
@@ -184,7 +183,7 @@ class SerialRun:
         frames = video.Frames() if video.wanted(config.video_every, self.evaluations, final) else None
         episodes = play_episodes(lambda obs: self.evaluator.compute_actions(obs, explore=False), config.env,
                                  config.eval_episodes, self.eval_seed, config.env_kwargs, config.flatten_obs,
-                                 AtariSettings.from_config(config), self._env_crash_handler("evaluator"), frames)
+                                 config.frames, self._env_crash_handler("evaluator"), frames)
         self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
         self.evaluated_version = self.version
         mp4, video_error, gif = video.finish(frames, gif=config.tensorboard)

@@ -19,7 +19,6 @@ and the learner waits for it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 
@@ -50,7 +49,7 @@ class Trainer:
                  _checkpoint: dict | None = None):
         config = config if isinstance(config, Config) else Config.from_dict(config or {})
         if local is not None:
-            config = dataclasses.replace(config, local=local)
+            config = config.replace(local=local)
         self.config = config.validate()
         self.started_at = time.time() - ((_checkpoint or {}).get("meta", {}).get("wall_s", 0.0))
         self.iteration = 0

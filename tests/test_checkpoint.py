@@ -31,7 +31,7 @@ def test_full_state_round_trip_continues_training_identically(algo, env_id, cls,
     env = gym.make(env_id)
     config = Config(algo=algo, env=env_id, fcnet_hiddens=[16]).validate()
     a = cls(env.observation_space, env.action_space, config, build_learner=True, seed=0)
-    loop = LearnerLoop(a, config)
+    loop = LearnerLoop(a, config.push_every, config.max_nonfinite_updates)
     for _ in range(3):
         loop.step({key: value[None] for key, value in batch_for(env).items()})
     state = loop.state()
@@ -43,7 +43,7 @@ def test_full_state_round_trip_continues_training_identically(algo, env_id, cls,
     loaded = checkpoint["state"]
     assert set(checkpoint["weights"]) == set(a.get_weights())  # the acting weights, checked like any weights file
     b = cls(env.observation_space, env.action_space, config, build_learner=True, seed=9)
-    resumed = LearnerLoop(b, config)
+    resumed = LearnerLoop(b, config.push_every, config.max_nonfinite_updates)
     resumed.set_state(loaded)
     for name, value in a.get_state().items():
         np.testing.assert_array_equal(b.get_state()[name], value)  # targets and optimizer included

@@ -116,13 +116,12 @@ def test_no_import_cycle_among_dsac_modules():
 
 def _algorithm_words() -> set[str]:
     """Algorithm names and the config keys only one algorithm reads (their help says which)."""
-    import dataclasses
 
-    from dsac.config import Config
+    from dsac.config import config_fields
     from dsac.registry import ALGOS, algorithm
 
     words = set(ALGOS)
-    for f in dataclasses.fields(Config):
+    for f in config_fields():
         if re.search(r"\((sac|dqn)[;)]", f.metadata.get("help", "")):
             words.add(f.name)
     for name in ALGOS:

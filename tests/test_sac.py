@@ -11,6 +11,7 @@ from dsac.algorithms.sac.learner import SACLearner
 from dsac.algorithms.sac.policy import SACPolicy
 from dsac.config import Config
 from dsac.models.vision import ObsInput
+from dsac.schedules import keras_learning_rate
 from dsac.weights import TensorFlowVariables
 
 
@@ -32,7 +33,8 @@ def np_sample(weights, obs, noise):
 @pytest.fixture
 def learner():
     config = Config(fcnet_hiddens=[4], gamma=0.9, tau=0.25, init_alpha=0.5, lr=1e-2).validate()
-    return SACLearner(ObsInput((2,), "float32"), act_dim=1, action_low=[-2.0], action_high=[2.0], config=config, seed=3)
+    return SACLearner(ObsInput((2,), "float32"), act_dim=1, action_low=[-2.0], action_high=[2.0],
+                      algorithm=config.algorithm, model=config.model, learning_rate=keras_learning_rate(config), seed=3)
 
 
 def weights_of(learner):

@@ -63,14 +63,14 @@ def test_a_learner_follows_its_schedule_and_a_checkpoint_continues_it(algo, env_
     config = Config(algo=algo, env=env_id, fcnet_hiddens=[8], lr="linear(1e-3, 1e-4, 0.5)", total_env_steps=120,
                     learning_starts=20, updates_per_step=1.0).validate()
     a = cls(env.observation_space, env.action_space, config, build_learner=True, seed=0)
-    loop = LearnerLoop(a, config)
+    loop = LearnerLoop(a, config.push_every, config.max_nonfinite_updates)
     assert learning_rates(a) == pytest.approx([1e-3] * len(learning_rates(a)))
     for _ in range(10):
         loop.step({key: value[None] for key, value in batch_for(env).items()})
     assert learning_rates(a) == pytest.approx([1e-3 - 9e-4 * 10 / 50] * len(learning_rates(a)), rel=1e-5)
     state = loop.state()
     b = cls(env.observation_space, env.action_space, config, build_learner=True, seed=1)
-    LearnerLoop(b, config).set_state(state)
+    LearnerLoop(b, config.push_every, config.max_nonfinite_updates).set_state(state)
     assert learning_rates(b) == pytest.approx(learning_rates(a), rel=1e-5)  # carried on, not from 1e-3
     for _ in range(45):
         loop.step({key: value[None] for key, value in batch_for(env).items()})
@@ -79,5 +79,5 @@ def test_a_learner_follows_its_schedule_and_a_checkpoint_continues_it(algo, env_
     constant = Config(algo=algo, env=env_id, fcnet_hiddens=[8], lr=5e-4).validate()
     c = cls(env.observation_space, env.action_space, constant, build_learner=True, seed=2)
     older = {**state, **{f"{name}/learning_rate": np.float32(1e-3) for name in ("optimizer", "actor_optimizer")}}
-    LearnerLoop(c, constant).set_state(older)  # an older checkpoint's saved learning rates are not taken
+    LearnerLoop(c, constant.push_every, constant.max_nonfinite_updates).set_state(older)  # an older checkpoint's saved learning rates are not taken
     assert learning_rates(c) == pytest.approx([5e-4] * len(learning_rates(c)))

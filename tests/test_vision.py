@@ -24,7 +24,7 @@ from dsac.weights import TensorFlowVariables
 )
 def test_numpy_conv_forward_matches_keras(shape, dtype, filters):
     config = Config(conv_filters=filters, fcnet_hiddens=[32]).validate()
-    inputs, features = torso(ObsInput(shape, np.dtype(dtype).name), config)
+    inputs, features = torso(ObsInput(shape, np.dtype(dtype).name), config.model)
     model = keras.Model(inputs, features, name="q")
     weights = TensorFlowVariables(model, prefix="q").get_weights()
     rng = np.random.default_rng(0)
@@ -139,7 +139,7 @@ def test_image_preprocessing_of_other_envs_follows_the_flags_and_old_weights_fil
 
     def shape(env_id="CarRacing-v3", **flags):
         config = Config(algo="sac", env=env_id, **flags).validate()
-        env = make_env(config.env, config.env_kwargs, config.flatten_obs, AtariSettings.from_config(config))
+        env = make_env(config.env, config.env_kwargs, config.flatten_obs, config.frames)
         obs, _ = env.reset(seed=0)
         env.close()
         assert obs.shape == env.observation_space.shape and obs.dtype == np.uint8

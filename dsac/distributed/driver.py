@@ -10,7 +10,6 @@ about a second, not a cluster start-up.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shutil
@@ -63,7 +62,7 @@ class DistributedRun:
         self.observation_space, self.action_space = prepared.observation_space, prepared.action_space
         self.plan = plan_here(config)
         if self.plan.num_shards != config.num_replay_shards:  # by default, replay beside the writers of each node
-            config = self.config = dataclasses.replace(config, num_replay_shards=self.plan.num_shards)
+            config = self.config = config.replace(num_replay_shards=self.plan.num_shards)
         log_plan(self.plan, config, self.output_dir, self.observation_space, self.action_space)
         ship_user_code(config)
         self.callbacks = callbacks_for(config)

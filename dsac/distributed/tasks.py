@@ -18,7 +18,6 @@ import numpy as np
 import ray
 
 from dsac import video
-from dsac.atari import AtariSettings
 from dsac.distributed.actors import REGROUP
 from dsac.distributed.topology import describe_process
 from dsac.distributed.weights_board import STALE_S, BoardReader
@@ -291,7 +290,7 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     collector = EnvCollector(
         config.env, config.envs_per_worker, seed, config.gamma, config.n_step, callbacks=callbacks,
         worker_index=index, env_kwargs=config.env_kwargs, flatten_obs=config.flatten_obs,
-        atari=AtariSettings.from_config(config), env_step_ms=config.env_step_ms,
+        atari=config.frames, env_step_ms=config.env_step_ms,
         env_reset_ms=config.env_reset_ms,
         on_env_crash=env_crash_handler(ps, f"rollout_worker_{index}", config.env_restarts),
     )
@@ -558,7 +557,7 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     policy = policy_class_for(config)(observation_space, action_space, config, build_learner=True, seed=seed)
     if initial_weights is not None:
         policy.set_weights(initial_weights)
-    loop = LearnerLoop(policy, config, callbacks_for(config))
+    loop = LearnerLoop(policy, config.push_every, config.max_nonfinite_updates, callbacks_for(config))
     if initial_state is not None:
         loop.set_state(initial_state)
     sync = GradientSync(averager, index) if averager is not None else None
@@ -599,7 +598,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_bo
         frames = video.Frames() if video.wanted(config.video_every, count + 1, final) else None
         episodes = play_episodes(
             lambda obs: policy.compute_actions(obs, explore=False), config.env, config.eval_episodes, seed,
-            config.env_kwargs, config.flatten_obs, AtariSettings.from_config(config),
+            config.env_kwargs, config.flatten_obs, config.frames,
             env_crash_handler(ps, "evaluator", config.env_restarts), frames,
             on_progress=lambda steps: ps.evaluator_alive.remote(steps, final),
         )

@@ -81,36 +81,38 @@ def image_torso(inputs, obs_shape, filters: list[list[int]], activation: str, sc
     return keras.layers.Flatten(name="flatten")(x)
 
 
-def torso(obs: ObsInput, config):
+def torso(obs: ObsInput, model):
     """``(inputs, features)``: the network's input and its shared torso — the conv encoder for
     image observations (then the MLP), the MLP for flat ones. Layer names are stable
-    (``conv_<i>``, ``hidden_<i>``)."""
+    (``conv_<i>``, ``hidden_<i>``). ``model``: the model section
+    (:class:`dsac.settings.ModelSettings`)."""
     import keras
 
     inputs = keras.Input(shape=obs.input_shape, dtype=obs.input_dtype, name="inputs")
     x = inputs
     if obs.is_image:
-        filters = config.conv_filters or default_conv_filters(obs.shape)
-        x = image_torso(inputs, obs.shape, filters, config.conv_activation, obs.input_dtype == "uint8")
-    for i, size in enumerate(config.fcnet_hiddens):
-        x = keras.layers.Dense(size, activation=config.fcnet_activation, name=f"hidden_{i}")(x)
+        filters = model.conv_filters or default_conv_filters(obs.shape)
+        x = image_torso(inputs, obs.shape, filters, model.conv_activation, obs.input_dtype == "uint8")
+    for i, size in enumerate(model.fcnet_hiddens):
+        x = keras.layers.Dense(size, activation=model.fcnet_activation, name=f"hidden_{i}")(x)
     return inputs, x
 
 
-def build_model(input_dim: int, output_dim: int, config, name: str):
-    """The network ``name`` (e.g. ``actor``, ``q1``) from ``config``'s model settings."""
-    if not config.custom_model:
-        return build_mlp(input_dim, list(config.fcnet_hiddens), output_dim, name, config.fcnet_activation)
-    builder = resolve_builder(config.custom_model, config.custom_models)
-    model = builder(input_dim, output_dim, dict(config.custom_model_config), name)
+def build_model(input_dim: int, output_dim: int, model, name: str):
+    """The network ``name`` (e.g. ``actor``, ``q1``) from the model section ``model``
+    (:class:`dsac.settings.ModelSettings`)."""
+    if not model.custom_model:
+        return build_mlp(input_dim, list(model.fcnet_hiddens), output_dim, name, model.fcnet_activation)
+    builder = resolve_builder(model.custom_model, model.custom_models)
+    network = builder(input_dim, output_dim, dict(model.custom_model_config), name)
     import keras
 
-    if not isinstance(model, keras.Model):
-        raise DsacError(f"custom_model '{config.custom_model}' returned a {type(model).__name__}, not a Keras model")
-    out_shape = tuple(model.output_shape)
+    if not isinstance(network, keras.Model):
+        raise DsacError(f"custom_model '{model.custom_model}' returned a {type(network).__name__}, not a Keras model")
+    out_shape = tuple(network.output_shape)
     if out_shape[-1] != output_dim:
         raise DsacError(
-            f"custom_model '{config.custom_model}' built '{name}' with output shape {out_shape}; "
+            f"custom_model '{model.custom_model}' built '{name}' with output shape {out_shape}; "
             f"expected (None, {output_dim})"
         )
-    return model
+    return network

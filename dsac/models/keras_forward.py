@@ -15,19 +15,20 @@ class KerasForward:
     Args:
         input_dim: the flat input size, or an :class:`dsac.models.vision.ObsInput` (images).
         output_dim: the flat output size.
-        config: the run's config (model settings).
+        model: the model section (:class:`dsac.settings.ModelSettings`).
         name: the network's name (``actor``, ``q``); also the prefix of its weight names.
-        build: the builder to use, ``build(input_dim, output_dim, config, name)``
+        build: the builder to use, ``build(input_dim, output_dim, model, name)``
             (default: the catalog's :func:`build_model`).
+        verbose: TensorFlow's own start-up output shown.
     """
 
-    def __init__(self, input_dim, output_dim: int, config, name: str, build=build_model):
+    def __init__(self, input_dim, output_dim: int, model, name: str, build=build_model, verbose: bool = False):
         from dsac.tf_setup import import_tensorflow
 
-        tf = import_tensorflow(getattr(config, "verbose", False))
+        tf = import_tensorflow(verbose)
         from dsac.weights import TensorFlowVariables
 
-        self.model = build(input_dim, output_dim, config, name)
+        self.model = build(input_dim, output_dim, model, name)
         self.variables = TensorFlowVariables(self.model, prefix=name)
         shape, self.dtype = ((None, *input_dim.input_shape), input_dim.input_dtype) if isinstance(input_dim, ObsInput) \
             else ((None, input_dim), "float32")

@@ -65,12 +65,13 @@ def image_features(weights: dict[str, np.ndarray], prefix: str, obs: np.ndarray,
     return x.reshape(len(obs), -1)
 
 
-def encoder_shapes(obs, config, prefix: str) -> tuple[dict[str, tuple[int, ...]], int]:
+def encoder_shapes(obs, model, prefix: str) -> tuple[dict[str, tuple[int, ...]], int]:
     """``({prefix}conv_<i>/kernel|bias: shape}, features)`` of the conv encoder of image
-    observations (``obs``: an :class:`dsac.models.vision.ObsInput`), or ``({}, flat size)``."""
+    observations (``obs``: an :class:`dsac.models.vision.ObsInput`; ``model``: the model section),
+    or ``({}, flat size)``."""
     if not obs.is_image:
         return {}, obs.flat_dim
-    filters = config.conv_filters or default_conv_filters(obs.shape)
+    filters = model.conv_filters or default_conv_filters(obs.shape)
     shapes, channels = {}, image_layout(obs.shape)[1][2]
     for i, (out, kernel, _) in enumerate(filters):
         shapes[f"{prefix}conv_{i}/kernel"] = (kernel, kernel, channels, out)

@@ -24,7 +24,6 @@ from dsac.algorithms.dqn.networks import build_q_network
 from dsac.algorithms.dqn.numpy_q import c51_support
 from dsac.algorithms.learner import ADAM_EPSILON, Learner
 from dsac.models.vision import ObsInput
-from dsac.schedules import keras_learning_rate
 from dsac.weights import TensorFlowVariables, named_variables, optimizer_state
 
 
@@ -90,24 +89,28 @@ class DQNLearner(Learner):
     Args:
         obs: the observations the network reads (:class:`dsac.models.vision.ObsInput`).
         num_actions: size of the Discrete action space.
-        config: :class:`dsac.config.Config` (model settings, dueling, double_q, lr, grad_clip,
-            target_update_every).
+        algorithm: the algorithm section (:class:`dsac.settings.AlgorithmSettings`: dueling,
+            double_q, grad_clip, target_update_every, the C51 atoms).
+        model: the model section (:class:`dsac.settings.ModelSettings`).
+        learning_rate: the optimizer's, a number or a Keras schedule
+            (:func:`dsac.schedules.keras_learning_rate`).
         seed: seeds network initialization.
     """
 
-    def __init__(self, obs: ObsInput, num_actions: int, config, seed: int = 0):
+    def __init__(self, obs: ObsInput, num_actions: int, algorithm, model, learning_rate, seed: int = 0):
         keras.utils.set_random_seed(seed)
-        self.num_atoms = int(config.num_atoms)
-        support = c51_support(config)
+        self.num_atoms = int(algorithm.num_atoms)
+        support = c51_support(algorithm)
         self.support = None if support is None else tf.constant(support)
         self.obs = obs
-        self.q_online = build_q_network(obs, num_actions, config, "q")
-        self.q_target = build_q_network(obs, num_actions, config, "q_target")
+        heads = {"dueling": algorithm.dueling, "num_atoms": self.num_atoms}
+        self.q_online = build_q_network(obs, num_actions, model, "q", **heads)
+        self.q_target = build_q_network(obs, num_actions, model, "q_target", **heads)
         self.q_target.set_weights(self.q_online.get_weights())
-        self.double_q = bool(config.double_q)
-        self.grad_clip = float(config.grad_clip)
-        self.target_update_every = int(config.target_update_every)
-        self.optimizer = keras.optimizers.Adam(keras_learning_rate(config), epsilon=ADAM_EPSILON)
+        self.double_q = bool(algorithm.double_q)
+        self.grad_clip = float(algorithm.grad_clip)
+        self.target_update_every = int(algorithm.target_update_every)
+        self.optimizer = keras.optimizers.Adam(learning_rate, epsilon=ADAM_EPSILON)
         self.optimizer.build(self.q_online.trainable_variables)
         self.acting_weights = TensorFlowVariables(self.q_online, prefix="q")
         self.state = TensorFlowVariables({

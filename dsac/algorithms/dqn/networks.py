@@ -8,23 +8,24 @@ from dsac.models.catalog import build_model, torso
 from dsac.models.vision import ObsInput
 
 
-def build_q_network(obs: ObsInput, num_actions: int, config, name: str):
-    """obs -> Q(s, ·), or with ``config.num_atoms > 1`` the logits of C51's return distribution
+def build_q_network(obs: ObsInput, num_actions: int, model, name: str, *, dueling: bool = True, num_atoms: int = 1):
+    """obs -> Q(s, ·), or with ``num_atoms > 1`` the logits of C51's return distribution
     over a fixed support, shape (actions, atoms). Layers are named ``conv_<i>``, ``hidden_<i>``
     and ``value``/``advantage`` (dueling) or ``out``, so weight names are stable
     (``q/hidden_0/kernel``). A custom model gives ``num_actions * num_atoms`` outputs (it is
-    built for ``input_dim`` = the flat size, or an image's shape); dueling does not apply to it."""
+    built for ``input_dim`` = the flat size, or an image's shape); dueling does not apply to it.
+    ``model``: the model section (:class:`dsac.settings.ModelSettings`)."""
     import keras
 
-    num_atoms = int(config.num_atoms)
+    num_atoms = int(num_atoms)
     shape = (num_actions,) if num_atoms == 1 else (num_actions, num_atoms)
-    if config.custom_model:
+    if model.custom_model:
         input_dim = obs.input_shape if obs.is_image else obs.flat_dim
-        inner = build_model(input_dim, num_actions * num_atoms, config, name=f"{name}_custom")
+        inner = build_model(input_dim, num_actions * num_atoms, model, name=f"{name}_custom")
         inputs = keras.Input(shape=obs.input_shape, dtype=obs.input_dtype, name="inputs")
         return keras.Model(inputs, keras.ops.reshape(inner(inputs), (-1, *shape)), name=name)
-    inputs, x = torso(obs, config)
-    if config.dueling:
+    inputs, x = torso(obs, model)
+    if dueling:
         value = keras.layers.Dense(num_atoms, name="value")(x)
         advantage = keras.layers.Dense(num_actions * num_atoms, name="advantage")(x)
         value = keras.ops.reshape(value, (-1, 1) if num_atoms == 1 else (-1, 1, num_atoms))

@@ -48,11 +48,12 @@ def q_from_head_outputs(outputs: list[np.ndarray], support: np.ndarray | None) -
     return probs @ support
 
 
-def c51_support(config) -> np.ndarray | None:
-    """C51's fixed atoms z_i, evenly spaced over [v_min, v_max]; None for expected Q."""
-    if config.num_atoms <= 1:
+def c51_support(algorithm) -> np.ndarray | None:
+    """C51's fixed atoms z_i, evenly spaced over [v_min, v_max] (of ``algorithm``, the algorithm
+    section); None for expected Q."""
+    if algorithm.num_atoms <= 1:
         return None
-    return np.linspace(config.v_min, config.v_max, config.num_atoms, dtype=np.float32)
+    return np.linspace(algorithm.v_min, algorithm.v_max, algorithm.num_atoms, dtype=np.float32)
 
 
 def apex_epsilon(worker_index: int, num_workers: int, epsilon: float, alpha: float) -> float:

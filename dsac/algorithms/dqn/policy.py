@@ -12,6 +12,7 @@ imported only with ``build_learner=True``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import numpy as np
@@ -49,7 +50,7 @@ class DQNPolicy(BuiltinPolicy):
         self.num_actions = int(action_space.n)
         self.action_start = int(action_space.start)
         self.torso, self.heads = q_layer_names(len(config.fcnet_hiddens), config.dueling)
-        self.support = c51_support(config)
+        self.support = c51_support(config.algorithm)
         # The run's env-step count as the runner last gave it (set_env_steps), plus the
         # exploring actions taken since: one worker's ε decays along it.
         self.env_steps = 0
@@ -59,14 +60,18 @@ class DQNPolicy(BuiltinPolicy):
         if build_learner:
             import_tensorflow(getattr(config, "verbose", False))  # quietly, before the learner's module imports it
             from dsac.algorithms.dqn.learner import DQNLearner  # TensorFlow only here
+            from dsac.schedules import keras_learning_rate
 
-            self.learner = DQNLearner(self.obs, self.num_actions, config, seed=seed)
+            self.learner = DQNLearner(self.obs, self.num_actions, config.algorithm, config.model,
+                                      keras_learning_rate(config), seed=seed)
             self._weights = self.learner.acting_weights.get_weights()
         elif config.custom_model:
             from dsac.algorithms.dqn.networks import build_q_network
             from dsac.models.keras_forward import KerasForward
 
-            self.keras_forward = KerasForward(self.obs, self.num_actions, config, "q", build=build_q_network)
+            build = functools.partial(build_q_network, dueling=config.dueling, num_atoms=config.num_atoms)
+            self.keras_forward = KerasForward(self.obs, self.num_actions, config.model, "q", build=build,
+                                              verbose=config.verbose)
 
     @property
     def epsilon(self) -> float:
@@ -140,7 +145,7 @@ class DQNPolicy(BuiltinPolicy):
 
     def numpy_weight_shapes(self):
         atoms = int(self.config.num_atoms)
-        shapes, features = encoder_shapes(self.obs, self.config, "q/")
+        shapes, features = encoder_shapes(self.obs, self.config.model, "q/")
         widths = [features, *self.config.fcnet_hiddens]
         shapes.update(dense_shapes(self.torso, widths))
         head_outputs = [atoms, self.num_actions * atoms] if self.config.dueling else [self.num_actions * atoms]

@@ -13,9 +13,10 @@ def serving(loaded):
     from dsac.models.vision import obs_input
     from dsac.weights import TensorFlowVariables
 
-    model = build_q_network(obs_input(loaded.observation_space), int(loaded.action_space.n), loaded.config, "q")
+    model = build_q_network(obs_input(loaded.observation_space), int(loaded.action_space.n), loaded.config.model, "q",
+                            dueling=loaded.config.dueling, num_atoms=loaded.config.num_atoms)
     TensorFlowVariables(model, "q").set_weights(loaded.payload["weights"])
-    support = c51_support(loaded.config)
+    support = c51_support(loaded.config.algorithm)
     start = int(loaded.action_space.start)
 
     def act(obs):

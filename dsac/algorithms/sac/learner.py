@@ -22,7 +22,6 @@ from dsac.algorithms.learner import ADAM_EPSILON, Learner
 from dsac.algorithms.sac.networks import FEATURE_DIM, build_acting_network, build_critic, build_encoder
 from dsac.algorithms.sac.numpy_actor import LOG_STD_MAX, LOG_STD_MIN, to_unit_action
 from dsac.models.vision import ObsInput
-from dsac.schedules import keras_learning_rate
 from dsac.weights import TensorFlowVariables, named_variables, optimizer_state
 
 LOG_2 = math.log(2.0)
@@ -99,33 +98,38 @@ class SACLearner(Learner):
         obs: the observations (:class:`dsac.models.vision.ObsInput`; images get an encoder).
         act_dim: flat size of actions.
         action_low, action_high: the env's action bounds (replay stores env-space actions).
-        config: :class:`dsac.config.Config` (gamma, tau, lr, model settings, init_alpha, target_entropy).
+        algorithm: the algorithm section (:class:`dsac.settings.AlgorithmSettings`: gamma, tau,
+            init_alpha, target_entropy).
+        model: the model section (:class:`dsac.settings.ModelSettings`).
+        learning_rate: every optimizer's, a number or a Keras schedule
+            (:func:`dsac.schedules.keras_learning_rate`).
         seed: seeds network initialization and the update's noise.
     """
 
-    def __init__(self, obs: ObsInput, act_dim: int, action_low, action_high, config, seed: int = 0):
+    def __init__(self, obs: ObsInput, act_dim: int, action_low, action_high, algorithm, model, learning_rate,
+                 seed: int = 0):
         keras.utils.set_random_seed(seed)
         self.obs = obs
-        self.acting, self.actor, self.encoder = build_acting_network(obs, act_dim, config)
+        self.acting, self.actor, self.encoder = build_acting_network(obs, act_dim, model)
         features = FEATURE_DIM if obs.is_image else obs.flat_dim
-        self.q1 = build_critic(features, act_dim, config, "q1")
-        self.q2 = build_critic(features, act_dim, config, "q2")
-        self.q1_target = build_critic(features, act_dim, config, "q1_target")
-        self.q2_target = build_critic(features, act_dim, config, "q2_target")
+        self.q1 = build_critic(features, act_dim, model, "q1")
+        self.q2 = build_critic(features, act_dim, model, "q2")
+        self.q1_target = build_critic(features, act_dim, model, "q1_target")
+        self.q2_target = build_critic(features, act_dim, model, "q2_target")
         self.q1_target.set_weights(self.q1.get_weights())
         self.q2_target.set_weights(self.q2.get_weights())
         self.targets = [(self.q1_target, self.q1), (self.q2_target, self.q2)]
         self.encoder_target = None
         if self.encoder is not None:
-            self.encoder_target = build_encoder(obs, config, "encoder_target")
+            self.encoder_target = build_encoder(obs, model, "encoder_target")
             self.encoder_target.set_weights(self.encoder.get_weights())
             self.targets.append((self.encoder_target, self.encoder))
-        self.log_alpha = keras.Variable(math.log(config.init_alpha), dtype="float32", name="log_alpha")
+        self.log_alpha = keras.Variable(math.log(algorithm.init_alpha), dtype="float32", name="log_alpha")
 
-        self.gamma = float(config.gamma)
-        self.tau = float(config.tau)
+        self.gamma = float(algorithm.gamma)
+        self.tau = float(algorithm.tau)
         self.target_entropy = float(
-            -act_dim if config.target_entropy is None else config.target_entropy
+            -act_dim if algorithm.target_entropy is None else algorithm.target_entropy
         )
         self.action_low = np.asarray(action_low, np.float32)
         self.action_high = np.asarray(action_high, np.float32)
@@ -133,7 +137,7 @@ class SACLearner(Learner):
         self.critic_variables = self.q1.trainable_variables + self.q2.trainable_variables
         if self.encoder is not None:  # trained by the critics' loss only
             self.critic_variables = self.critic_variables + self.encoder.trainable_variables
-        rate = keras_learning_rate(config)  # a number, or a schedule each optimizer steps by its own count
+        rate = learning_rate  # a number, or a schedule each optimizer steps by its own count
         self.actor_optimizer = keras.optimizers.Adam(rate, epsilon=ADAM_EPSILON)
         self.critic_optimizer = keras.optimizers.Adam(rate, epsilon=ADAM_EPSILON)
         self.alpha_optimizer = keras.optimizers.Adam(rate, epsilon=ADAM_EPSILON)

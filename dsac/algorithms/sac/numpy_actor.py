@@ -40,10 +40,10 @@ def to_unit_action(action, low, high):
     return (action - low) * 2.0 / (high - low) - 1.0
 
 
-def encoder_features(weights: dict[str, np.ndarray], obs: np.ndarray, obs_input, config) -> np.ndarray:
+def encoder_features(weights: dict[str, np.ndarray], obs: np.ndarray, obs_input, model) -> np.ndarray:
     """φ(s) of image observations: the conv encoder, then tanh(LayerNorm(dense)) (Keras'
     LayerNormalization: epsilon 1e-3)."""
-    x = image_features(weights, "encoder/", obs, obs_input.shape, config.conv_filters, config.conv_activation)
+    x = image_features(weights, "encoder/", obs, obs_input.shape, model.conv_filters, model.conv_activation)
     x = x @ weights["encoder/head/kernel"] + weights["encoder/head/bias"]
     mean = x.mean(axis=-1, keepdims=True)
     var = x.var(axis=-1, keepdims=True)
@@ -51,11 +51,11 @@ def encoder_features(weights: dict[str, np.ndarray], obs: np.ndarray, obs_input,
     return np.tanh(x)
 
 
-def encoder_weight_shapes(obs_input, config) -> dict[str, tuple[int, ...]]:
+def encoder_weight_shapes(obs_input, model) -> dict[str, tuple[int, ...]]:
     """Shapes of the image encoder's weights, by name."""
     from dsac.algorithms.sac.networks import FEATURE_DIM
 
-    shapes, features = encoder_shapes(obs_input, config, "encoder/")
+    shapes, features = encoder_shapes(obs_input, model, "encoder/")
     shapes.update({"encoder/head/kernel": (features, FEATURE_DIM), "encoder/head/bias": (FEATURE_DIM,),
                    "encoder/norm/gamma": (FEATURE_DIM,), "encoder/norm/beta": (FEATURE_DIM,)})
     return shapes

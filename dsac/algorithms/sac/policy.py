@@ -37,13 +37,16 @@ class SACPolicy(BuiltinPolicy):
         if build_learner:
             import_tensorflow(getattr(config, "verbose", False))  # quietly, before the learner's module imports it
             from dsac.algorithms.sac.learner import SACLearner  # TensorFlow only here
+            from dsac.schedules import keras_learning_rate
 
-            self.learner = SACLearner(self.obs, self.act_dim, self.low, self.high, config, seed=seed)
+            self.learner = SACLearner(self.obs, self.act_dim, self.low, self.high, config.algorithm, config.model,
+                                      keras_learning_rate(config), seed=seed)
             self._weights = self.learner.acting_weights.get_weights()
         elif config.custom_model:  # the actor is the user's; an image encoder stays in numpy
             from dsac.models.keras_forward import KerasForward
 
-            self.keras_forward = KerasForward(self.actor_input_dim, 2 * self.act_dim, config, "actor")
+            self.keras_forward = KerasForward(self.actor_input_dim, 2 * self.act_dim, config.model, "actor",
+                                              verbose=config.verbose)
 
     @property
     def actor_input_dim(self) -> int:
@@ -63,12 +66,12 @@ class SACPolicy(BuiltinPolicy):
             return self.learner.acting(x).numpy()
         weights = self.get_weights()
         if self.obs.is_image:
-            x = encoder_features(weights, x, self.obs, self.config)
+            x = encoder_features(weights, x, self.obs, self.config.model)
         if self.keras_forward is not None:
             return self.keras_forward(x)
         return mlp_forward(weights, self.layers, x, self.config.fcnet_activation)
 
     def numpy_weight_shapes(self):
-        shapes = encoder_weight_shapes(self.obs, self.config) if self.obs.is_image else {}
+        shapes = encoder_weight_shapes(self.obs, self.config.model) if self.obs.is_image else {}
         shapes.update(dense_shapes(self.layers, [self.actor_input_dim, *self.config.fcnet_hiddens, 2 * self.act_dim]))
         return shapes

@@ -16,7 +16,7 @@ def serving(loaded):
     from dsac.weights import TensorFlowVariables, named_variables
 
     act_dim = int(np.prod(loaded.action_space.shape))
-    model, actor, encoder = build_acting_network(obs_input(loaded.observation_space), act_dim, loaded.config)
+    model, actor, encoder = build_acting_network(obs_input(loaded.observation_space), act_dim, loaded.config.model)
     named = {**(named_variables(encoder, "encoder") if encoder is not None else {}), **named_variables(actor, "actor")}
     TensorFlowVariables(named).set_weights(loaded.payload["weights"])
     low = tf.constant(loaded.action_space.low, tf.float32)

@@ -1,0 +1,457 @@
+"""The sections of a run's configuration, one dataclass per concern, each with its fields' defaults
+and help text (``metadata["help"]``: the CLI, docs/guide.md and ``config.json`` describe the same
+thing) and a ``check()`` of its own ranges. :class:`dsac.config.Config` composes them (with the
+frames section, :class:`dsac.atari.AtariSettings`) and checks what relates fields of different
+sections.
+
+Every field is a ``launch.py`` flag of the same name; a field whose default is ``None`` takes the
+algorithm's default (or, where it says so, one computed when the config is resolved).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass, field
+
+from dsac import schedules
+from dsac.errors import DsacError
+from dsac.models.catalog import ACTIVATIONS
+from dsac.registry import ALGOS
+
+# Settings that take a schedule (dsac.schedules) as well as a number.
+SCHEDULED = ("lr",)
+
+
+def setting(default, help: str, **kw):
+    """A section's field with help text (lists and dicts get a default factory). ``kw`` goes into
+    its metadata: ``choices``, ``nargs``, ``cli_type`` (argparse's type), ``cli=False`` (no flag),
+    ``old_names``."""
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **kw})
+    return field(default=default, metadata={"help": help, **kw})
+
+
+def _json_flag(text: str, kind: type, example: str):
+    """A flag's JSON value of type ``kind`` (argparse reports the error in one line)."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, kind):
+        name = {dict: "object", list: "list"}[kind]
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON {name} like '{example}'")
+    return value
+
+
+def json_object(text: str) -> dict:
+    """``--env_kwargs`` and the like: a JSON object."""
+    return _json_flag(text, dict, '{"key": 1}')
+
+
+def json_list(text: str) -> list:
+    """``--conv_filters``: a JSON list."""
+    return _json_flag(text, list, "[[32, 8, 4], [64, 4, 2]]")
+
+
+def _utf8(name: str, value) -> None:
+    """Refuse text that is not valid UTF-8 (undecodable bytes on the command line arrive as
+    lone surrogates), wherever it sits in a nested value."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise DsacError(f"--{name} is not valid UTF-8 text") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _utf8(name, key)
+            _utf8(name, item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _utf8(name, item)
+
+
+def _to_int(name: str, value) -> int:
+    """An integer from an int, an integral float or a string of one (YAML reads ``1e6`` as a
+    string)."""
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value.strip()) if any(c in value for c in ".eE") else int(value.strip())
+        except ValueError:
+            raise DsacError(f"--{name} must be an integer, got {value!r}") from None
+    if isinstance(number, float) and math.isfinite(number) and number.is_integer():
+        number = int(number)
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise DsacError(f"--{name} must be an integer, got {value!r}")
+    return number
+
+
+def _to_float(name: str, value) -> float:
+    """A float from a number or a string of one (``"0.99"``, YAML's ``1e-3``)."""
+    if isinstance(value, str):
+        try:
+            return float(value.strip())
+        except ValueError:
+            raise DsacError(f"--{name} must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DsacError(f"--{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _to_bool(name: str, value) -> bool:
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if not isinstance(value, bool):
+        raise DsacError(f"--{name} must be true or false, got {value!r}")
+    return value
+
+
+def coerce_field(name: str, annotation: str, value):
+    """``value`` as the type of field ``name`` (its annotation, e.g. ``"float | None"``):
+    strings that read as numbers become numbers; anything else of the wrong type is a
+    one-line error."""
+    _utf8(name, value)
+    base = annotation.replace(" | None", "").strip()
+    if value is None:
+        if "None" in annotation or base == "object":
+            return None
+        raise DsacError(f"--{name} needs a value, got null")
+    if name == "framestack":
+        return framestack_value(value)
+    if name in SCHEDULED:
+        return schedules.as_config_value(name, value)
+    if base == "int":
+        return _to_int(name, value)
+    if base == "float":
+        return _to_float(name, value)
+    if base == "bool":
+        return _to_bool(name, value)
+    if base == "str" and not isinstance(value, str):
+        raise DsacError(f"--{name} must be a string, got {value!r}")
+    if base == "list[int]":
+        if not isinstance(value, list | tuple):
+            raise DsacError(f"--{name} must be a list of integers like [64, 64], got {value!r}")
+        return [_to_int(name, item) for item in value]
+    if base == "dict" and not isinstance(value, dict):
+        raise DsacError(f"--{name} must be a mapping, got {value!r}")
+    return value
+
+
+def framestack_value(value) -> int:
+    """``--framestack``: a frame count, or RLlib's ``true`` (4 frames) / ``false`` (1)."""
+    if isinstance(value, bool) or (isinstance(value, str) and value.strip().lower() in ("true", "false")):
+        return 4 if _to_bool("framestack", value) else 1
+    return _to_int("framestack", value)
+
+
+def cli_framestack(text: str) -> int:
+    try:
+        return framestack_value(text)
+    except DsacError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_ints(section, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise DsacError(f"--{name} must be a positive integer, got {value!r}")
+
+
+def non_negative_ints(section, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise DsacError(f"--{name} must be an integer >= 0, got {value!r}")
+
+
+def positive_numbers(section, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+            raise DsacError(f"--{name} must be a positive number, got {value!r}")
+
+
+def optional_positive(section, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise DsacError(f"--{name} must be a positive number, got {value!r}")
+
+
+def in_unit_interval(section, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
+            raise DsacError(f"--{name} must be in [0, 1], got {value!r}")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What to train and when to stop: the algorithm, the env, the seed, the budgets, what to start from."""
+
+    algo: str = setting("sac", "algorithm: sac (continuous actions) or dqn (discrete actions)", choices=ALGOS)
+    env: str = setting("Pendulum-v1", "gymnasium environment id, or module:env-id / module:ClassName of your own")
+    env_kwargs: dict = setting({}, 'keyword arguments of the env, as JSON: \'{"g": 9.81}\'', cli_type=json_object)
+    flatten_obs: bool = setting(False, "flatten Dict/Tuple/Discrete/image observations into one flat Box")
+    env_step_ms: float = setting(
+        0.0, "rollout envs: each step takes at least this many milliseconds of wall time, sleeping, not computing "
+        "(a stand-in for an expensive simulator, a robot or a remote service: benchmarks/scale.py)"
+    )
+    env_reset_ms: float = setting(0.0, "rollout envs: each reset takes at least this many milliseconds (as --env_step_ms)")
+    seed: int = setting(0, "random seed (envs, networks, replay sampling)")
+    total_env_steps: int | None = setting(None, "stop after this many env steps, all workers together (algorithm default)")
+    stop_return: float | None = setting(None, "stop when the evaluation mean return reaches this")
+    max_seconds: float | None = setting(None, "stop after this many wall-clock seconds")
+    steps_per_iteration: int = setting(1_000, "env steps one Trainer.train() call collects")
+    resume: str | None = setting(None, "continue the run in this directory from its checkpoint")
+    init_weights: str | None = setting(
+        None, "start acting from a weights.pkl dsac wrote (e.g. a best_weights.pkl), the target networks of what it holds "
+        "copied from it; critics and optimizer start fresh"
+    )
+    trust_code: bool = setting(
+        False, "import code that a file names: the env module, policy_class, callbacks or custom_model of an "
+        "--init_weights file or of the config.json --resume reads (values you type need no consent); never saved"
+    )
+    callbacks: object = setting(None, "a dsac.Callbacks subclass, or module:Class", cli_type=str)
+    policy_class: object = setting(None, "a dsac.Policy subclass replacing the algorithm's, or module:Class", cli_type=str)
+
+    def check(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**31:
+            raise DsacError(f"--seed must be an integer in [0, 2^31), got {self.seed!r}")
+        positive_ints(self, "total_env_steps", "steps_per_iteration")
+        optional_positive(self, "max_seconds")
+        if self.stop_return is not None and not math.isfinite(self.stop_return):
+            raise DsacError(f"--stop_return must be a finite number, got {self.stop_return!r}")
+        for name in ("env_step_ms", "env_reset_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not (isinstance(value, int | float) and 0 <= value <= 60_000):
+                raise DsacError(f"--{name} must be a number of milliseconds in [0, 60000], got {value!r}")
+        if not isinstance(self.env_kwargs, dict):
+            raise DsacError(f"env_kwargs must be a dict, got {self.env_kwargs!r}")
+
+@dataclass(frozen=True)
+class ResourceSettings:
+    """Where a run's roles run: rollout workers, learners, replay shards, the cluster, restarts."""
+
+    num_workers: int = setting(2, "rollout worker tasks (0: the serial runner, as --local)")
+    local: bool = setting(
+        False, "run rollout, replay, learner and evaluator in this one process without Ray (same classes, same "
+        "files): for stepping through a custom env, model, policy or callback in a debugger, and tiny runs"
+    )
+    envs_per_worker: int = setting(1, "environments each rollout worker steps as one batch")
+    num_learners: int = setting(1, "learner tasks; more than 1 train data-parallel (synchronous gradient averaging)")
+    num_replay_shards: int | None = setting(
+        None, "replay buffer actors; each worker writes to one, each learner samples its own (default: one per learner "
+        "and at least one per 64 workers)"
+    )
+    address: str | None = setting(None, "Ray cluster to join (default: RAY_ADDRESS, else a local Ray)")
+    worker_cpus: float | None = setting(None, "CPUs requested per rollout worker (default: fit the cluster)")
+    learner_gpus: float | None = setting(None, "GPUs for the learner (default: 1 if the cluster has one, else 0)")
+    learner_threads: int | None = setting(
+        None, "TensorFlow threads of a learner (default: its node's cores, at most 4: rollout workers mostly "
+        "wait for the learner, so it may use the cores they leave idle)"
+    )
+    max_restarts: int = setting(
+        10, "times each role (rollout worker, learner, evaluator, replay shard, parameter server) is restarted "
+        "after its process died (killed, out of memory, node lost) before the run stops"
+    )
+    env_restarts: int = setting(
+        0, "times in the whole run an env that raised (in a rollout worker or the evaluator) is rebuilt, its broken "
+        "episode dropped, before the next such error ends the run (0: the first one ends it)"
+    )
+
+    def check(self) -> None:
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise DsacError(f"--num_workers must be an integer >= 0, got {self.num_workers!r}")
+        if self.local:
+            self.check_local()
+        positive_ints(self, "envs_per_worker", "num_learners", "num_replay_shards")
+        optional_positive(self, "worker_cpus")
+        non_negative_ints(self, "max_restarts", "env_restarts")
+        if self.learner_threads is not None and (
+            isinstance(self.learner_threads, bool) or not isinstance(self.learner_threads, int) or self.learner_threads <= 0
+        ):
+            raise DsacError(f"--learner_threads must be a positive integer, got {self.learner_threads!r}")
+        if self.learner_gpus is not None and not (math.isfinite(self.learner_gpus) and self.learner_gpus >= 0):
+            raise DsacError(f"--learner_gpus must be >= 0, got {self.learner_gpus!r}")
+        if self.num_replay_shards < self.num_learners:
+            raise DsacError(
+                f"--num_replay_shards {self.num_replay_shards} is fewer than --num_learners {self.num_learners}: "
+                "every learner samples shards of its own"
+            )
+        if self.local:
+            return
+        for name in ("num_learners", "num_replay_shards"):
+            if getattr(self, name) > self.num_workers:
+                raise DsacError(
+                    f"--{name} {getattr(self, name)} exceeds --num_workers {self.num_workers}: "
+                    + ("every learner samples replay shards of its own, and every shard needs a worker writing to it"
+                       if name == "num_learners" else "every shard needs a worker writing to it")
+                )
+
+    def check_local(self) -> None:
+        """The serial runner takes no flag that only means something with Ray."""
+        for name, fine in (("num_learners", 1), ("num_replay_shards", 1), ("address", None),
+                           ("worker_cpus", None), ("learner_gpus", None)):
+            value = getattr(self, name)
+            if value != fine:
+                raise DsacError(f"--{name} {value} needs Ray: the serial runner (--local / --num_workers 0) runs one "
+                                "learner and one replay buffer in this process")
+
+@dataclass(frozen=True)
+class AlgorithmSettings:
+    """The learning algorithm's settings, SAC's and DQN's.
+
+    A setting marked (sac) or (dqn) is only theirs; ``None`` is the algorithm's default
+    (:attr:`dsac.algorithms.Algorithm.defaults`).
+    """
+
+    gamma: float = setting(0.99, "discount factor")
+    tau: float = setting(0.005, "polyak averaging coefficient of the target critics (sac)")
+    lr: float | str | None = setting(None, "Adam learning rate of every network: a number or a schedule, "
+                                "'linear(start, end[, fraction])' or rl-zoo's 'lin_<start>' (algorithm default)")
+    batch_size: int | None = setting(None, "transitions per gradient update (algorithm default)")
+    init_alpha: float = setting(1.0, "initial entropy coefficient (sac)")
+    target_entropy: float | None = setting(None, "entropy target (sac; default: -|A|)")
+    start_steps: int | None = setting(None, "uniform random actions for this many env steps, all workers together (algorithm default)")
+    learning_starts: int | None = setting(None, "env steps in replay before the first update (algorithm default)")
+    updates_per_step: float | None = setting(None, "gradient updates per env step, enforced by the replay rate limiter (algorithm default)")
+    max_nonfinite_updates: int = setting(
+        100, "updates in a row with a non-finite loss or gradient (each skipped) that stop the run"
+    )
+    dueling: bool = setting(True, "dueling value/advantage heads (dqn)")
+    double_q: bool = setting(True, "double Q-learning targets (dqn)")
+    target_update_every: int | None = setting(None, "hard target-network copy every this many updates (dqn; algorithm "
+                                         "default)")
+    grad_clip: float = setting(10.0, "global gradient-norm clip (dqn)")
+    num_atoms: int = setting(1, "C51 atoms of the return distribution; 1 = expected Q (dqn)")
+    v_min: float = setting(-10.0, "lowest C51 atom (dqn)")
+    v_max: float = setting(10.0, "highest C51 atom (dqn)")
+    epsilon: float = setting(0.4, "Ape-X base exploration: worker i uses epsilon^(1 + epsilon_alpha*i/(N-1)) (dqn)")
+    epsilon_alpha: float = setting(7.0, "Ape-X exploration spread across workers (dqn)")
+    exploration_fraction: float = setting(0.1, "one worker: epsilon decays linearly over this fraction of the run (dqn)")
+    final_epsilon: float = setting(0.02, "one worker: epsilon at the end of its decay (dqn)")
+
+    def check(self) -> None:
+        positive_ints(self, "batch_size", "target_update_every", "num_atoms", "max_nonfinite_updates")
+        non_negative_ints(self, "start_steps", "learning_starts")
+        for name in SCHEDULED:
+            value = schedules.parse(name, getattr(self, name))
+            ends = (value,) if isinstance(value, float) else (value.start, value.end)
+            if not (math.isfinite(ends[0]) and ends[0] > 0 and all(math.isfinite(v) and v >= 0 for v in ends)):
+                raise DsacError(f"--{name} must be a positive number (a schedule: start > 0, end >= 0), got {value}")
+        positive_numbers(self, "updates_per_step", "init_alpha", "grad_clip")
+        for name in ("gamma", "tau", "epsilon", "exploration_fraction"):
+            value = getattr(self, name)
+            if not (0.0 < value <= 1.0):
+                raise DsacError(f"--{name} must be in (0, 1], got {value!r}")
+        in_unit_interval(self, "final_epsilon")
+        if not (math.isfinite(self.epsilon_alpha) and self.epsilon_alpha >= 0):
+            raise DsacError(f"--epsilon_alpha must be >= 0, got {self.epsilon_alpha!r}")
+        if self.target_entropy is not None and not math.isfinite(self.target_entropy):
+            raise DsacError(f"--target_entropy must be a finite number, got {self.target_entropy!r}")
+        if not (math.isfinite(self.v_min) and math.isfinite(self.v_max) and self.v_min < self.v_max):
+            raise DsacError(f"--v_min {self.v_min!r} must be below --v_max {self.v_max!r}")
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The networks: RLlib's model keys."""
+
+    fcnet_hiddens: list[int] | None = setting(
+        None, "hidden layer sizes of every built-in MLP, after the conv encoder for images (algorithm default)",
+        nargs="+"
+    )
+    fcnet_activation: str = setting("relu", "activation of the built-in MLPs", choices=ACTIVATIONS)
+    conv_filters: list | None = setting(
+        None, "conv encoder of image observations, [[out_channels, kernel, stride], ...] as JSON (RLlib's model key; "
+        "default: by frame size, the Nature DQN encoder for 84x84)", cli_type=json_list
+    )
+    conv_activation: str = setting("relu", "activation of the conv layers", choices=ACTIVATIONS)
+    custom_model: str | None = setting(
+        None, "a model registered with dsac.register_custom_model, or module:builder (replaces the MLPs)"
+    )
+    custom_model_config: dict = setting({}, "keyword settings passed to the custom model builder", cli=False)
+    custom_models: dict = setting({}, "name -> builder; filled from the registry when the config is resolved", cli=False)
+
+    def check(self) -> None:
+        if not isinstance(self.custom_model_config, dict):
+            raise DsacError("custom_model_config must be a dict")
+        for name in ("fcnet_activation", "conv_activation"):
+            if getattr(self, name) not in ACTIVATIONS:
+                raise DsacError(f"{name} must be one of {', '.join(ACTIVATIONS)}, got {getattr(self, name)!r}")
+        if self.conv_filters is not None:
+            from dsac.models.vision import check_conv_filters
+
+            check_conv_filters(self.conv_filters)
+        if not self.fcnet_hiddens or any(h <= 0 for h in self.fcnet_hiddens):
+            raise DsacError(f"--fcnet_hiddens must be positive layer sizes, got {self.fcnet_hiddens!r}")
+
+@dataclass(frozen=True)
+class ReplaySettings:
+    """The replay buffer: capacity, n-step sums, prioritization."""
+
+    buffer_size: int | None = setting(None, "replay capacity in transitions (algorithm default)")
+    n_step: int | None = setting(None, "rewards summed per stored transition (algorithm default)")
+    prioritized: bool | None = setting(None, "proportional prioritized replay (algorithm default: on for dqn)")
+    priority_alpha: float = setting(0.6, "prioritization exponent alpha")
+    priority_beta: float = setting(0.4, "initial importance-weight exponent beta, annealed to 1 over the run")
+
+    def check(self) -> None:
+        positive_ints(self, "buffer_size", "n_step")
+        in_unit_interval(self, "priority_alpha", "priority_beta")
+
+@dataclass(frozen=True)
+class FlowSettings:
+    """How data moves between the roles: chunks from rollout workers, sample calls, weight pushes."""
+
+    max_steps_ahead: int = setting(128, "env steps collection may run ahead of the update ratio")
+    batches_per_sample: int = setting(16, "batches one replay sample call returns")
+    prefetch: int = setting(2, "replay sample calls the learner keeps in flight")
+    push_every: int = setting(20, "learner pushes weights every this many updates (after the sample call's batches that pass it)")
+    chunk_seconds: float = setting(0.1, "a rollout worker sends what it gathered this often, or once it holds 128 "
+                                    "transitions if that takes longer (at most 1 s)")
+    max_chunk: int = setting(1024, "most transitions in one replay add call")
+
+    def check(self) -> None:
+        positive_ints(self, "max_steps_ahead", "batches_per_sample", "prefetch", "push_every", "max_chunk")
+        positive_numbers(self, "chunk_seconds")
+
+@dataclass(frozen=True)
+class OutputSettings:
+    """Evaluation, the run directory and what is written into it, the console, trackers."""
+
+    eval_every: int | None = setting(None, "evaluate every this many env steps (algorithm default)")
+    eval_episodes: int | None = setting(None, "deterministic episodes per evaluation (algorithm default)")
+    video_every: int = setting(0, "record episode 0 of every this-many-th evaluation, and of the final one, as "
+                             "<output_dir>/videos/<env_steps>.mp4, the best of them as videos/best.mp4 (0: off)")
+    output_dir: str | None = setting(
+        None, "run directory (default: <storage_path>/<algo>-<env>-<timestamp>)"
+    )
+    storage_path: str | None = setting(
+        None, "where run directories go: a path every node can reach (NFS) on a cluster (default: runs/, "
+        "or ~/dsac_runs inside a Ray job)"
+    )
+    log_every: float = setting(10.0, "seconds between progress lines when stdout is not a terminal")
+    progress_bar: bool = setting(True, "a live progress bar when stdout is a terminal (else a line every --log_every s)")
+    tensorboard: bool = setting(True, "write TensorBoard event files to <output_dir>/tb")
+    wandb: str | None = setting(None, "also log the config, each progress row, the videos and the final weights to this "
+                                 "Weights & Biases project (pip install -e \".[wandb]\"; WANDB_MODE=offline: files only)")
+    mlflow: str | None = setting(None, "also log them to this MLflow tracking URI (http://host:5000, sqlite:///runs.db, a "
+                                  "directory; pip install -e \".[mlflow]\"; experiment: MLFLOW_EXPERIMENT_NAME, else dsac)")
+    checkpoint_every: float | None = setting(
+        30.0, "seconds between checkpoints of the full training state (networks, optimizer, targets, entropy "
+        "coefficient, counters) into <output_dir>/checkpoint; a restarted learner or parameter server resumes from "
+        "the latest (one is always written at the end; old name: --snapshot_every)", old_names=("snapshot_every",)
+    )
+    checkpoint_replay: bool = setting(False, "include the replay buffer's contents in checkpoints (compressed .npz)")
+    verbose: bool = setting(False, "show TensorFlow's own start-up and log output, and Ray's own paragraphs about dead "
+                              "workers (hidden by default: dsac says in one line what died)")
+
+    def check(self) -> None:
+        positive_ints(self, "eval_every", "eval_episodes")
+        non_negative_ints(self, "video_every")
+        positive_numbers(self, "log_every")
+        optional_positive(self, "checkpoint_every")

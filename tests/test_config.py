@@ -1,0 +1,80 @@
+"""Config by concern: sections, flat names, the config.json of runs written before sections."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from dsac.config import RETIRED, SECTION_OF, SECTIONS, Config, config_fields
+from dsac.errors import DsacError
+from dsac.settings import ReplaySettings
+
+BEFORE = Path(__file__).parent / "data" / "config_json_before_sections"
+
+
+@pytest.mark.parametrize("path", sorted(BEFORE.glob("*.json")), ids=lambda p: p.stem)
+def test_a_config_json_written_before_sections_loads_with_every_value(path):
+    """Files written by dsac 358bd1a (2026-11-23) and 1645b82 (the last flat Config) load into
+    the sections with every value they hold, and validate."""
+    saved = json.loads(path.read_text())
+    config = Config.load(str(path), fresh_run=False)
+    skipped = {"custom_models", "defaulted", *RETIRED}
+    for key, value in saved.items():
+        if key in skipped:
+            continue
+        assert getattr(config, key) == value, key
+        assert getattr(getattr(config, SECTION_OF[key]), key) == value, key
+    written = config.replace(output_dir=None).validate().to_dict()  # what a run of it would save
+    for key in saved.keys() - skipped - {"output_dir"}:
+        assert written[key] == saved[key], key
+
+def test_every_flag_lives_in_exactly_one_section_and_reads_flat():
+    names = [f.name for f in config_fields()]
+    assert len(names) == len(set(names)) == len(SECTION_OF)
+    config = Config(env="CartPole-v1", algo="dqn", buffer_size=5_000, framestack=2, eval_episodes=3)
+    assert (config.replay.buffer_size, config.frames.framestack, config.output.eval_episodes) == (5_000, 2, 3)
+    assert config.buffer_size == 5_000 and config.run.env == "CartPole-v1"
+    for name in SECTIONS:
+        assert dataclasses.is_dataclass(getattr(config, name))
+
+
+def test_sections_and_flat_names_build_the_same_config_and_a_config_never_changes():
+    by_section = Config(algo="dqn", replay=ReplaySettings(buffer_size=7_000, n_step=3))
+    flat = Config(algo="dqn", buffer_size=7_000, n_step=3)
+    assert by_section == flat
+    changed = flat.replace(n_step=5, lr=1e-3)
+    assert (flat.n_step, changed.n_step, changed.buffer_size, changed.lr) == (3, 5, 7_000, 1e-3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        flat.n_step = 4
+    with pytest.raises(TypeError, match="unexpected keyword argument 'buffer'"):
+        Config(buffer=1)
+
+
+def test_a_file_may_group_its_keys_by_section(tmp_path):
+    path = tmp_path / "grouped.json"
+    path.write_text(json.dumps({"algo": "dqn", "env": "CartPole-v1", "replay": {"buffer_size": 9_000},
+                                "algorithm": {"lr": 5e-4}, "model": {"fcnet_hiddens": [32]}}))
+    config = Config.load(str(path))
+    assert (config.buffer_size, config.lr, config.fcnet_hiddens) == (9_000, 5e-4, [32])
+    path.write_text(json.dumps({"replay": {"buffer_sise": 9_000}}))
+    with pytest.raises(DsacError, match="unknown config key 'buffer_sise'.*buffer_size"):
+        Config.load(str(path))
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"priority_beta": 1.5}, "--priority_beta must be in"),  # replay
+    ({"push_every": 0}, "--push_every must be a positive integer"),  # flow
+    ({"framestack": 40}, "--framestack must be an integer in"),  # frames
+    ({"log_every": -1.0}, "--log_every must be a positive number"),  # output
+    ({"num_workers": 1, "num_learners": 2}, "--num_learners 2 exceeds --num_workers 1"),  # resources
+    ({"gamma": 0.0}, "--gamma must be in"),  # algorithm
+    ({"fcnet_hiddens": [0]}, "--fcnet_hiddens must be positive"),  # model
+    ({"batch_size": 512, "buffer_size": 256}, "--batch_size 512 is larger than the replay capacity"),  # across
+])
+def test_each_section_checks_its_own_fields_in_one_line(flags, message):
+    with pytest.raises(DsacError, match=message) as info:
+        Config(env="CartPole-v1", algo="dqn", **flags).validate()
+    assert "\n" not in str(info.value)
