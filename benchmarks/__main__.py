@@ -18,6 +18,7 @@ COMMANDS = {
     "threshold": ("threshold", "where run directories first reached a return"),
     "video-cost": ("video_cost", "what recording evaluation videos costs"),
     "image-preprocessing": ("image_preprocessing", "CarRacing with and without ALE-style preprocessing"),
+    "config-reach": ("config_reach", "which modules receive the whole config, and which only a section"),
     "docs": ("docs", "rewrite the generated tables of README.md and docs/ (flags, results)"),
 }
 

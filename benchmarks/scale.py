@@ -79,7 +79,7 @@ def acting_policy(seed: int, env_id: str = ENV):
 
     config = Config(env=env_id, fcnet_hiddens=[256, 256]).validate()
     env = make_env(env_id)
-    policy = policy_class_for(config)(env.observation_space, env.action_space, config, seed=seed)
+    policy = policy_class_for(config.run)(env.observation_space, env.action_space, config, seed=seed)
     rng = np.random.default_rng(seed)
     policy.set_weights({name: (0.05 * rng.normal(size=shape)).astype(np.float32)
                         for name, shape in policy.numpy_weight_shapes().items()})

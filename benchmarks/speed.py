@@ -91,7 +91,7 @@ def _initial_weights(config, env_id):
     from dsac.registry import policy_class_for
 
     env = make_env(env_id, atari=config.frames)
-    policy = policy_class_for(config)(env.observation_space, env.action_space, config, build_learner=True, seed=0)
+    policy = policy_class_for(config.run)(env.observation_space, env.action_space, config, build_learner=True, seed=0)
     return env.observation_space, env.action_space, policy.get_weights()
 
 
@@ -166,7 +166,7 @@ def _naive_worker(index, config, replay, ps, seed):
     from dsac.registry import policy_class_for
 
     env = gym.make(config.env)
-    policy = policy_class_for(config)(env.observation_space, env.action_space, config, build_learner=True, seed=seed)
+    policy = policy_class_for(config.run)(env.observation_space, env.action_space, config, build_learner=True, seed=seed)
     policy.set_weights(pulled_weights(ray.get(ps.pull.remote(0)).weights))
     learner = policy.learner
     obs, _ = env.reset(seed=seed)

@@ -317,7 +317,7 @@ def check_relations(config: Config) -> None:
         from dsac.policy import Policy
         from dsac.registry import policy_class_for
 
-        policy = policy_class_for(config)
+        policy = policy_class_for(config.run)
         if policy.compute_gradients is Policy.compute_gradients:
             raise DsacError(
                 f"--num_learners {config.num_learners}: policy_class {policy.__name__} does not implement "

@@ -182,7 +182,7 @@ def fitting_weights(config: Config, path: str, observation_space, action_space) 
         ours = list(ours) if isinstance(ours, tuple | list) else ours
         if key in model and model[key] != ours:
             raise DsacError(f"--init_weights {path} has {key} {model[key]!r}, this run {ours!r}: pass --{key} to match")
-    policy = policy_class_for(config)(observation_space, action_space, config)
+    policy = policy_class_for(config.run)(observation_space, action_space, config)
     try:
         policy.check_weights(payload["weights"])
     except ValueError as exc:
@@ -196,7 +196,7 @@ def check_resume_state(prepared: Prepared, state: dict, run_dir: str) -> None:
     for name, array in state.items():
         if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
             raise DsacError(f"--resume {run_dir}: checkpoint/state.npz holds NaN or infinite values in {name}")
-    policy = policy_class_for(prepared.config)(prepared.observation_space, prepared.action_space, prepared.config)
+    policy = policy_class_for(prepared.config.run)(prepared.observation_space, prepared.action_space, prepared.config)
     shapes = policy.weight_shapes() or {}
     try:
         policy.check_weights({name: state[name] for name in shapes if name in state} if shapes else {})

@@ -58,23 +58,24 @@ def load_subclass(spec, base: type, kind: str) -> type:
     return cls
 
 
-def policy_class_for(config) -> type:
-    """The user's ``config.policy_class`` if set (a :class:`dsac.policy.Policy` subclass), else
-    the algorithm's policy."""
-    if config.policy_class is not None:
+def policy_class_for(run) -> type:
+    """The user's ``policy_class`` if the run section ``run`` (:class:`dsac.settings.RunSettings`)
+    names one (a :class:`dsac.policy.Policy` subclass), else its algorithm's policy."""
+    if run.policy_class is not None:
         from dsac.policy import Policy
 
-        return load_subclass(config.policy_class, Policy, "policy_class")
-    return algorithm(config.algo).policy_class
+        return load_subclass(run.policy_class, Policy, "policy_class")
+    return algorithm(run.algo).policy_class
 
 
-def callbacks_for(config):
-    """An instance of ``config.callbacks`` (a :class:`dsac.callbacks.Callbacks` subclass), or None."""
-    if config.callbacks is None:
+def callbacks_for(run):
+    """An instance of the run section's ``callbacks`` (a :class:`dsac.callbacks.Callbacks`
+    subclass), or None."""
+    if run.callbacks is None:
         return None
     from dsac.callbacks import Callbacks
 
-    return load_subclass(config.callbacks, Callbacks, "callbacks")()
+    return load_subclass(run.callbacks, Callbacks, "callbacks")()
 
 
 # Keys whose string values can name code to import: module:Name.

@@ -56,7 +56,7 @@ class SerialRun:
         # The seeds rollout worker 0 and the evaluator get in the distributed run.
         worker_seed = int(np.random.SeedSequence(config.seed).spawn(1)[0].generate_state(1)[0])
         self.eval_seed = evaluation_seed(config.seed)
-        self.callbacks = callbacks_for(config)
+        self.callbacks = callbacks_for(config.run)
         self.env_restarts: dict[str, int] = {}  # "<role>/env" -> envs rebuilt (--env_restarts)
         self.collector = EnvCollector(
             config.env, config.envs_per_worker, worker_seed, config.gamma, config.n_step, callbacks=self.callbacks,
@@ -64,7 +64,7 @@ class SerialRun:
             atari=config.frames, env_step_ms=config.env_step_ms,
             env_reset_ms=config.env_reset_ms, on_env_crash=self._env_crash_handler("rollout_worker_0"),
         )
-        cls = policy_class_for(config)
+        cls = policy_class_for(config.run)
         learner_policy = cls(obs_space, act_space, config, build_learner=True, seed=config.seed)
         if prepared.initial_weights is not None:
             learner_policy.set_weights(prepared.initial_weights)

@@ -187,7 +187,7 @@ class Trainer:
     def _policy_for_names(self):
         """A local acting policy (numpy; no weights needed) that knows its weight names."""
         if self._local_policy is None:
-            self._local_policy = policy_class_for(self.config)(
+            self._local_policy = policy_class_for(self.config.run)(
                 self._system.observation_space, self._system.action_space, self.config, seed=self.config.seed
             )
         return self._local_policy

@@ -188,3 +188,22 @@ def test_every_benchmark_command_answers_help_without_sb3_torch_or_mujoco_import
         assert result.returncode == 0, (args, result.stderr[-2000:])
         assert "HEAVY []" in result.stdout, (args, result.stdout[-500:])
         assert "usage" in result.stdout.lower(), args
+
+
+# What sees only sections of the configuration, never the whole Config: the algorithms'
+# learners and networks, the model builders, the learner's loop.
+SECTION_ONLY = [*sorted((ROOT / "dsac" / "algorithms").rglob("learner.py")),
+                *sorted((ROOT / "dsac" / "algorithms").rglob("networks.py")),
+                *sorted((ROOT / "dsac" / "models").glob("*.py")), ROOT / "dsac" / "learning.py"]
+
+
+@pytest.mark.parametrize("path", SECTION_ONLY, ids=lambda p: str(p.relative_to(ROOT)))
+def test_learners_models_and_the_loop_take_sections_not_the_whole_config(path):
+    """Configuration by concern: these take the section they need (``model``, ``algorithm``) or
+    plain numbers, so a reader sees what they depend on (python -m benchmarks config-reach
+    lists every module that still receives the whole Config)."""
+    tree = ast.parse(path.read_text())
+    names = {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}
+    names |= {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    assert "config" not in names, f"{path.relative_to(ROOT)} takes the whole config"
+    assert "dsac.config" not in imports_of(path)

@@ -65,7 +65,7 @@ class DistributedRun:
             config = self.config = config.replace(num_replay_shards=self.plan.num_shards)
         log_plan(self.plan, config, self.output_dir, self.observation_space, self.action_space)
         ship_user_code(config)
-        self.callbacks = callbacks_for(config)
+        self.callbacks = callbacks_for(config.run)
         meta = (checkpoint or {}).get("meta", {})
         self.system = System(config, self.plan, self.observation_space, self.action_space, insert_limit,
                              meta, self._replay_to_restore(checkpoint))

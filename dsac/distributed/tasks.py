@@ -286,7 +286,7 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     the replay buffer (counted over all workers; with shards, estimated from this one).
     """
     ps.report_placement.remote(Placement(f"rollout_worker_{index}", **describe_process()))
-    callbacks = callbacks_for(config)
+    callbacks = callbacks_for(config.run)
     collector = EnvCollector(
         config.env, config.envs_per_worker, seed, config.gamma, config.n_step, callbacks=callbacks,
         worker_index=index, env_kwargs=config.env_kwargs, flatten_obs=config.flatten_obs,
@@ -294,7 +294,7 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
         env_reset_ms=config.env_reset_ms,
         on_env_crash=env_crash_handler(ps, f"rollout_worker_{index}", config.env_restarts),
     )
-    policy = policy_class_for(config)(
+    policy = policy_class_for(config.run)(
         collector.observation_space, collector.action_space, config, seed=seed,
         worker_index=index, num_workers=config.num_workers,
     )
@@ -554,10 +554,10 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     device = configure_tensorflow(num_gpus, num_cpus, config.learner_threads, config.verbose)
     ps.report_placement.remote(Placement(learner_role(index, config.num_learners), **describe_process(),
                                          device=device))
-    policy = policy_class_for(config)(observation_space, action_space, config, build_learner=True, seed=seed)
+    policy = policy_class_for(config.run)(observation_space, action_space, config, build_learner=True, seed=seed)
     if initial_weights is not None:
         policy.set_weights(initial_weights)
-    loop = LearnerLoop(policy, config.push_every, config.max_nonfinite_updates, callbacks_for(config))
+    loop = LearnerLoop(policy, config.push_every, config.max_nonfinite_updates, callbacks_for(config.run))
     if initial_state is not None:
         loop.set_state(initial_state)
     sync = GradientSync(averager, index) if averager is not None else None
@@ -586,7 +586,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_bo
     node's weights board (``weights_board``) where this machine has it, else from waiting
     pulls on the parameter server."""
     ps.report_placement.remote(Placement("evaluator", **describe_process()))
-    policy = policy_class_for(config)(observation_space, action_space, config, seed=seed)
+    policy = policy_class_for(config.run)(observation_space, action_space, config, seed=seed)
     weights = WeightsClient(ps, policy, board=weights_board)
     next_eval, evaluated_version, count = config.eval_every, 0, 0
 
