@@ -53,7 +53,7 @@ EPISODE_CONTINUES = "episode_continues"
 
 
 @dataclasses.dataclass(frozen=True)
-class AtariSettings:
+class FrameSettings:
     """The frames: preprocessing of Atari envs and of other envs' large frames.
 
     The frames section of a run's configuration (:class:`dsac.config.Config`; ``launch.py``
@@ -76,7 +76,7 @@ class AtariSettings:
     sticky_actions: bool = setting(True, "keep ALE v5's repeat-action probability 0.25 (Machado et al. 2018); false: 0")
 
     @classmethod
-    def from_dict(cls, values: dict) -> AtariSettings:
+    def from_dict(cls, values: dict) -> FrameSettings:
         """From a dict read from a file: unknown keys and wrong types are refused."""
         names = {f.name: f.type for f in dataclasses.fields(cls)}
         unknown = set(values) - set(names)
@@ -95,7 +95,7 @@ class AtariSettings:
         """Every setting in its range (one line naming the flag)."""
         self.checked()
 
-    def checked(self) -> AtariSettings:
+    def checked(self) -> FrameSettings:
         """Every setting in its range (one line naming the flag); returns itself."""
         for name, low, high in (("framestack", 1, 16), ("dim", 8, 512), ("noop_max", 0, 10_000), ("frame_skip", 1, 64)):
             value = getattr(self, name)
@@ -131,7 +131,7 @@ def register_ale_envs() -> None:
     ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # no start-up banner per env
 
 
-def base_env_kwargs(env_id: str, env_kwargs: dict, settings: AtariSettings) -> dict:
+def base_env_kwargs(env_id: str, env_kwargs: dict, settings: FrameSettings) -> dict:
     """The ALE env's own constructor arguments: its frame skip off (``AtariPreprocessing``
     skips and max-pools) and sticky actions kept or off."""
     for key in ("frameskip", "obs_type"):
@@ -144,7 +144,7 @@ def base_env_kwargs(env_id: str, env_kwargs: dict, settings: AtariSettings) -> d
     return kwargs
 
 
-def wrap_atari(env: gym.Env, settings: AtariSettings, training: bool) -> gym.Env:
+def wrap_atari(env: gym.Env, settings: FrameSettings, training: bool) -> gym.Env:
     """DeepMind's preprocessing around an ALE env made with ``frameskip=1`` (see the module)."""
     try:
         env = gym.wrappers.AtariPreprocessing(
@@ -176,7 +176,7 @@ def is_large_frame(space) -> bool:
             and (len(shape) == 2 or (len(shape) == 3 and shape[2] in (1, 3))) and is_large_image(shape))
 
 
-def wrap_image(env: gym.Env, settings: AtariSettings) -> gym.Env:
+def wrap_image(env: gym.Env, settings: FrameSettings) -> gym.Env:
     """An env with large frames (:func:`is_large_frame`, not ALE) preprocessed by gymnasium's
     wrappers as Atari frames are: ``ResizeObservation`` to ``dim``x``dim``, RGB to one gray
     channel (``GrayscaleObservation``) and the last ``framestack`` frames stacked, stack axis

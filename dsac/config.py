@@ -1,5 +1,5 @@
 """A run's configuration: :class:`Config`, composed of one section per concern
-(:mod:`dsac.settings`, and :class:`dsac.atari.AtariSettings` for frames). Every field is also a
+(:mod:`dsac.settings`, and :class:`dsac.atari.FrameSettings` for frames). Every field is also a
 flat ``launch.py`` flag and a flat attribute (``config.buffer_size`` is
 ``config.replay.buffer_size``), so ``Config(env=..., lr=...)``, ``--config`` files, RLlib-style
 dicts and the ``config.json`` of older runs read as they always did.
@@ -11,7 +11,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from dsac.atari import AtariSettings, is_atari_id
+from dsac.atari import FrameSettings, is_atari_id
 from dsac.errors import DsacError, did_you_mean
 from dsac.files import read_text
 from dsac.models.catalog import registered_models, resolve_builder
@@ -33,7 +33,7 @@ from dsac.settings import (
 # The sections, in the order of ``--help`` and docs/guide.md.
 SECTIONS: dict[str, type] = {
     "run": RunSettings, "resources": ResourceSettings, "algorithm": AlgorithmSettings, "model": ModelSettings,
-    "replay": ReplaySettings, "flow": FlowSettings, "frames": AtariSettings, "output": OutputSettings,
+    "replay": ReplaySettings, "flow": FlowSettings, "frames": FrameSettings, "output": OutputSettings,
 }
 # Each flat field name -> the section that holds it.
 SECTION_OF: dict[str, str] = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
@@ -144,7 +144,7 @@ class Config:
     model: ModelSettings
     replay: ReplaySettings
     flow: FlowSettings
-    frames: AtariSettings
+    frames: FrameSettings
     output: OutputSettings
     defaulted: list  # the fields resolve() filled with algorithm defaults (not saved)
 

@@ -10,7 +10,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from dsac.atari import AtariSettings, base_env_kwargs, is_atari, register_ale_envs, wrap_atari, wrap_image
+from dsac.atari import FrameSettings, base_env_kwargs, is_atari, register_ale_envs, wrap_atari, wrap_image
 from dsac.errors import DsacError, did_you_mean
 
 # Env namespaces that come with a package of their own, and the pip install that brings them.
@@ -18,7 +18,7 @@ NAMESPACE_PACKAGES = {"ALE": "ale-py", "MiniGrid": "minigrid", "BabyAI": "minigr
 
 
 def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = False,
-             atari: AtariSettings | None = None, training: bool = False) -> gym.Env:
+             atari: FrameSettings | None = None, training: bool = False) -> gym.Env:
     """Make an environment, turning gymnasium's errors into one-line ones.
 
     ``env_id`` is a registered gymnasium id, ``module:env-id`` (the module registers it when
@@ -28,7 +28,7 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
     flat Box).
 
     An ALE (Atari) id gets DeepMind's preprocessing with ``atari``'s settings (default
-    :class:`dsac.atari.AtariSettings`); ``training`` adds its training-only parts (life loss
+    :class:`dsac.atari.FrameSettings`); ``training`` adds its training-only parts (life loss
     as an episode end, clipped rewards). See :mod:`dsac.atari`. Another env whose observations
     are large frames (CarRacing-v3's 96x96x3) gets the same resizing, grayscale and frame
     stacking (:func:`dsac.atari.wrap_image`).
@@ -44,7 +44,7 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
     target = resolve_env(env_id)
     if is_atari(target):
         register_ale_envs()
-        atari = atari or AtariSettings()
+        atari = atari or FrameSettings()
         env_kwargs = base_env_kwargs(env_id, env_kwargs, atari)
     try:
         env = gym.make(target, **env_kwargs)
@@ -66,7 +66,7 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
     if is_atari(target):
         env = wrap_atari(env, atari, training)
     else:
-        env = wrap_image(env, atari or AtariSettings())
+        env = wrap_image(env, atari or FrameSettings())
     if flatten_obs and not is_flat_box(env.observation_space):
         env = gym.wrappers.FlattenObservation(env)
     return env

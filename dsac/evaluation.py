@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dsac.atari import AtariSettings
+from dsac.atari import FrameSettings
 from dsac.envs import make_env
 from dsac.rollout import ActFn, CrashFn, rebuild_or_raise
 
@@ -43,14 +43,14 @@ class Episodes(NamedTuple):
 
 
 def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
-             flatten_obs: bool = False, atari: AtariSettings | None = None,
+             flatten_obs: bool = False, atari: FrameSettings | None = None,
              on_env_crash: CrashFn | None = None, frames=None) -> np.ndarray:
     """The returns of :func:`play_episodes` (same arguments)."""
     return play_episodes(act, env_id, episodes, seed, env_kwargs, flatten_obs, atari, on_env_crash, frames).returns
 
 
 def play_episodes(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
-                  flatten_obs: bool = False, atari: AtariSettings | None = None,
+                  flatten_obs: bool = False, atari: FrameSettings | None = None,
                   on_env_crash: CrashFn | None = None, frames=None,
                   on_progress: Callable[[int], None] | None = None) -> Episodes:
     """Run ``episodes`` episodes side by side (episode ``j`` reset with ``seed + j``), acting

@@ -157,10 +157,10 @@ def check_payload(payload, path: str) -> None:
         if not isinstance(name, str) or not isinstance(array, np.ndarray):
             raise DsacError(f"weights file {path}: weight {name!r} is not a named numpy array")
     if "atari" in payload:
-        from dsac.atari import AtariSettings
+        from dsac.atari import FrameSettings
 
         try:
-            AtariSettings.from_dict(payload["atari"])
+            FrameSettings.from_dict(payload["atari"])
         except DsacError as exc:
             raise DsacError(f"weights file {path}: {exc}") from None
 

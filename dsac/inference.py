@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsac.atari import AtariSettings
+from dsac.atari import FrameSettings
 from dsac.config import MODEL_KEYS, Config
 from dsac.envs import space_from_description
 from dsac.errors import DsacError
@@ -46,7 +46,7 @@ class LoadedPolicy:
         self.env_kwargs = dict(payload.get("env_kwargs") or {})
         self.flatten_obs = bool(payload.get("flatten_obs", False))
         try:
-            self.atari = AtariSettings.from_dict(payload.get("atari") or {})
+            self.atari = FrameSettings.from_dict(payload.get("atari") or {})
             self.observation_space = space_from_description(payload["observation_space"])
             self.action_space = space_from_description(payload["action_space"])
             spec = algorithm(self.algo)

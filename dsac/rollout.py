@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dsac.atari import EPISODE_CONTINUES, REAL_REWARD, AtariSettings
+from dsac.atari import EPISODE_CONTINUES, REAL_REWARD, FrameSettings
 from dsac.callbacks import Callbacks, Episode, overrides
 from dsac.envs import EnvCrashed, make_env, one_line, with_simulated_cost
 from dsac.messages import FinishedEpisode
@@ -61,7 +61,7 @@ class EnvCollector:
         worker_index: reported to the callbacks.
         env_kwargs: keyword arguments of the env's constructor.
         flatten_obs: flatten the observations into one Box (see :func:`dsac.envs.make_env`).
-        atari: preprocessing of Atari envs (default: :class:`dsac.atari.AtariSettings`).
+        atari: preprocessing of Atari envs (default: :class:`dsac.atari.FrameSettings`).
         env_step_ms, env_reset_ms: each step / reset takes at least this wall time, sleeping
             (:class:`dsac.envs.SimulatedCost`; 0: the env as it is). The envs are stepped one
             after another, so ``num_envs`` envs of 10 ms take 10·``num_envs`` ms a batch.
@@ -71,7 +71,7 @@ class EnvCollector:
 
     def __init__(self, env_id: str, num_envs: int, seed: int, gamma: float = 0.99, n_step: int = 1,
                  callbacks: Callbacks | None = None, worker_index: int | None = None,
-                 env_kwargs: dict | None = None, flatten_obs: bool = False, atari: AtariSettings | None = None,
+                 env_kwargs: dict | None = None, flatten_obs: bool = False, atari: FrameSettings | None = None,
                  env_step_ms: float = 0.0, env_reset_ms: float = 0.0, on_env_crash: CrashFn | None = None):
         self._make_env = lambda: with_simulated_cost(
             make_env(env_id, env_kwargs, flatten_obs, atari, training=True), env_step_ms, env_reset_ms)

@@ -1,7 +1,7 @@
 """The sections of a run's configuration, one dataclass per concern, each with its fields' defaults
 and help text (``metadata["help"]``: the CLI, docs/guide.md and ``config.json`` describe the same
 thing) and a ``check()`` of its own ranges. :class:`dsac.config.Config` composes them (with the
-frames section, :class:`dsac.atari.AtariSettings`) and checks what relates fields of different
+frames section, :class:`dsac.atari.FrameSettings`) and checks what relates fields of different
 sections.
 
 Every field is a ``launch.py`` flag of the same name; a field whose default is ``None`` takes the

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from dsac.atari import EPISODE_CONTINUES, REAL_REWARD, AtariSettings
+from dsac.atari import EPISODE_CONTINUES, REAL_REWARD, FrameSettings
 from dsac.config import Config
 from dsac.envs import make_env
 from dsac.errors import DsacError
@@ -23,7 +23,7 @@ def test_any_ale_id_gets_deepmind_preprocessing_from_gymnasium_wrappers():
     assert base.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)  # v5's sticky actions kept
     obs, _ = env.reset(seed=0)
     assert obs.shape == (4, 84, 84)
-    small = make_env("ALE/Breakout-v5", atari=AtariSettings(framestack=2, dim=42, grayscale=False, sticky_actions=False))
+    small = make_env("ALE/Breakout-v5", atari=FrameSettings(framestack=2, dim=42, grayscale=False, sticky_actions=False))
     assert small.observation_space.shape == (2, 42, 42, 3)
     assert small.unwrapped.ale.getFloat("repeat_action_probability") == 0.0
     names = {type(w).__name__ for w in _wrappers(make_env("ALE/Breakout-v5", training=True))}
@@ -58,7 +58,7 @@ def test_life_loss_ends_learning_episodes_but_the_game_goes_on():
 
 
 def test_collector_stores_the_learning_signal_and_reports_whole_games_real_score():
-    collector = EnvCollector("ALE/SpaceInvaders-v5", num_envs=2, seed=1, atari=AtariSettings(noop_max=5))
+    collector = EnvCollector("ALE/SpaceInvaders-v5", num_envs=2, seed=1, atari=FrameSettings(noop_max=5))
     rng = np.random.default_rng(1)
     chunks, episodes = [], []
     while len(episodes) < 2:
@@ -93,7 +93,7 @@ def test_atari_flags_and_rllib_model_keys():
     with pytest.raises(DsacError, match="use --frame_skip"):
         make_env("ALE/Pong-v5", {"frameskip": 4})
     with pytest.raises(DsacError, match="setting framestack must be int"):
-        AtariSettings.from_dict({"framestack": "4"})
+        FrameSettings.from_dict({"framestack": "4"})
 
 
 def test_a_short_breakout_run_records_game_lengths_and_a_policy_that_never_fires_ends_its_games(tmp_path):

@@ -5,12 +5,12 @@ rings wrapping) comes back exactly, at about one frame per transition."""
 import numpy as np
 import pytest
 
-from dsac.atari import AtariSettings
+from dsac.atari import FrameSettings
 from dsac.frames import FrameEncoder, FrameStore, frame_layout
 from dsac.replay import FIELDS, PrioritizedReplayStorage, ReplayStorage, field_specs, storage_bytes
 from dsac.rollout import EnvCollector
 
-ATARI = AtariSettings(noop_max=3)
+ATARI = FrameSettings(noop_max=3)
 
 
 def _collectors(num_writers, n_step=3):
@@ -93,7 +93,7 @@ def test_checkpointed_frames_restore_the_same_batches():
 def test_car_racing_frames_are_preprocessed_and_stored_about_once_per_transition():
     """Another image env (CarRacing-v3, not ALE) gets the same preprocessing (84x84 gray, 4
     stacked) and its replay holds about one frame per transition, stacks rebuilt exactly."""
-    collector = EnvCollector("CarRacing-v3", num_envs=2, seed=0, n_step=1, atari=AtariSettings())
+    collector = EnvCollector("CarRacing-v3", num_envs=2, seed=0, n_step=1, atari=FrameSettings())
     layout = frame_layout(collector.observation_space.shape, collector.observation_space.dtype)
     assert layout.stack == 4 and layout.frame_shape == (84, 84)
     encoder = FrameEncoder(layout, num_envs=2, n_step=1)

@@ -134,7 +134,7 @@ def test_image_preprocessing_of_other_envs_follows_the_flags_and_old_weights_fil
     ``--preprocess_images false`` keeps the raw frames; small images (Catch's 10x5) are left
     alone; a weights file from before the setting existed (no ``preprocess_images`` in its
     settings) rebuilds its env with raw frames, as its network was trained."""
-    from dsac.atari import AtariSettings
+    from dsac.atari import FrameSettings
     from dsac.envs import make_env
 
     def shape(env_id="CarRacing-v3", **flags):
@@ -150,7 +150,7 @@ def test_image_preprocessing_of_other_envs_follows_the_flags_and_old_weights_fil
     assert shape(framestack=1, dim=96) == (96, 96)
     assert shape(preprocess_images=False) == (96, 96, 3)
     assert shape("examples.catch:Catch") == (10, 5)
-    old = AtariSettings.from_dict({key: value for key, value in AtariSettings().as_dict().items()
+    old = FrameSettings.from_dict({key: value for key, value in FrameSettings().as_dict().items()
                                    if key != "preprocess_images"})
     assert make_env("CarRacing-v3", atari=old).observation_space.shape == (96, 96, 3)
 
