@@ -22,7 +22,7 @@ class _Format1Unpickler(pickle.Unpickler):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="dsac-convert-weights", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a format-1 weights file you trust")
     parser.add_argument("--out", default=None, help="where to write the converted file (default: in place)")
     args = parser.parse_args(argv)
