@@ -146,17 +146,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--games", nargs="+", default=["Pong", "Breakout", "Qbert", "Freeway"],
                         help="ALE game names (ALE/<Game>-v5)")
-    parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget of each run")
     parser.add_argument("--workers", type=int, default=2, help="rollout workers (--num_workers)")
     parser.add_argument("--flags", default="", help="extra launch.py flags, a candidate change (e.g. "
                         "--flags='--conv_filters [[32,5,5],[64,5,5]] --fcnet_hiddens 256'); the table shows them")
     harness.add_seed_flags(parser, "0")
-    parser.add_argument("--out", default="runs/atari.jsonl", help="result records (the docs table: docs/atari/results.jsonl)")
-    parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
+    harness.add_results_flags(parser, "runs/atari.jsonl", "docs/atari/results.jsonl", minutes=60.0)
     args = parser.parse_args(argv)
     if not args.report:
-        if not (0 < args.minutes <= 24 * 60):
-            parser.error(f"--minutes must be in (0, 1440], got {args.minutes:g}")
+        harness.check_minutes(parser, args.minutes)
         from dsac.envs import make_env
         from dsac.errors import DsacError
 
@@ -173,10 +170,7 @@ def main(argv=None) -> int:
                 harness.append_record(args.out, rec)
                 print(f"{game} seed {seed}: {rec['scores']} at 100k steps {rec['at_100k_steps']} error {rec['error']}",
                       file=sys.stderr, flush=True)
-    if not os.path.exists(args.out):
-        parser.error(f"no results in {args.out} yet")
-    print(games_report(args.out))
-    return 0
+    return harness.print_report(parser, args.out, games_report)
 
 
 def _policy(build_learner: bool, batch_size: int = 32):

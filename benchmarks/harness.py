@@ -226,6 +226,29 @@ def area_under_curve(points: list[dict], budget: float, axis: str = "env_steps")
     return area / (budget - start)
 
 
+def add_results_flags(parser, out: str, docs: str, minutes: float | None = None) -> None:
+    """A table's flags: ``--out`` (its result records, one JSON line per run; ``docs``: the file
+    the docs table is generated from), ``--report`` and, with ``minutes``, each run's wall-clock
+    budget ``--minutes`` (checked by :func:`check_minutes`)."""
+    if minutes is not None:
+        parser.add_argument("--minutes", type=float, default=minutes, help="wall-clock budget of each run")
+    parser.add_argument("--out", default=out, help=f"result records (the docs table: {docs})")
+    parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
+
+
+def check_minutes(parser, minutes: float) -> None:
+    if not (0 < minutes <= 24 * 60):
+        parser.error(f"--minutes must be in (0, 1440], got {minutes:g}")
+
+
+def print_report(parser, out: str, render) -> int:
+    """Print ``render(out)``, the table of the records in ``out``; a one-line error without any."""
+    if not os.path.exists(out):
+        parser.error(f"no results in {out} yet")
+    print(render(out))
+    return 0
+
+
 def add_seed_flags(parser, default: str, prefix: str = "") -> None:
     """``--seeds S ...`` (which seeds) or ``--num_seeds N`` (seeds 0..N-1), never both; with
     ``prefix`` (e.g. ``lunar_``) for a second set; ``default`` says which seeds run without

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 
@@ -119,15 +118,12 @@ def main(argv=None) -> int:
     parser.add_argument("--envs", nargs="+", default=[e for e in SUITE if e != "Humanoid-v5"], choices=sorted(SUITE))
     parser.add_argument("--sides", nargs="+", default=["dsac", "sb3"], choices=["dsac", "sb3"])
     harness.add_seed_flags(parser, "0")
-    parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget of each run")
     parser.add_argument("--flags", default="", help="extra launch.py flags for dsac's side, a candidate change "
                         "(e.g. --flags='--fcnet_hiddens 256 256'); the table shows them")
-    parser.add_argument("--out", default="runs/mujoco.jsonl", help="result records (the docs table: docs/mujoco/results.jsonl)")
-    parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
+    harness.add_results_flags(parser, "runs/mujoco.jsonl", "docs/mujoco/results.jsonl", minutes=15.0)
     args = parser.parse_args(argv)
     if not args.report:
-        if not (0 < args.minutes <= 24 * 60):
-            parser.error(f"--minutes must be in (0, 1440], got {args.minutes:g}")
+        harness.check_minutes(parser, args.minutes)
         for env in args.envs:
             for seed in harness.seeds_of(args, [0]):
                 for side in args.sides:
@@ -135,10 +131,7 @@ def main(argv=None) -> int:
                     harness.append_record(args.out, rec)
                     print(f"{env} {side} seed {seed}: {rec['scores']} best {rec['best']} error {rec['error']}",
                           file=sys.stderr, flush=True)
-    if not os.path.exists(args.out):
-        parser.error(f"no results in {args.out} yet")
-    print(report(args.out))
-    return 0
+    return harness.print_report(parser, args.out, report)
 
 
 if __name__ == "__main__":

@@ -78,8 +78,7 @@ def main(argv=None) -> int:
     harness.add_seed_flags(parser, "0..4")
     parser.add_argument("--budget", type=int, default=TASK["budget"])
     parser.add_argument("--flags", default="", help="extra launch.py flags, e.g. --flags=--lr=lin_2.3e-3")
-    parser.add_argument("--out", default="runs/stability.jsonl", help="result records (the docs table: docs/stability/dqn-cartpole.jsonl)")
-    parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
+    harness.add_results_flags(parser, "runs/stability.jsonl", "docs/stability/dqn-cartpole.jsonl")
     args = parser.parse_args(argv)
     if not args.report:
         for variant in args.variants:
@@ -90,8 +89,7 @@ def main(argv=None) -> int:
                 harness.append_record(args.out, rec)
                 print(f"{args.settings} {variant} seed {seed}: final {rec['final']}, area {rec['auc']}, "
                       f"to {TASK['threshold']:g} in {rec['hit_steps']} steps / {rec['hit_s']} s", file=sys.stderr)
-    print(report(args.out))
-    return 0
+    return harness.print_report(parser, args.out, report)
 
 
 if __name__ == "__main__":
