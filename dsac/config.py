@@ -201,7 +201,10 @@ class Config:
             DsacError: one line naming the file and the problem.
         """
         source = source or path
-        values = read_mapping(path, source)
+        try:
+            values = flat_values(read_mapping(path, source))  # nested keys are checked for code too
+        except DsacError as exc:
+            raise DsacError(f"{source}: {exc}") from None
         overrides = dict(overrides or {})
         values.pop("custom_models", None)  # builders come from the registry or module:Name
         values.pop("defaulted", None)
@@ -220,18 +223,7 @@ class Config:
     def from_dict(cls, values: dict) -> Config:
         """Build from a dict of flag names (plus RLlib's ``model`` dict), refusing unknown keys
         with a did-you-mean."""
-        values = dict(values)
-        for name in SECTIONS:  # a file may group its keys by section: {"replay": {"buffer_size": ...}}
-            if name != "model" and isinstance(values.get(name), dict):
-                values.update(values.pop(name))
-        model = values.pop("model", None) or {}
-        if not isinstance(model, dict):
-            raise DsacError(f"config key 'model' must be a dict, got {type(model).__name__}")
-        for key in model:
-            if key not in (*MODEL_KEYS, *MODEL_PREPROCESSING_KEYS):
-                known = (*MODEL_KEYS, *MODEL_PREPROCESSING_KEYS)
-                raise DsacError(f"unknown model config key '{key}'{did_you_mean(key, known)}")
-        values.update(model)
+        values = flat_values(values)
         for key in RETIRED:
             values.pop(key, None)
         for old, new in RENAMED.items():  # flags and config.json keys of older versions
@@ -292,6 +284,33 @@ class Config:
         check_relations(self)
         check_named_code(self)
         return self
+
+
+def flat_values(values: dict) -> dict:
+    """``values`` with every key at the top: a section's group (``{"replay": {"buffer_size":
+    ...}}``) and RLlib's ``model`` dict (model keys and ``framestack``/``dim``/``grayscale``)
+    spread out, each key checked to belong where it stands and to be given once."""
+    flat = {key: value for key, value in values.items() if key not in SECTIONS}
+    for name in SECTIONS:
+        if name not in values:
+            continue
+        group = values[name]
+        if not isinstance(group, dict):
+            raise DsacError(f"config key '{name}' must be a mapping (of its section's keys), got {type(group).__name__}")
+        for key, value in group.items():
+            if name == "model":  # RLlib's model dict
+                known = (*MODEL_KEYS, *MODEL_PREPROCESSING_KEYS)
+                if key not in known:
+                    raise DsacError(f"unknown model config key '{key}'{did_you_mean(str(key), known)}")
+            elif SECTION_OF.get(RENAMED.get(key, key)) != name and key not in RETIRED:
+                home = SECTION_OF.get(RENAMED.get(key, key)) if isinstance(key, str) else None
+                if home is None:
+                    raise DsacError(f"unknown config key '{key}'{suggest_key(str(key), list(SECTION_OF))}")
+                raise DsacError(f"config key '{key}' belongs to section '{home}', not '{name}'")
+            if key in flat:
+                raise DsacError(f"config key '{key}' is given twice: at the top and in '{name}'")
+            flat[key] = value
+    return flat
 
 
 def _flat(section: str, name: str, help: str | None) -> property:

@@ -78,3 +78,30 @@ def test_each_section_checks_its_own_fields_in_one_line(flags, message):
     with pytest.raises(DsacError, match=message) as info:
         Config(env="CartPole-v1", algo="dqn", **flags).validate()
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("saved", [
+    {"env": "Pendulum-v1", "model": {"custom_model": "dsac_no_such_module:builder"}},  # RLlib's model dict
+    {"run": {"policy_class": "dsac_no_such_module:Policy"}},  # a section's group
+    {"run": {"trust_code": True, "callbacks": "dsac_no_such_module:Callbacks"}},  # consent is never the file's
+])
+def test_code_named_inside_a_group_of_an_untrusted_file_is_refused_like_a_flat_key(tmp_path, saved):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(saved))
+    with pytest.raises(DsacError, match="names code to import: .*nothing was imported"):
+        Config.load(str(path))
+    assert Config.load(str(path), trusted=True) is not None  # the user's own --config file may
+
+
+@pytest.mark.parametrize("saved, message", [
+    ({"replay": {"lr": 0.1}}, "config key 'lr' belongs to section 'algorithm', not 'replay'"),
+    ({"replay": 3}, "config key 'replay' must be a mapping"),
+    ({"lr": 0.1, "algorithm": {"lr": 0.2}}, "config key 'lr' is given twice"),
+    ({"model": {"fcnet_hidden": [8]}}, "unknown model config key 'fcnet_hidden'.*fcnet_hiddens"),
+])
+def test_a_group_holds_only_its_own_keys_once(tmp_path, saved, message):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(saved))
+    with pytest.raises(DsacError, match=message) as info:
+        Config.load(str(path))
+    assert str(info.value).startswith(str(path))
