@@ -232,6 +232,7 @@ class RunSettings:
         if not isinstance(self.env_kwargs, dict):
             raise DsacError(f"env_kwargs must be a dict, got {self.env_kwargs!r}")
 
+
 @dataclass(frozen=True)
 class ResourceSettings:
     """Where a run's roles run: rollout workers, learners, replay shards, the cluster, restarts."""
@@ -301,6 +302,7 @@ class ResourceSettings:
                 raise DsacError(f"--{name} {value} needs Ray: the serial runner (--local / --num_workers 0) runs one "
                                 "learner and one replay buffer in this process")
 
+
 @dataclass(frozen=True)
 class AlgorithmSettings:
     """The learning algorithm's settings, SAC's and DQN's.
@@ -358,6 +360,7 @@ class AlgorithmSettings:
         if not (math.isfinite(self.v_min) and math.isfinite(self.v_max) and self.v_min < self.v_max):
             raise DsacError(f"--v_min {self.v_min!r} must be below --v_max {self.v_max!r}")
 
+
 @dataclass(frozen=True)
 class ModelSettings:
     """The networks: RLlib's model keys."""
@@ -391,6 +394,7 @@ class ModelSettings:
         if not self.fcnet_hiddens or any(h <= 0 for h in self.fcnet_hiddens):
             raise DsacError(f"--fcnet_hiddens must be positive layer sizes, got {self.fcnet_hiddens!r}")
 
+
 @dataclass(frozen=True)
 class ReplaySettings:
     """The replay buffer: capacity, n-step sums, prioritization."""
@@ -404,6 +408,7 @@ class ReplaySettings:
     def check(self) -> None:
         positive_ints(self, "buffer_size", "n_step")
         in_unit_interval(self, "priority_alpha", "priority_beta")
+
 
 @dataclass(frozen=True)
 class FlowSettings:
@@ -423,6 +428,7 @@ class FlowSettings:
     def check(self) -> None:
         positive_ints(self, "max_steps_ahead", "batches_per_sample", "prefetch", "push_every", "max_chunk")
         positive_numbers(self, "chunk_seconds")
+
 
 @dataclass(frozen=True)
 class OutputSettings:
