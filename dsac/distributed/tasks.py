@@ -564,17 +564,17 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     if sync is not None and not sync.join(loop):
         return {"learner": index, "updates": loop.updates}
     sampler = ShardedSampler(shards, config.batch_size, config.batches_per_sample, config.prefetch)
-    link = LearnerWiring(loop, ps, shards, sampler, index, sync)
-    link.first_push()
+    wiring = LearnerWiring(loop, ps, shards, sampler, index, sync)
+    wiring.first_push()
     try:
-        while not link.orders.stop:
-            link.step()
+        while not wiring.orders.stop:
+            wiring.step()
     except NonFiniteUpdates:
         # The weights are still the last good ones (no skipped step changed them): hand them
         # and the counters over, then fail with the reason.
-        link.hand_over(state=False)
+        wiring.hand_over(state=False)
         raise
-    link.hand_over(state=True)
+    wiring.hand_over(state=True)
     return {"learner": index, "updates": loop.updates, "weights_digest": weights_digest(policy.get_weights())}
 
 
