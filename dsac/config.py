@@ -25,9 +25,6 @@ from dsac.settings import (
     ResourceSettings,
     RunSettings,
     coerce_field,
-    framestack_value,  # noqa: F401 (part of this module's interface)
-    json_list,  # noqa: F401
-    json_object,  # noqa: F401
 )
 
 # The sections, in the order of ``--help`` and docs/guide.md.
