@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from dsac.errors import quiet_when_the_reader_leaves
+
 # command -> (module of this package, what it measures)
 COMMANDS = {
     "speed": ("speed", "collection, learner feed, weight sync and time to solve against SB3, in one table"),
@@ -31,6 +33,7 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+@quiet_when_the_reader_leaves
 def main(argv: list[str] | None = None) -> int:
     from_command_line = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)

@@ -18,7 +18,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 from dsac.config import SECTION_OF, SECTIONS, Config, config_fields, suggest_key  # noqa: E402
-from dsac.errors import DsacError  # noqa: E402
+from dsac.errors import DsacError, quiet_when_the_reader_leaves  # noqa: E402
 
 _TYPES = {"int": int, "float": float, "str": str}
 
@@ -96,6 +96,7 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
+@quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(

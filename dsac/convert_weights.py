@@ -10,7 +10,7 @@ import argparse
 import pickle
 import sys
 
-from dsac.errors import DsacError
+from dsac.errors import DsacError, quiet_when_the_reader_leaves
 from dsac.files import FORMAT_1_GLOBALS, FORMAT_VERSION, load_weights, save_weights
 
 
@@ -21,6 +21,7 @@ class _Format1Unpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"refusing to load global {module}.{name}")
 
 
+@quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="dsac-convert-weights", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a format-1 weights file you trust")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from dsac.errors import DsacError
+from dsac.errors import DsacError, quiet_when_the_reader_leaves
 from dsac.files import check_writable_dir
 from dsac.inference import load_policy
 from dsac.models.vision import obs_input
@@ -47,6 +47,7 @@ def export_savedmodel(weights_path: str, out_dir: str, trust_code: bool = False)
     return out_dir, f"serving_default(obs {obs.input_dtype}[{shape}]) -> action"
 
 
+@quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="dsac-export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")

@@ -10,9 +10,10 @@ import os
 import statistics
 import sys
 
-from dsac.errors import DsacError
+from dsac.errors import DsacError, quiet_when_the_reader_leaves
 
 
+@quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="dsac-infer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")

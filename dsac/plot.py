@@ -10,7 +10,7 @@ Runs whose config.json differ only in their seed are drawn as one curve, mean +-
 import argparse
 import sys
 
-from dsac.errors import DsacError
+from dsac.errors import DsacError, quiet_when_the_reader_leaves
 
 AXES = (("env_steps", "env steps"), ("wall_s", "wall-clock seconds (from process start)"))
 
@@ -45,6 +45,7 @@ def plot(paths: list[str], out: str, group: bool = True, title: str | None = Non
         plt.close(figure)
 
 
+@quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="dsac-plot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run directories (with progress.jsonl)")

@@ -20,6 +20,8 @@ import shutil
 import subprocess
 import sys
 
+from dsac.errors import quiet_when_the_reader_leaves
+
 # The checkout dsac runs from: what the job uploads as its working directory.
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,6 +62,7 @@ def build_command(args, launch_args: list[str]) -> list[str]:
     return [*command, "--", "python", "launch.py", *launch_args]
 
 
+@quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     launch_args: list[str] = []

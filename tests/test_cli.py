@@ -347,3 +347,22 @@ def test_max_seconds_with_the_default_budget_says_which_ends_the_run(tmp_path, c
                        output_dir=str(tmp_path / "b")), local=True)
         say_budget(Config(algo="dqn", env="ALE/Pong-v5", max_seconds=3600).validate())  # Atari's 10M steps
     assert "default budget" not in caplog.text
+
+
+@pytest.mark.parametrize("command", [
+    ["launch.py", "--help"],
+    ["-m", "benchmarks", "mujoco", "--report", "--out", "docs/mujoco/results.jsonl"],
+    ["-m", "dsac.infer", "--help"],
+])
+def test_a_reader_that_stops_reading_ends_the_command_quietly(command):
+    """``... | head``: the pipe's reader is gone before the first line (a read end already closed),
+    so every write fails; the command ends quietly (141 as coreutils do, or 0 where nothing was
+    flushed before the exit), with no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([sys.executable, *command], stdout=write_end, stderr=subprocess.PIPE, text=True,
+                                timeout=120, cwd=REPO_ROOT)
+    finally:
+        os.close(write_end)
+    assert result.returncode in (0, 128 + signal.SIGPIPE) and result.stderr == "", result.stderr[-2000:]

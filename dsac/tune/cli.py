@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 
-from dsac.errors import DsacError
+from dsac.errors import DsacError, quiet_when_the_reader_leaves
 from dsac.tune.trainable import METRIC
 
 log = logging.getLogger("dsac")
@@ -255,6 +255,7 @@ def log_concurrency(space: dict, cluster: dict, max_concurrent: int) -> None:
              cluster.get("GPU", 0), at_once, " (--max_concurrent)" if max_concurrent and max_concurrent < fit else "")
 
 
+@quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s dsac %(message)s", datefmt="%H:%M:%S",
