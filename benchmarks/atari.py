@@ -82,12 +82,15 @@ def game_record(game: str, minutes: float, workers: int, seed: int, png: str | N
     (and its learning curve drawn into ``png``, if given)."""
     env = f"ALE/{game}-v5"
     flags = ["--algo", "dqn", "--num_workers", str(workers), "--max_seconds", f"{60 * minutes:g}", *(extra or [])]
-    run = harness.run_dsac(flags, env, seed, 10_000_000, None, timeout=60 * minutes + 3600, as_typed=True)
-    points = run["points"]
-    if png and points:
+
+    def plot(output_dir: str) -> None:
         os.makedirs(os.path.dirname(os.path.abspath(png)), exist_ok=True)
-        subprocess.run([sys.executable, "-m", "dsac.plot", run["output_dir"], "--out", png], cwd=REPO_ROOT,
+        subprocess.run([sys.executable, "-m", "dsac.plot", output_dir, "--out", png], cwd=REPO_ROOT,
                        check=False, capture_output=True)
+
+    run = harness.run_dsac(flags, env, seed, 10_000_000, None, timeout=60 * minutes + 3600, as_typed=True,
+                           use_output=plot if png else None)
+    points = run["points"]
     at_100k = harness.return_at(points, ATARI_100K_STEPS) if points and points[-1]["env_steps"] >= ATARI_100K_STEPS \
         else None
     return {

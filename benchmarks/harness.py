@@ -16,11 +16,13 @@ import math
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
@@ -95,12 +97,22 @@ def read_points(path: str) -> list[dict]:
 
 
 def run_dsac(flags: list[str], env: str, seed: int, budget: int, eval_every: int | None,
-             stop_return: float | None = None, timeout: float | None = None, as_typed: bool = False) -> dict:
+             stop_return: float | None = None, timeout: float | None = None, as_typed: bool = False,
+             use_output: Callable[[str], None] | None = None) -> dict:
     """``launch.py`` with ``flags`` until ``budget`` env steps (or ``stop_return``): its
     evaluations as points {env_steps, updates, wall_s, return}; wall_s from process start.
     ``eval_every`` None keeps dsac's default; ``as_typed`` runs the command as a user types it
-    (otherwise checkpoints hourly and progress lines every 10 minutes, as parity and sweep runs do)."""
-    out = os.path.join(tempfile.mkdtemp(prefix="dsac-harness-"), "run")
+    (otherwise checkpoints hourly and progress lines every 10 minutes, as parity and sweep runs do).
+    The run directory is temporary: ``use_output(path)`` may read it before it is removed."""
+    tmp = tempfile.mkdtemp(prefix="dsac-harness-")
+    try:
+        return _run_dsac(os.path.join(tmp, "run"), flags, env, seed, budget, eval_every, stop_return, timeout,
+                         as_typed, use_output)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_dsac(out, flags, env, seed, budget, eval_every, stop_return, timeout, as_typed, use_output) -> dict:
     cmd = [sys.executable, os.path.join(REPO_ROOT, "launch.py"), *flags, "--env", env, "--seed", str(seed),
            "--total_env_steps", str(budget), "--output_dir", out, "--no-tensorboard"]
     if eval_every is not None:
@@ -117,6 +129,8 @@ def run_dsac(flags: list[str], env: str, seed: int, budget: int, eval_every: int
         error = f"timed out after {timeout:.0f} s"
     process_s = time.time() - started
     points = read_points(out)
+    if use_output is not None and os.path.isdir(out):
+        use_output(out)
     summary_path = os.path.join(out, "summary.json")
     driver_s = json.load(open(summary_path))["wall_s"] if os.path.exists(summary_path) else None
     # The driver's clock starts after the interpreter and imports: shift its points onto the
@@ -126,8 +140,7 @@ def run_dsac(flags: list[str], env: str, seed: int, budget: int, eval_every: int
         p["wall_s"] = round(p["wall_s"] + shift, 2)
     # What ran, as a person would type it (the temporary output directory named as such).
     command = ["python", "launch.py", *["<tmp>/run" if arg == out else arg for arg in cmd[2:]]]
-    return {"seed": seed, "points": points, "process_s": round(process_s, 1), "error": error, "output_dir": out,
-            "command": command}
+    return {"seed": seed, "points": points, "process_s": round(process_s, 1), "error": error, "command": command}
 
 
 def run_sb3(algo: str, env: str, kwargs: dict, seed: int, budget: int, eval_every: int,

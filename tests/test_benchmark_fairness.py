@@ -2,6 +2,7 @@
 run evaluates on, through the same function (checked without SB3 installed)."""
 
 import importlib
+import os
 
 import numpy as np
 import pytest
@@ -174,3 +175,18 @@ def test_seed_flags_name_seeds_or_count_them_never_both():
         parser.parse_args(["--seeds", "1", "--num_seeds", "2"])
     with pytest.raises(SystemExit, match="num_seeds must be >= 1"):
         harness.seeds_of(parser.parse_args(["--num_seeds", "0"]), [0])
+
+
+def test_a_benchmark_run_leaves_no_run_directory_behind():
+    """harness.run_dsac runs launch.py into a temporary directory, which ``use_output`` may read
+    (the Atari table draws its curve there) and which is gone afterwards."""
+    harness, seen = _script("harness"), {}
+
+    def use_output(path):
+        seen["path"], seen["files"] = path, sorted(os.listdir(path))
+
+    run = harness.run_dsac(["--local", "--fcnet_hiddens", "16", "16", "--learning_starts", "100", "--start_steps", "100"],
+                           "Pendulum-v1", 0, 400, 200, timeout=300, use_output=use_output)
+    assert run["error"] is None and run["points"] and run["points"][-1]["env_steps"] == 400, run
+    assert "progress.jsonl" in seen["files"] and "weights.pkl" in seen["files"], seen
+    assert not os.path.exists(os.path.dirname(seen["path"]))
