@@ -78,7 +78,9 @@ def first_at(curve: list, level: float) -> float | None:
 
 
 def report(path: str) -> str:
-    """The table of the records in ``path`` (the latest run of each env, side and budget)."""
+    """The table of the records in ``path`` (the latest run of each env, side and budget). The time
+    dsac took to reach SB3's final return is given only where both ran in one sitting (from one
+    snapshot commit)."""
     latest: dict = {}
     for line in open(path):
         if line.strip():
@@ -99,7 +101,9 @@ def report(path: str) -> str:
             cells.append(f"{s['return']:,.0f} ({s['env_steps'] / 1000:,.0f}k)" if s else "—")
         other = latest.get((env, minutes, seed, "sb3"))
         catch = "—"
-        if side.startswith("dsac") and other and other["curve"]:
+        if side.startswith("dsac") and other and other["commit"] != rec["commit"]:
+            catch = "— (SB3 ran in another sitting)"  # a ratio counts only from one sitting
+        elif side.startswith("dsac") and other and other["curve"]:
             level = other["curve"][-1][1]
             at = first_at(rec["curve"], level)
             catch = f"{at:,.0f} s (SB3: {level:,.0f} at {other['curve'][-1][2]:,.0f} s)" if at is not None else \
