@@ -86,22 +86,19 @@ class FrameSettings:
             want = bool if names[key] in ("bool", bool) else int
             if not isinstance(value, want) or (want is int and isinstance(value, bool)):
                 raise DsacError(f"Atari preprocessing setting {key} must be {want.__name__}, got {value!r}")
-        return cls(**{"preprocess_images": False, **values}).checked()
+        settings = cls(**{"preprocess_images": False, **values})
+        settings.check()
+        return settings
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     def check(self) -> None:
         """Every setting in its range (one line naming the flag)."""
-        self.checked()
-
-    def checked(self) -> FrameSettings:
-        """Every setting in its range (one line naming the flag); returns itself."""
         for name, low, high in (("framestack", 1, 16), ("dim", 8, 512), ("noop_max", 0, 10_000), ("frame_skip", 1, 64)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise DsacError(f"--{name} must be an integer in [{low}, {high}], got {value!r}")
-        return self
 
 
 def is_atari(target) -> bool:

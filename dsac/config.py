@@ -220,7 +220,7 @@ class Config:
     def from_dict(cls, values: dict) -> Config:
         """Build from a dict of flag names (plus RLlib's ``model`` dict), refusing unknown keys
         with a did-you-mean."""
-        values = flat_values(values)
+        values = flat_values(values)  # Config.load's values are flat already: a no-op for them
         for key in RETIRED:
             values.pop(key, None)
         for old, new in RENAMED.items():  # flags and config.json keys of older versions
