@@ -29,10 +29,10 @@ def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weight
         "env": "CartPole-v1", "algo": "dqn", "local": True, "lr": {"grid": [1e-3, 3e-4, -1.0]},
         "seed": {"grid": [0, 1]},
         "steps_per_iteration": 1000, "eval_every": 1000, "eval_episodes": 2, "learning_starts": 500,
-        "fcnet_hiddens": [32, 32],
+        "fcnet_hiddens": [32, 32], "updates_per_step": 0.25,  # these test Tune's wiring, not learning
     }))
     mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = tune_command(["--space", str(space), "--total_env_steps", "3000", "--storage_path", str(tmp_path / "tr"),
+    proc = tune_command(["--space", str(space), "--total_env_steps", "2000", "--storage_path", str(tmp_path / "tr"),
                          "--mlflow", mlflow_uri, "--wandb", "dsac-test"], tmp_path, WANDB_MODE="offline")
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     last = proc.stdout.strip().splitlines()[-2:]
@@ -47,7 +47,7 @@ def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weight
     for trial in trials:
         rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
         assert rows and all("eval_return_mean" in r and r["timesteps_total"] == r["env_steps"] for r in rows)
-        assert rows[-1]["env_steps"] >= 3000 and rows[-1]["done"] is True
+        assert rows[-1]["env_steps"] >= 2000 and rows[-1]["done"] is True
         assert (trial / "dsac" / "weights.pkl").exists()  # the trial's dsac output inside its directory
         seen.add((rows[-1]["config"]["lr"], rows[-1]["config"]["seed"]))
     assert seen == {(1e-3, 0), (1e-3, 1), (3e-4, 0), (3e-4, 1)}
@@ -57,7 +57,7 @@ def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weight
     mlflow.set_tracking_uri(mlflow_uri)
     runs = mlflow.search_runs(experiment_names=["dsac"])
     finished = runs[runs.status == "FINISHED"]
-    assert len(finished) == 4 and (finished["metrics.env_steps"] >= 3000).all(), runs
+    assert len(finished) == 4 and (finished["metrics.env_steps"] >= 2000).all(), runs
     assert sorted(zip(finished["params.lr"].astype(float), finished["params.seed"].astype(int), strict=True)) == sorted(seen)
     assert len(list((tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*/wandb/offline-run-*/run-*.wandb"))) >= 4
     best = yaml.safe_load(open(config_path))
@@ -102,7 +102,7 @@ def test_pbt_over_distributed_trials_continues_the_donors_training_state(tmp_pat
     space.write_text(yaml.safe_dump({
         "env": "CartPole-v1", "algo": "dqn", "num_workers": 1, "lr": {"loguniform": [1e-4, 3e-3]},
         "steps_per_iteration": 1000, "eval_every": 1000, "eval_episodes": 2, "learning_starts": 500,
-        "fcnet_hiddens": [32, 32],
+        "fcnet_hiddens": [32, 32], "updates_per_step": 0.25,  # these test Tune's wiring, not learning
     }))
     proc = tune_command(["--space", str(space), "--scheduler", "pbt", "--num_samples", "2", "--total_env_steps", "4000",
                          "--num_cpus", "7", "--storage_path", str(tmp_path / "tr")], tmp_path)
@@ -138,7 +138,7 @@ def test_distributed_trials_ask_for_all_their_roles_and_wait_when_the_cluster_is
     space = tmp_path / "space.yaml"
     flags = {"env": "CartPole-v1", "algo": "dqn", "num_workers": 1, "seed": {"grid": [0, 1]},
              "steps_per_iteration": 500, "eval_every": 500, "eval_episodes": 1, "learning_starts": 200,
-             "fcnet_hiddens": [32, 32]}
+             "fcnet_hiddens": [32, 32], "updates_per_step": 0.25}
     space.write_text(yaml.safe_dump(flags))
     proc = tune_command(["--space", str(space), "--total_env_steps", "1000", "--num_cpus", "4",
                          "--storage_path", str(tmp_path / "tr")], tmp_path)
