@@ -33,7 +33,11 @@ def quiet_when_the_reader_leaves(main):
     @functools.wraps(main)
     def run(*args, **kwargs):
         try:
-            return main(*args, **kwargs)
+            try:
+                return main(*args, **kwargs)
+            finally:  # what stdout still buffers (argparse's --help too) fails here, not at exit
+                if sys.stdout is not None:
+                    sys.stdout.flush()
         except BrokenPipeError:
             if not _stdout_reader_gone():
                 raise
