@@ -130,7 +130,10 @@ def _run_dsac(out, flags, env, seed, budget, eval_every, stop_return, timeout, a
     process_s = time.time() - started
     points = read_points(out)
     if use_output is not None and os.path.isdir(out):
-        use_output(out)
+        try:
+            use_output(out)
+        except Exception as exc:  # the points are the record; what reads the directory is extra
+            warnings.warn(f"reading {out} failed: {exc}", stacklevel=2)
     summary_path = os.path.join(out, "summary.json")
     driver_s = json.load(open(summary_path))["wall_s"] if os.path.exists(summary_path) else None
     # The driver's clock starts after the interpreter and imports: shift its points onto the

@@ -77,10 +77,16 @@ def first_at(curve: list, level: float) -> float | None:
     return next((wall_s for _, ret, wall_s, _ in curve if ret >= level), None)
 
 
+def sitting_of(rec: dict) -> tuple[str, str]:
+    """The sitting that made ``rec``: its snapshot commit and its day (UTC). Run a sitting from a
+    snapshot of one commit (a ``git worktree``), so that commits made meanwhile do not split it."""
+    return rec["commit"], rec["date"][:10]
+
+
 def report(path: str) -> str:
     """The table of the records in ``path`` (the latest run of each env, side and budget). The time
-    dsac took to reach SB3's final return is given only where both ran in one sitting (from one
-    snapshot commit)."""
+    dsac took to reach SB3's final return is given only where both ran in one sitting (one
+    snapshot commit, one day)."""
     latest: dict = {}
     for line in open(path):
         if line.strip():
@@ -101,7 +107,7 @@ def report(path: str) -> str:
             cells.append(f"{s['return']:,.0f} ({s['env_steps'] / 1000:,.0f}k)" if s else "—")
         other = latest.get((env, minutes, seed, "sb3"))
         catch = "—"
-        if side.startswith("dsac") and other and other["commit"] != rec["commit"]:
+        if side.startswith("dsac") and other and sitting_of(other) != sitting_of(rec):
             catch = "— (SB3 ran in another sitting)"  # a ratio counts only from one sitting
         elif side.startswith("dsac") and other and other["curve"]:
             level = other["curve"][-1][1]

@@ -193,22 +193,25 @@ def test_a_benchmark_run_leaves_no_run_directory_behind():
 
 
 def test_the_mujoco_table_compares_dsac_with_sb3_only_within_one_sitting(tmp_path):
-    """dsac's time to SB3's final return is a ratio of two runs: given only for runs made from one
-    snapshot commit (one sitting), never across sittings."""
+    """dsac's time to SB3's final return is a ratio of two runs: given only for runs of one sitting
+    (one snapshot commit, one day), never across sittings."""
     import json
 
     mujoco = _script("mujoco")
 
     def record(side, commit, curve, flags=()):
         return {"env": "Ant-v5", "side": side, "seed": 0, "minutes": 15.0, "flags": list(flags), "commit": commit,
+                "date": "2026-11-26T12:00:00+00:00",
                 "command": f"{side} {commit}", "scores": {"15": {"return": curve[-1][1], "env_steps": curve[-1][0]}},
                 "best": max(c[1] for c in curve), "curve": curve, "error": None}
 
     sb3 = record("sb3", "bbb", [[10_000, 900.0, 30.0, 0], [33_000, 180.0, 900.0, 23_000]])
     same = record("dsac", "bbb", [[1_000, 100.0, 20.0, 700], [2_000, 200.0, 56.0, 1_700]], ["--lr", "3e-4"])
     other = record("dsac", "aaa", [[1_000, 500.0, 40.0, 700]])
+    later = {**record("dsac", "bbb", [[1_000, 500.0, 40.0, 700]], ["--tau", "0.01"]), "date": "2026-11-29T09:00:00+00:00"}
     path = tmp_path / "results.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in (other, sb3, same)))
+    path.write_text("".join(json.dumps(r) + "\n" for r in (other, sb3, same, later)))
     rows = {line.split(" | ")[2]: line for line in mujoco.report(str(path)).splitlines() if line.startswith("| Ant")}
     assert "56 s (SB3: 180 at 900 s)" in rows["dsac --lr 3e-4"]
-    assert "another sitting" in rows["dsac"] and " s (SB3" not in rows["dsac"]
+    for label in ("dsac", "dsac --tau 0.01"):  # another commit; the same commit days later
+        assert "another sitting" in rows[label] and " s (SB3" not in rows[label], rows[label]

@@ -104,7 +104,7 @@ def test_pbt_over_distributed_trials_continues_the_donors_training_state(tmp_pat
         "steps_per_iteration": 1000, "eval_every": 1000, "eval_episodes": 2, "learning_starts": 500,
         "fcnet_hiddens": [32, 32], "updates_per_step": 0.25,  # these test Tune's wiring, not learning
     }))
-    proc = tune_command(["--space", str(space), "--scheduler", "pbt", "--num_samples", "2", "--total_env_steps", "4000",
+    proc = tune_command(["--space", str(space), "--scheduler", "pbt", "--num_samples", "2", "--total_env_steps", "5000",
                          "--num_cpus", "7", "--storage_path", str(tmp_path / "tr")], tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, (proc.stdout[-3000:], proc.stderr[-3000:])
