@@ -19,6 +19,7 @@ COMMANDS = {
     "soak": ("soak", "a long run watched for memory growth and stuck roles"),
     "threshold": ("threshold", "where run directories first reached a return"),
     "video-cost": ("video_cost", "what recording evaluation videos costs"),
+    "learner-update": ("learner_update", "what one SAC update costs, plain and compiled with XLA (--learner_xla)"),
     "image-preprocessing": ("image_preprocessing", "CarRacing with and without ALE-style preprocessing"),
     "config-reach": ("config_reach", "which modules receive the whole config, and which only a section"),
     "docs": ("docs", "rewrite the generated tables of README.md and docs/ (flags, results)"),

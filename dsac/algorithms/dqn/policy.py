@@ -64,6 +64,8 @@ class DQNPolicy(BuiltinPolicy):
 
             self.learner = DQNLearner(self.obs, self.num_actions, config.algorithm, config.model,
                                       keras_learning_rate(config), seed=seed)
+            if config.learner_xla:
+                self.learner.compile_with_xla()
             self._weights = self.learner.acting_weights.get_weights()
         elif config.custom_model:
             from dsac.algorithms.dqn.networks import build_q_network

@@ -41,6 +41,8 @@ class SACPolicy(BuiltinPolicy):
 
             self.learner = SACLearner(self.obs, self.act_dim, self.low, self.high, config.algorithm, config.model,
                                       keras_learning_rate(config), seed=seed)
+            if config.learner_xla:
+                self.learner.compile_with_xla()
             self._weights = self.learner.acting_weights.get_weights()
         elif config.custom_model:  # the actor is the user's; an image encoder stays in numpy
             from dsac.models.keras_forward import KerasForward

@@ -1,0 +1,103 @@
+"""What one learner update costs: SAC's compiled update loop (``update_many``, 8 batches of 256 a
+call) on random batches of a given observation and action size, plain and compiled with XLA
+(``--learner_xla``), each in its own process, A B A B.
+
+    python -m benchmarks learner-update --sizes 17x6 348x17 --seconds 20 --threads 1
+
+Prints updates per second and the first call's seconds (tracing, and XLA's compile) per variant.
+Sizes: 17x6 is HalfCheetah-v5's observation and action, 348x17 Humanoid-v5's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from benchmarks.harness import REPO_ROOT
+
+
+def measure(obs_dim: int, act_dim: int, xla: bool, seconds: float, threads: int) -> dict:
+    """One variant in this process: updates/s over ``seconds`` after the first call."""
+    import time
+
+    import numpy as np
+
+    from dsac.tf_setup import import_tensorflow
+
+    def one_pool_of(tf):
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+    import_tensorflow(False, configure=one_pool_of)
+    from dsac.algorithms.sac.learner import SACLearner
+    from dsac.config import Config
+    from dsac.models.vision import ObsInput
+    from dsac.schedules import keras_learning_rate
+
+    config = Config(env="Pendulum-v1").validate()  # the SAC defaults: 2x64, lr 1e-3, batch 256
+    learner = SACLearner(ObsInput((obs_dim,), "float32"), act_dim, [-1.0] * act_dim, [1.0] * act_dim,
+                         config.algorithm, config.model, keras_learning_rate(config), seed=0)
+    if xla:
+        learner.compile_with_xla()
+    rng = np.random.default_rng(0)
+    n = config.batch_size
+    batches = [{"obs": rng.normal(size=(n, obs_dim)).astype(np.float32),
+                "action": rng.uniform(-1, 1, (n, act_dim)).astype(np.float32),
+                "reward": rng.normal(size=n).astype(np.float32),
+                "next_obs": rng.normal(size=(n, obs_dim)).astype(np.float32),
+                "terminated": np.zeros(n, np.float32), "discount": np.full(n, 0.99, np.float32)} for _ in range(8)]
+    started = time.perf_counter()
+    learner.update_many(batches)
+    first_s = time.perf_counter() - started
+    updates, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        learner.update_many(batches)
+        updates += len(batches)
+    return {"updates_per_s": updates / (time.perf_counter() - started), "first_call_s": first_s}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks learner-update", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", nargs="+", default=["17x6", "348x17"], help="observation x action sizes")
+    parser.add_argument("--seconds", type=float, default=20.0, help="timed seconds per variant, after its first call")
+    parser.add_argument("--threads", type=int, default=1, help="TensorFlow threads")
+    parser.add_argument("--repeats", type=int, default=2, help="A B rounds")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one variant, in a fresh process
+    args = parser.parse_args(argv)
+    if args.one:
+        spec = json.loads(args.one)
+        print(json.dumps(measure(spec["obs"], spec["act"], spec["xla"], args.seconds, args.threads)))
+        return 0
+    try:
+        sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes]
+    except ValueError:
+        parser.error(f"--sizes are OBSxACT, e.g. 17x6; got {args.sizes}")
+    print("| obs x act | variant | updates/s (each round) | first call s |")
+    print("|---|---|---|---|")
+    for obs_dim, act_dim in sizes:
+        rows: dict[str, list[dict]] = {"plain": [], "xla": []}
+        for _ in range(args.repeats):
+            for name in rows:
+                spec = json.dumps({"obs": obs_dim, "act": act_dim, "xla": name == "xla"})
+                run = subprocess.run([sys.executable, "-m", "benchmarks.learner_update", "--one", spec,
+                                      "--seconds", str(args.seconds), "--threads", str(args.threads)],
+                                     capture_output=True, text=True, cwd=REPO_ROOT,
+                                     env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+                if run.returncode != 0:
+                    print(f"benchmarks: error: {name} {obs_dim}x{act_dim}: "
+                          f"{(run.stderr.strip().splitlines() or ['?'])[-1]}", file=sys.stderr)
+                    return 1
+                rows[name].append(json.loads(run.stdout.strip().splitlines()[-1]))
+        for name, results in rows.items():
+            rates = " / ".join(f"{r['updates_per_s']:.0f}" for r in results)
+            firsts = " / ".join(f"{r['first_call_s']:.1f}" for r in results)
+            print(f"| {obs_dim} x {act_dim} | {name} | {rates} | {firsts} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
