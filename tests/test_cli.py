@@ -349,14 +349,18 @@ def test_max_seconds_with_the_default_budget_says_which_ends_the_run(tmp_path, c
     assert "default budget" not in caplog.text
 
 
-@pytest.mark.parametrize("command", [
+QUICK_COMMANDS = [
     ["launch.py", "--help"],
     ["-m", "benchmarks", "mujoco", "--report", "--out", "docs/mujoco/results.jsonl"],
     ["-m", "dsac.infer", "--help"],
-    ["launch.py", "--local", "--total_env_steps", "300", "--learning_starts", "100", "--start_steps", "100",
-     "--fcnet_hiddens", "8", "--eval_every", "300", "--log_every", "0.1", "--output_dir", "{tmp}/run"],
-])
-@pytest.mark.parametrize("buffered", [True, False])
+]
+TRAINING = ["launch.py", "--local", "--total_env_steps", "300", "--learning_starts", "100", "--start_steps", "100",
+            "--fcnet_hiddens", "8", "--eval_every", "300", "--log_every", "0.1", "--output_dir", "{tmp}/run"]
+
+
+# A training run's log lines are flushed one by one, buffered or not: one mode is enough there.
+@pytest.mark.parametrize("command, buffered", [(c, b) for c in QUICK_COMMANDS for b in (True, False)]
+                         + [(TRAINING, True)])
 def test_a_reader_that_stops_reading_ends_the_command_quietly(command, buffered, tmp_path):
     """``... | head``: the pipe's reader is gone before the first line (a read end already closed),
     so every write fails, at once (unbuffered) or when stdout is flushed; the command ends

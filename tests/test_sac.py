@@ -168,7 +168,7 @@ def test_gradients_reach_only_what_each_loss_should_train(learner):
 
 def test_the_xla_compiled_update_loop_learns_like_the_plain_one():
     """``--learner_xla`` on SAC (whose update draws its noise inside the compiled loop): on a
-    fixed batch, the critic's loss falls over 40 updates as the plain loop's does, and the two
+    fixed batch, the critic's loss falls over 32 updates as the plain loop's does, and the two
     end close (their noise streams differ, so they are not equal)."""
     env = gym.make("Pendulum-v1")
     rng = np.random.default_rng(0)
@@ -180,7 +180,7 @@ def test_the_xla_compiled_update_loop_learns_like_the_plain_one():
     for xla in (False, True):
         config = Config(fcnet_hiddens=[16, 16], learner_xla=xla, lr=3e-3).validate()
         policy = SACPolicy(env.observation_space, env.action_space, config, build_learner=True, seed=0)
-        stats = [s for _ in range(5) for s in policy.learner.update_many([batch] * 8)]
+        stats = [s for _ in range(4) for s in policy.learner.update_many([batch] * 8)]
         assert all(math.isfinite(s["qf_loss"]) and math.isfinite(s["actor_loss"]) for s in stats)
         losses[xla] = [s["qf_loss"] for s in stats]
     for curve in losses.values():
