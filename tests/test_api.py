@@ -54,6 +54,10 @@ def test_misspelled_model_key_suggests_the_right_one():
 
 
 def test_train_keeps_actors_and_save_restore_gives_the_same_actions(ray_local, tmp_path):
+    """Trainer.train keeps its actors; save() holds the full state (counters, optimizers) and a
+    restored trainer acts the same and carries on training from it."""
+    from dsac.files import read_checkpoint
+
     with Trainer({**SMALL, "output_dir": str(tmp_path / "run"), "callbacks": CountingCallbacks}) as trainer:
         handles = trainer.actor_handles
         results = [trainer.train() for _ in range(3)]
@@ -71,6 +75,13 @@ def test_train_keeps_actors_and_save_restore_gives_the_same_actions(ray_local, t
         assert action.shape == (1,) and -2.0 <= action[0] <= 2.0
         checkpoint = trainer.save(str(tmp_path / "ckpt"))
     lines = [json.loads(x) for x in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
+    state = read_checkpoint(checkpoint)["state"]
+    updates, steps = int(state["updates"]), int(state["actor_optimizer/000_iteration"])
+    # The learner may run a block past the last train() before it hands its state over: the
+    # sample calls in flight and a push period (from the defaults, not fixed numbers).
+    c, last = trainer.config, results[-1]
+    assert last["updates"] <= updates <= last["updates"] + c.batches_per_sample * (c.prefetch + 1) * 2 + c.push_every
+    assert steps == updates  # Adam's step count is saved with the networks (no update was skipped)
     assert any("custom_metrics/max_abs_velocity_mean" in line for line in lines)
 
     # The saved config names the callbacks' module: restoring imports it only with consent.
@@ -80,32 +91,14 @@ def test_train_keeps_actors_and_save_restore_gives_the_same_actions(ray_local, t
     try:  # the learner may have finished a block between that action and save(): compare with what was saved
         saved = dsac.load_policy(str(tmp_path / "ckpt" / "weights.pkl"), trust_code=True)(obs)
         np.testing.assert_allclose(restored.compute_single_action(obs), saved, atol=1e-6)
+        result = restored.train()
+        assert result["env_steps"] >= last["env_steps"] + 400  # env steps carry on too
+        assert result["updates"] > updates  # the update counter carries on, not from 0
+        again = read_checkpoint(restored.save(str(tmp_path / "again")))["state"]
+        assert int(again["updates"]) > updates
+        assert int(again["actor_optimizer/000_iteration"]) == int(again["updates"])  # the optimizer's count too
     finally:
         restored.stop()
-
-
-def test_trainer_save_holds_the_full_state_and_restore_continues_it(ray_local, tmp_path):
-    from dsac.files import read_checkpoint
-
-    with Trainer({**SMALL, "output_dir": str(tmp_path / "run")}) as trainer:
-        trainer.train()
-        first = trainer.train()
-        saved = trainer.save(str(tmp_path / "saved"))
-    state = read_checkpoint(saved)["state"]
-    updates, steps = int(state["updates"]), int(state["actor_optimizer/000_iteration"])
-    # The learner may run a block past the last train() before it hands its state over: the
-    # sample calls in flight and a push period (from the defaults, not fixed numbers).
-    c = trainer.config
-    assert first["updates"] <= updates <= first["updates"] + c.batches_per_sample * (c.prefetch + 1) * 2 + c.push_every
-    assert steps == updates  # Adam's step count is saved with the networks (no update was skipped)
-    with Trainer.restore(saved, {"output_dir": str(tmp_path / "restored")}) as restored:
-        result = restored.train()
-        assert result["env_steps"] >= first["env_steps"] + 400  # env steps carry on too
-        assert result["updates"] > updates  # the update counter carries on, not from 0
-        again = restored.save(str(tmp_path / "again"))
-    state = read_checkpoint(again)["state"]
-    assert int(state["updates"]) > updates
-    assert int(state["actor_optimizer/000_iteration"]) == int(state["updates"])  # the optimizer's count too
 
 
 def test_custom_keras_model_trains_sac_in_remote_workers(ray_local, tmp_path):
