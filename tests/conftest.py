@@ -35,6 +35,29 @@ def ray_local():
     ray.shutdown()
 
 
+SMALL_RUN_STEPS = 1500
+
+
+@pytest.fixture(scope="session")
+def small_launch_run(tmp_path_factory):
+    """One short distributed SAC run through ``launch.py`` as a user types it (TensorFlow's log
+    level not set), its output captured (so stdout is not a terminal): ``(output_dir, result)``.
+    Shared by the tests that read what such a run leaves (test_cli, test_monitoring)."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("small_run") / "run"
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--num_workers", "3", "--total_env_steps",
+         str(SMALL_RUN_STEPS), "--eval_every", "500", "--eval_episodes", "2", "--fcnet_hiddens", "32", "32",
+         "--learning_starts", "300", "--start_steps", "300", "--log_every", "1", "--seed", "3", "--output_dir", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+        env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return out, result
+
+
 def act_without_tensorflow(weights_path, steps: str) -> str:
     """Run ``steps`` (Python source, indented for a function body) in a fresh process after
     ``policy = load_policy(weights_path)``, ``env = policy.make_env()`` and ``obs, _ =

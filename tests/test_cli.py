@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, SMALL_RUN_STEPS
 
 from dsac.files import load_weights
 
@@ -92,14 +92,8 @@ def test_bad_input_is_one_line_and_exit_2(args, fact, tmp_path):
     assert not (tmp_path / "run").exists()  # no run directory that looks like a real run
 
 
-def test_small_run_writes_config_progress_and_loadable_weights(tmp_path):
-    out = tmp_path / "run"
-    result = launch(
-        "--num_workers", "3", "--total_env_steps", "1200", "--eval_every", "500", "--eval_episodes", "2",
-        "--fcnet_hiddens", "32", "32", "--learning_starts", "300", "--start_steps", "300", "--seed", "1",
-        "--output_dir", str(out), timeout=300, quiet_tf=False,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+def test_small_run_writes_config_progress_and_loadable_weights(small_launch_run):
+    out, result = small_launch_run  # launch.py --num_workers 3 --total_env_steps 1500 --fcnet_hiddens 32 32 ...
     # TensorFlow's C++ start-up notices (CUDA stubs, cuInit, CPU features) reach no console.
     assert not TF_LOG_LINE.search(result.stdout + result.stderr), TF_LOG_LINE.findall(result.stdout + result.stderr)
     assert re.search(r"placed learner .* using CPU, [1-9]\d* TF threads", result.stdout), result.stdout[-3000:]
@@ -113,7 +107,7 @@ def test_small_run_writes_config_progress_and_loadable_weights(tmp_path):
     assert lines[-1]["updates"] > 0
     payload = load_weights(str(out / "weights.pkl"))
     assert payload["algo"] == "sac" and payload["env"] == "Pendulum-v1"
-    assert payload["env_steps"] >= 1200 and payload["version"] >= lines[-1]["weights_version"]
+    assert payload["env_steps"] >= SMALL_RUN_STEPS and payload["version"] >= lines[-1]["weights_version"]
     assert payload["weights"]["actor/hidden_0/kernel"].shape == (3, 32)
     assert all(isinstance(v, np.ndarray) for v in payload["weights"].values())
     assert "placed learner" in result.stdout and "placement plan" in result.stdout

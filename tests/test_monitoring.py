@@ -12,25 +12,18 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, SMALL_RUN_STEPS
 
 from dsac.curves import Run, average, curves, group_label
 from dsac.progress import ProgressDisplay, RateMeter, format_duration, status_line
 
-TOTAL = 1500
+TOTAL = SMALL_RUN_STEPS
 
 
 @pytest.fixture(scope="module")
-def short_run(tmp_path_factory):
+def short_run(small_launch_run):
     """One short SAC run through launch.py, stdout captured (so: not a terminal)."""
-    out = tmp_path_factory.mktemp("monitoring") / "run"
-    result = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--num_workers", "3", "--total_env_steps", str(TOTAL),
-         "--eval_every", "500", "--eval_episodes", "2", "--fcnet_hiddens", "32", "32", "--log_every", "1",
-         "--seed", "3", "--output_dir", str(out)],
-        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out, result = small_launch_run
     return out, result.stdout
 
 
