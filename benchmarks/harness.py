@@ -325,6 +325,19 @@ def band(runs: list[dict], axis: str, grid: np.ndarray) -> tuple[np.ndarray, np.
     return mean, mean - half, mean + half
 
 
+def random_sac_batches(count: int, size: int, obs_dim: int, act_dim: int, action_bound: float,
+                       seed: int = 0) -> list[dict]:
+    """``count`` batches of ``size`` random continuous-action transitions (actions uniform in
+    ``±action_bound``), as a SAC learner takes them from replay: for timing updates."""
+    rng = np.random.default_rng(seed)
+    return [{
+        "obs": rng.normal(size=(size, obs_dim)).astype(np.float32),
+        "action": rng.uniform(-action_bound, action_bound, (size, act_dim)).astype(np.float32),
+        "reward": rng.normal(size=size).astype(np.float32), "next_obs": rng.normal(size=(size, obs_dim)).astype(np.float32),
+        "terminated": np.zeros(size, np.float32), "discount": np.full(size, 0.99, np.float32),
+    } for _ in range(count)]
+
+
 def updates_per_second(policy, batches: list[dict], seconds: float) -> float:
     """A learner policy's updates/s on ``batches`` held in this process, in blocks of
     ``len(batches)`` per call as a learner takes them from replay (after one call to trace)."""

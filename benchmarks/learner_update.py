@@ -16,47 +16,32 @@ import os
 import subprocess
 import sys
 
+from benchmarks import harness
 from benchmarks.harness import REPO_ROOT
 
 
 def measure(obs_dim: int, act_dim: int, xla: bool, seconds: float, threads: int) -> dict:
-    """One variant in this process: updates/s over ``seconds`` after the first call."""
+    """One variant in this process, built as a learner task builds it (``--learner_xla``):
+    updates/s over ``seconds`` after the first call, and that call's seconds."""
     import time
 
+    import gymnasium as gym
     import numpy as np
 
-    from dsac.tf_setup import import_tensorflow
+    from dsac.tf_setup import configure_tensorflow
 
-    def one_pool_of(tf):
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-
-    import_tensorflow(False, configure=one_pool_of)
-    from dsac.algorithms.sac.learner import SACLearner
+    configure_tensorflow(0, threads, threads)
+    from dsac.algorithms.sac.policy import SACPolicy
     from dsac.config import Config
-    from dsac.models.vision import ObsInput
-    from dsac.schedules import keras_learning_rate
 
-    config = Config(env="Pendulum-v1").validate()  # the SAC defaults: 2x64, lr 1e-3, batch 256
-    learner = SACLearner(ObsInput((obs_dim,), "float32"), act_dim, [-1.0] * act_dim, [1.0] * act_dim,
-                         config.algorithm, config.model, keras_learning_rate(config), seed=0)
-    if xla:
-        learner.compile_with_xla()
-    rng = np.random.default_rng(0)
-    n = config.batch_size
-    batches = [{"obs": rng.normal(size=(n, obs_dim)).astype(np.float32),
-                "action": rng.uniform(-1, 1, (n, act_dim)).astype(np.float32),
-                "reward": rng.normal(size=n).astype(np.float32),
-                "next_obs": rng.normal(size=(n, obs_dim)).astype(np.float32),
-                "terminated": np.zeros(n, np.float32), "discount": np.full(n, 0.99, np.float32)} for _ in range(8)]
+    config = Config(env="Pendulum-v1", learner_xla=xla).validate()  # the SAC defaults: 2x64, lr 1e-3, batch 256
+    policy = SACPolicy(gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
+                       gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32), config, build_learner=True)
+    batches = harness.random_sac_batches(8, config.batch_size, obs_dim, act_dim, 1.0)
     started = time.perf_counter()
-    learner.update_many(batches)
+    policy.learn_on_batches(batches)
     first_s = time.perf_counter() - started
-    updates, started = 0, time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        learner.update_many(batches)
-        updates += len(batches)
-    return {"updates_per_s": updates / (time.perf_counter() - started), "first_call_s": first_s}
+    return {"updates_per_s": harness.updates_per_second(policy, batches, seconds), "first_call_s": first_s}
 
 
 def main(argv=None) -> int:

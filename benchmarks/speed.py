@@ -216,13 +216,7 @@ def local_learner_rate(seconds: float) -> float:
     env = gym.make("Pendulum-v1")
     config = Config().validate()
     policy = SACPolicy(env.observation_space, env.action_space, config, build_learner=True)
-    rng = np.random.default_rng(0)
-    n = config.batch_size
-    batches = [{
-        "obs": rng.normal(size=(n, 3)).astype(np.float32), "action": rng.uniform(-2, 2, (n, 1)).astype(np.float32),
-        "reward": rng.normal(size=n).astype(np.float32), "next_obs": rng.normal(size=(n, 3)).astype(np.float32),
-        "terminated": np.zeros(n, np.float32), "discount": np.full(n, 0.99, np.float32),
-    } for _ in range(config.batches_per_sample)]
+    batches = harness.random_sac_batches(config.batches_per_sample, config.batch_size, 3, 1, 2.0)
     return harness.updates_per_second(policy, batches, seconds)
 
 
