@@ -102,7 +102,6 @@ def main(argv=None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s dsac %(message)s", datefmt="%H:%M:%S", stream=sys.stdout
     )
-    logging.raiseExceptions = False  # a reader gone from stdout (| head) must not cost a stderr report per line
     try:
         from dsac.errors import RunFailed
         from dsac.preparation import resume_config

@@ -2,6 +2,7 @@
 
 import difflib
 import functools
+import logging
 import os
 import select
 import signal
@@ -28,10 +29,13 @@ def did_you_mean(word: str, choices, cutoff: float = 0.6) -> str:
 def quiet_when_the_reader_leaves(main):
     """A console main whose reader stops reading (``python -m benchmarks mujoco --report | head``)
     ends quietly with status 141 (128 + SIGPIPE, what a shell reports for coreutils there), not with
-    a traceback. A broken pipe that is not standard output's (a socket's) is raised as before."""
+    a traceback. A broken pipe that is not standard output's (a socket's) is raised as before.
+    Log lines the reader can no longer take are dropped, not each reported on stderr (a training
+    run logging to stdout goes on to its end)."""
 
     @functools.wraps(main)
     def run(*args, **kwargs):
+        logging.raiseExceptions = False
         try:
             try:
                 return main(*args, **kwargs)

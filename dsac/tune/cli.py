@@ -260,7 +260,6 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s dsac %(message)s", datefmt="%H:%M:%S",
                         stream=sys.stdout)
-    logging.raiseExceptions = False  # a reader gone from stdout (| head) must not cost a stderr report per line
     try:
         config_path, weights = run(args)
     except DsacError as exc:
