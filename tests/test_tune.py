@@ -1,7 +1,6 @@
 """dsac as Ray Tune trials: a real Tune experiment of local DQN trials on a real local Ray,
 through the ``python -m dsac.tune`` command; and its one-line errors."""
 
-import itertools
 import json
 import os
 import subprocess
@@ -115,19 +114,29 @@ def test_pbt_over_distributed_trials_continues_the_donors_training_state(tmp_pat
         rows[result_file.parent] = [json.loads(line) for line in result_file.read_text().splitlines()]
     exploited = 0
     for trial_dir, trial_rows in rows.items():
-        for before, after in itertools.pairwise(trial_rows):
-            if after["dsac_output_dir"] == before["dsac_output_dir"]:
-                continue  # the same process
+        # Each process of a trial writes its own dsac output directory. Tune's result.json keeps
+        # rows of a trial's later processes, but may drop those of the process an exploit ended,
+        # so each later process is judged by its first row and the checkpoint it names.
+        firsts = {}
+        for row in trial_rows:
+            firsts.setdefault(row["dsac_output_dir"], row)
+        for after in firsts.values():
+            if not after["dsac_restored_from"]:
+                continue  # the trial's first process
             # A new process of this trial, beside its first, continued from a checkpoint taken at
-            # the iteration before: its own (a pause) or, when exploiting, the other trial's.
-            assert os.path.dirname(after["dsac_output_dir"]) == os.path.dirname(before["dsac_output_dir"])
+            # an earlier iteration: its own (a pause) or, when exploiting, the other trial's.
+            assert os.path.dirname(after["dsac_output_dir"]) == str(trial_dir), after["dsac_output_dir"]
+            assert os.path.basename(after["dsac_output_dir"]).startswith("dsac-"), after["dsac_output_dir"]
             source = next((d for d in rows if d.name in after["dsac_restored_from"]), None)
             assert source is not None, (after["dsac_restored_from"], list(rows))
             at = max((r for r in rows[source] if r["training_iteration"] < after["training_iteration"]),
                      key=lambda r: r["training_iteration"])  # the source's last result before the restore
             assert after["updates"] > at["updates"] > 0 and after["env_steps"] > at["env_steps"], (at, after)
             exploited += source != trial_dir
-    assert exploited >= 1, rows
+    assert exploited >= 1, (
+        [line for line in out.splitlines() if "[Exploit]" in line],
+        {d.name[-40:]: [(r["training_iteration"], r["env_steps"], os.path.basename(r["dsac_output_dir"]),
+                         r["dsac_restored_from"][-60:]) for r in trial_rows] for d, trial_rows in rows.items()})
 
 
 def test_distributed_trials_ask_for_all_their_roles_and_wait_when_the_cluster_is_full(tmp_path):
