@@ -21,16 +21,21 @@ if "ShortPendulum-v0" not in gym.envs.registry:
 
 @pytest.fixture(scope="session")
 def ray_local():
-    """A real local Ray with 2 CPUs (like CI), shared by every test that needs one."""
+    """A real local Ray with 2 CPUs (like CI), shared by every test that needs one. Started as
+    ``dsac.distributed.cluster.start_local_ray`` starts one: the path travels in the environment
+    the raylet inherits, not in a ``runtime_env``, so Ray's prestarted workers serve the tests."""
     import ray
 
     pythonpath = os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        runtime_env={"env_vars": {"PYTHONPATH": pythonpath, "TF_CPP_MIN_LOG_LEVEL": "3"}},
-        log_to_driver=False,
-    )
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = pythonpath
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    finally:
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
     yield ray
     ray.shutdown()
 
@@ -80,3 +85,105 @@ def act_without_tensorflow(weights_path, steps: str) -> str:
                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert run.returncode == 0, run.stderr[-2000:]
     return run.stdout
+
+
+# Runs programs one after another in one Python process, each as ``python <script> args`` or
+# ``python -m <module> args`` would (argv, sys.path[0], working dir and environment as given),
+# with its stdout and stderr in files of its own; one JSON line {"code"} per program. What a
+# program imports from a user's directory (``purge_root``), adds to sys.path or registers
+# with gymnasium goes with it.
+BATCH_RUNNER = """
+import json, os, runpy, sys
+import gymnasium
+jobs_path, results_path, purge_root = sys.argv[1:]
+base_path, base_modules, base_environ = list(sys.path[1:]), set(sys.modules), dict(os.environ)
+base_envs = set(gymnasium.envs.registry)
+for job in json.load(open(jobs_path)):
+    os.chdir(job["cwd"])
+    os.environ.clear()
+    os.environ.update({k: v for k, v in {**base_environ, **job["env"]}.items() if v is not None})
+    module = job["program"][3:] if job["program"].startswith("-m ") else None
+    sys.path[:] = [job["cwd"] if module else os.path.dirname(job["program"]), *base_path]
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(job["stdout"], "wb") as out, open(job["stderr"], "wb") as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+    try:
+        sys.argv = [job["program"], *job["args"]]
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(job["program"], run_name="__main__")
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
+    for name in set(sys.modules) - base_modules:
+        if (getattr(sys.modules[name], "__file__", None) or "").startswith(purge_root):
+            del sys.modules[name]
+    for env_id in set(gymnasium.envs.registry) - base_envs:  # what a user's module registered
+        del gymnasium.envs.registry[env_id]
+    with open(results_path, "a") as results:
+        results.write(json.dumps({"code": code}) + "\\n")
+"""
+
+
+def run_in_one_process(programs, workdir, purge_root=None, timeout=600):
+    """Run ``programs`` — dicts of ``program`` (a script's path, or ``-m module``), ``args``,
+    and optionally ``cwd`` (default: the repository) and ``env`` (added to this environment;
+    None removes a variable) —
+    one after another in one fresh Python process, each as its own ``python ...`` command
+    would run (it saves a Python start and dsac's imports per program). Returns one
+    :class:`subprocess.CompletedProcess` per program, in order; a program that kills the
+    process fails here, naming it."""
+    import json
+    import subprocess
+    import sys
+
+    jobs = []
+    for i, p in enumerate(programs):
+        jobs.append({"program": p["program"], "args": list(p["args"]), "cwd": str(p.get("cwd", REPO_ROOT)),
+                     "env": p.get("env", {}), "stdout": str(workdir / f"{i}.out"), "stderr": str(workdir / f"{i}.err")})
+    (workdir / "jobs.json").write_text(json.dumps(jobs))
+    results_path = workdir / "results.jsonl"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-c", BATCH_RUNNER, str(workdir / "jobs.json"), str(results_path),
+                           str(purge_root or workdir)], capture_output=True, text=True, timeout=timeout, env=env,
+                          cwd=str(workdir))
+    codes = [json.loads(line)["code"] for line in results_path.read_text().splitlines()] if results_path.exists() else []
+    if len(codes) < len(jobs):
+        job = jobs[len(codes)]
+        raise AssertionError(f"{job['program']} {job['args']} ended the process (exit {proc.returncode}): "
+                             f"{(workdir / f'{len(codes)}.err').read_text(errors='replace')[-1500:]}"
+                             f"{proc.stderr[-1500:]}")
+    return [subprocess.CompletedProcess([job["program"], *job["args"]], code,
+                                        open(job["stdout"], errors="replace").read(),
+                                        open(job["stderr"], errors="replace").read())
+            for job, code in zip(jobs, codes, strict=True)]
+
+
+def launch_here(args, capfd, caplog):
+    """``python launch.py <args>`` for a run whose process is not what the test looks at (a
+    serial run's files, its log): ``dsac.cli.main`` in this process, where TensorFlow is
+    already imported. Returns a :class:`subprocess.CompletedProcess` whose stdout holds the
+    log lines (at INFO, as launch.py prints them) and what was printed."""
+    import logging
+    import subprocess
+
+    from dsac.cli import main
+
+    capfd.readouterr()
+    with caplog.at_level(logging.INFO):
+        code = main([str(arg) for arg in args])
+    out, err = capfd.readouterr()
+    log = "".join(f"{record.getMessage()}\n" for record in caplog.records)
+    caplog.clear()
+    return subprocess.CompletedProcess(args, code, out + log, err)

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT, SMALL_RUN_STEPS
+from conftest import REPO_ROOT, SMALL_RUN_STEPS, launch_here, run_in_one_process
 
 from dsac.files import load_weights
 
@@ -38,9 +38,7 @@ def launch(*args, timeout=120, quiet_tf=True):
     )
 
 
-@pytest.mark.parametrize(
-    "args, fact",
-    [
+BAD_INPUT = [
         (["--env", "Pendulm-v1"], "Pendulum-v1"),
         (["--env", "CartPole-v1"], "Discrete(2)"),
         (["--algo", "dqn", "--env", "Pendulum-v1"], "--algo sac"),
@@ -78,18 +76,37 @@ def launch(*args, timeout=120, quiet_tf=True):
         (["--num_workers", "4", "--num_learners", "2", "--num_replay_shards", "1"], "fewer than --num_learners 2"),
         (["--policy_class", "no_such_module:Policy"], "cannot load policy_class"),
         (["--custom_model", "tanh_net"], "unknown custom_model 'tanh_net'"),
-    ],
-)
-def test_bad_input_is_one_line_and_exit_2(args, fact, tmp_path):
-    if "--output_dir" not in args:
-        args = [*args, "--output_dir", str(tmp_path / "run")]
-    result = launch(*args)
+]
+
+
+def _skipped(case) -> bool:
+    return any(mark.name == "skipif" and mark.args[0] for mark in getattr(case, "marks", ()))
+
+
+@pytest.fixture(scope="module")
+def bad_input_results(tmp_path_factory):
+    """Every BAD_INPUT case as ``python launch.py <args>`` runs it, all in one process (see
+    conftest.run_in_one_process): {args: (result, its output dir)}."""
+    workdir = tmp_path_factory.mktemp("bad_input")
+    cases = [tuple(case.values[0] if hasattr(case, "values") else case[0])
+             for case in BAD_INPUT if not _skipped(case)]
+    outs = [workdir / f"run{i}" for i in range(len(cases))]
+    programs = [{"program": os.path.join(REPO_ROOT, "launch.py"),
+                 "args": [*args, *(["--output_dir", str(out)] if "--output_dir" not in args else [])],
+                 "env": {"TF_CPP_MIN_LOG_LEVEL": "3"}} for args, out in zip(cases, outs, strict=True)]
+    results = run_in_one_process(programs, workdir)
+    return {args: (result, out) for args, result, out in zip(cases, results, outs, strict=True)}
+
+
+@pytest.mark.parametrize("args, fact", BAD_INPUT)
+def test_bad_input_is_one_line_and_exit_2(args, fact, bad_input_results):
+    result, out = bad_input_results[tuple(args)]
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dsac: error:"), result.stderr
     assert fact in lines[0]
     assert "Traceback" not in result.stdout + result.stderr
-    assert not (tmp_path / "run").exists()  # no run directory that looks like a real run
+    assert not out.exists()  # no run directory that looks like a real run
 
 
 def test_small_run_writes_config_progress_and_loadable_weights(small_launch_run):
@@ -115,12 +132,12 @@ def test_small_run_writes_config_progress_and_loadable_weights(small_launch_run)
 
 
 def test_more_bad_input_before_ray(tmp_path):
-    for args, fact in (
-        (["--seed", "-1"], "--seed"),
-        (["--address", "127.0.0.1:1"], "nothing answers"),
-        (["--address", "1.2.3.4"], "host:port"),
-    ):
-        result = launch(*args, "--output_dir", str(tmp_path / "run"), timeout=60)
+    cases = ((["--seed", "-1"], "--seed"), (["--address", "127.0.0.1:1"], "nothing answers"),
+             (["--address", "1.2.3.4"], "host:port"))
+    results = run_in_one_process([{"program": os.path.join(REPO_ROOT, "launch.py"),
+                                   "args": [*args, "--output_dir", str(tmp_path / "run")]} for args, _ in cases],
+                                 tmp_path)
+    for (_args, fact), result in zip(cases, results, strict=True):
         assert result.returncode == 2, result.stderr
         assert fact in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
@@ -138,7 +155,8 @@ def test_stop_before_the_first_weights_is_clean(tmp_path):
     assert summary["stop_reason"] == "max_seconds" and summary["failure"] is None
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+# SIGTERM to the driver (`kill <pid>`, `ray job stop`): test_faults' two-learner run ends so.
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130)])
 def test_interrupt_and_terminate_save_weights(sig, code, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen(
@@ -169,7 +187,7 @@ def test_interrupt_and_terminate_save_weights(sig, code, tmp_path):
     assert 0 <= (out / "weights.pkl").stat().st_mtime - signalled < 10
 
 
-def test_config_file_with_cli_override_and_repeat_from_config_json(tmp_path):
+def test_config_file_with_cli_override_and_repeat_from_config_json(tmp_path, capfd, caplog):
     config_file = tmp_path / "run.yaml"
     config_file.write_text(
         "env: Pendulum-v1\nnum_workers: 3\nfcnet_hiddens: [16, 16]\ntotal_env_steps: 600\n"
@@ -177,14 +195,14 @@ def test_config_file_with_cli_override_and_repeat_from_config_json(tmp_path):
     )
     first = tmp_path / "first"
     # --num_workers 0 (the serial runner: these runs test the config's path, not Ray's) wins over the file's 3.
-    result = launch("--config", str(config_file), "--num_workers", "0", "--output_dir", str(first), timeout=300)
+    result = launch_here(["--config", config_file, "--num_workers", "0", "--output_dir", first], capfd, caplog)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     saved = json.loads((first / "config.json").read_text())
     assert saved["num_workers"] == 0 and saved["local"] is True  # the command line wins over the file
     assert saved["fcnet_hiddens"] == [16, 16] and saved["seed"] == 4 and saved["total_env_steps"] == 600
     # The saved config.json, passed back, repeats the run (in a directory of its own).
     second = tmp_path / "second"
-    result = launch("--config", str(first / "config.json"), "--output_dir", str(second), timeout=300)
+    result = launch_here(["--config", first / "config.json", "--output_dir", second], capfd, caplog)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     repeated = json.loads((second / "config.json").read_text())
     assert {k: v for k, v in repeated.items() if k != "output_dir"} == {
@@ -192,7 +210,7 @@ def test_config_file_with_cli_override_and_repeat_from_config_json(tmp_path):
     }
     bad = tmp_path / "bad.yaml"
     bad.write_text("fcnet_hidden: [16]\n")
-    result = launch("--config", str(bad))
+    result = launch_here(["--config", bad], capfd, caplog)
     assert result.returncode == 2 and "did you mean fcnet_hiddens" in result.stderr
 
 
@@ -277,12 +295,14 @@ def _bad_input_cases(tmp):
 
 def test_bad_input_table_one_line_exit_2_and_no_ray(tmp_path):
     cases = _bad_input_cases(tmp_path)
-    for program, args, fact in cases:
-        ray_dir = tmp_path / "ray"
-        env = {**os.environ, "RAY_TMPDIR": str(ray_dir), "PYTHONPATH": REPO_ROOT}
-        result = subprocess.run([sys.executable, program, *args, *(["--output_dir", str(tmp_path / "run")]
-                                 if program.endswith("launch.py") and "--resume" not in args else [])],
-                                capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    ray_dir = tmp_path / "ray"
+    programs = [{"program": program, "cwd": tmp_path, "env": {"RAY_TMPDIR": str(ray_dir)},
+                 "args": [*args, *(["--output_dir", str(tmp_path / "run")]
+                                   if program.endswith("launch.py") and "--resume" not in args else [])]}
+                for program, args, _ in cases]
+    (tmp_path / "batch").mkdir()
+    results = run_in_one_process(programs, tmp_path / "batch", purge_root=str(tmp_path))
+    for (program, args, fact), result in zip(cases, results, strict=True):
         where = f"{os.path.basename(program)} {args}: exit {result.returncode}, stderr {result.stderr[-1500:]!r}"
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2, where

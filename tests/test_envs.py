@@ -9,7 +9,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, run_in_one_process
 
 from dsac.envs import make_env
 from dsac.errors import DsacError
@@ -102,23 +102,27 @@ def test_custom_env_module_trains_in_every_worker(user_module):
     obs, _ = env.reset(seed=1)
     assert policy.action_space.contains(policy(obs))
 
-    refused = launch(user_module, "--env", "reach_envs:Reach", "--output_dir", str(user_module / "refused"))
-    assert refused.returncode == 2 and "add --flatten_obs" in refused.stderr and "Traceback" not in refused.stderr
-
-    # A warm start from those weights; a corrupt or unfitting weights file is refused before Ray starts.
+    # Refused before Ray starts: an unflattened dict space; a corrupt or unfitting warm start.
     corrupt = user_module / "corrupt.pkl"
     corrupt.write_bytes((out / "weights.pkl").read_bytes()[:100])
-    for args, fact in (
-        (["--init_weights", str(corrupt)], "truncated or corrupt"),
-        (["--init_weights", str(out / "weights.pkl"), "--fcnet_hiddens", "64"], "fcnet_hiddens"),
+    warm = ["--env", "reach_envs:Reach", "--flatten_obs", "--fcnet_hiddens", "32", "32"]
+    cases = [
+        (["--env", "reach_envs:Reach", "--output_dir", str(user_module / "refused")], "add --flatten_obs"),
+        ([*warm, "--init_weights", str(corrupt)], "truncated or corrupt"),
+        ([*warm, "--init_weights", str(out / "weights.pkl"), "--fcnet_hiddens", "64"], "fcnet_hiddens"),
         # the file names reach_envs, which this command does not type: consent first, then the spaces differ
-        (["--init_weights", str(out / "weights.pkl"), "--env", "Pendulum-v1"], "--trust_code"),
-        (["--init_weights", str(out / "weights.pkl"), "--env", "Pendulum-v1", "--trust_code"], "space differs"),
-    ):
-        result = launch(user_module, "--env", "reach_envs:Reach", "--flatten_obs", "--fcnet_hiddens", "32", "32",
-                        *args, "--output_dir", str(user_module / "warm"), timeout=60)
-        assert result.returncode == 2, result.stderr
-        assert fact in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        ([*warm, "--init_weights", str(out / "weights.pkl"), "--env", "Pendulum-v1"], "--trust_code"),
+        ([*warm, "--init_weights", str(out / "weights.pkl"), "--env", "Pendulum-v1", "--trust_code"], "space differs"),
+    ]
+    (user_module / "batch").mkdir()
+    results = run_in_one_process(
+        [{"program": os.path.join(REPO_ROOT, "launch.py"), "cwd": user_module, "env": {"TF_CPP_MIN_LOG_LEVEL": "3"},
+          "args": args if "--output_dir" in args else [*args, "--output_dir", str(user_module / "warm")]}
+         for args, _ in cases], user_module / "batch", purge_root=str(user_module))
+    for (args, fact), result in zip(cases, results, strict=True):
+        assert result.returncode == 2, (args, result.stderr)
+        assert fact in result.stderr and len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)
+        assert "Traceback" not in result.stderr
         assert not (user_module / "warm").exists()
 
 

@@ -239,12 +239,19 @@ def test_every_role_of_a_two_learner_run_survives_a_kill(tmp_path):
         os.kill(averager, signal.SIGKILL)
         run.wait_for(re.compile(r"gradient_averager died .*restart 1 .*form their group again").search, start=seen)
         run.wait_for(checkpoint_with_updates_at_least(killed_at_updates + 100), start=seen)
-        run.proc.send_signal(signal.SIGTERM)  # a graceful stop: every learner hands over
+        # A graceful stop, as `kill <pid>` or `ray job stop` sends it (to the driver only: a
+        # SIGTERM to the whole group would also stop the embedded Ray's daemons under it).
+        signalled = time.time()
+        run.proc.send_signal(signal.SIGTERM)
         code = run.finish()
     finally:
         run.proc.kill()
     output = "\n".join(run.lines)
     assert code == 143, output[-4000:] + run.stderr[-2000:]
+    assert "Traceback" not in output + run.stderr, output[-4000:] + run.stderr[-2000:]
+    # Every learner handed over: the final weights were written after the signal, within 10 s.
+    assert 0 <= (run.out / "weights.pkl").stat().st_mtime - signalled < 10
+    assert load_weights(str(run.out / "weights.pkl"))["version"] == run.summary()["weights_version"] > 0
     summary = run.summary()
     assert summary["restarts"] == {"learner_1": 1, "gradient_averager": 1}, summary
     assert summary["stop_reason"] == "sigterm" and summary["failure"] is None, summary

@@ -4,6 +4,7 @@ them: ``load_policy``, ``Trainer.restore``, ``scripts/infer.py``, ``scripts/expo
 code, does not crash, and stays within bounded memory (each entry point runs in a process of
 its own, whose peak RSS the kernel reports through ``wait4``)."""
 
+import functools
 import json
 import math
 import os
@@ -225,45 +226,82 @@ def run_measured(args, cwd, timeout=120, address_space: int | None = None) -> tu
         return code, err.read().decode(errors="replace"), rss_kb / 1024
 
 
-IN_PROCESS = """
-import sys
-from dsac import Trainer, load_policy
+# Runs one entry point on every hostile file in turn, in one process (started through the
+# trampoline, so its own peak RSS is what it reports): per file it enters the file's directory,
+# sets argv, sys.path and RAY_TMPDIR as a fresh ``python <script>`` or ``python -c`` there would,
+# sends fd 2 to that directory's stderr.txt, and writes one JSON line {kind, code, rss_kb}; the
+# peak RSS only grows, so a bound on it after file k bounds every file up to k.
+RUNNER = """
+import importlib, json, os, resource, runpy, sys
+entry, jobs_path, results_path = sys.argv[1:]
+jobs = json.load(open(jobs_path))
 from dsac.errors import DsacError
-kind, path, run_dir = sys.argv[1:]
-try:
-    if kind == "load_policy":
-        load_policy(path)
-    else:
-        Trainer.restore(run_dir)
-    print("accepted", file=sys.stderr)
-    sys.exit(0)
-except DsacError as exc:
-    print(f"refused: {exc}", file=sys.stderr)
-    sys.exit(2)
+base_path, base_modules = list(sys.path), set(sys.modules)
+for job in jobs:
+    os.chdir(job["cwd"])
+    os.environ["RAY_TMPDIR"] = os.path.join(job["cwd"], "ray")
+    sys.path[:] = [job["path0"], *base_path[1:]]
+    importlib.invalidate_caches()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open("stderr.txt", "wb") as err:
+        os.dup2(err.fileno(), 2)
+    try:
+        if entry in ("load_policy", "Trainer.restore"):
+            from dsac import Trainer, load_policy
+            try:
+                load_policy(job["path"]) if entry == "load_policy" else Trainer.restore(job["run_dir"])
+                print("accepted", file=sys.stderr)
+                code = 0
+            except DsacError as exc:
+                print(f"refused: {exc}", file=sys.stderr)
+                code = 2
+        else:
+            sys.argv = job["argv"]
+            try:
+                runpy.run_path(job["argv"][0], run_name="__main__")
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+    for name in set(sys.modules) - base_modules:  # nothing a file's directory holds outlives it
+        where = getattr(sys.modules[name], "__file__", None) or ""
+        if name == "evilmod" or where.startswith(os.path.dirname(job["cwd"])):
+            del sys.modules[name]
+    with open(results_path, "a") as out:
+        out.write(json.dumps({"kind": job["kind"], "code": code,
+                              "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}) + "\\n")
 """
 
 
-def entry_args(entry: str, path: str, run_dir: str, out: str) -> list[str]:
-    py = sys.executable
+def entry_argv(entry: str, path: str, run_dir: str, out: str) -> list[str]:
+    """sys.argv for a script entry point, as ``python <script> ...`` would set it."""
     return {
-        "load_policy": [py, "-c", IN_PROCESS, "load_policy", path, run_dir],
-        "Trainer.restore": [py, "-c", IN_PROCESS, "restore", path, run_dir],
-        "infer.py": [py, os.path.join(REPO_ROOT, "scripts", "infer.py"), path, "--episodes", "1"],
-        "export.py": [py, os.path.join(REPO_ROOT, "scripts", "export.py"), path, "--savedmodel", out],
-        "--init_weights": [py, os.path.join(REPO_ROOT, "launch.py"), "--init_weights", path,
+        "infer.py": [os.path.join(REPO_ROOT, "scripts", "infer.py"), path, "--episodes", "1"],
+        "export.py": [os.path.join(REPO_ROOT, "scripts", "export.py"), path, "--savedmodel", out],
+        "--init_weights": [os.path.join(REPO_ROOT, "launch.py"), "--init_weights", path,
                            "--fcnet_hiddens", *map(str, NETWORK), "--output_dir", out],
-        "--resume": [py, os.path.join(REPO_ROOT, "launch.py"), "--resume", run_dir],
-    }[entry]
+        "--resume": [os.path.join(REPO_ROOT, "launch.py"), "--resume", run_dir],
+    }.get(entry, [])
 
 
 ENTRIES = ["load_policy", "Trainer.restore", "infer.py", "export.py", "--init_weights", "--resume"]
 
 
+@functools.cache
+def hostile_files_once() -> dict[str, bytes]:
+    return hostile_files()
+
+
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_every_hostile_file_is_refused_with_one_line(entry, tmp_path):
-    for kind, content in hostile_files().items():
-        cwd = tmp_path / kind
-        cwd.mkdir()
+    jobs = []
+    for kind, content in hostile_files_once().items():
+        cwd = tmp_path / "files" / kind
+        cwd.mkdir(parents=True)
         (cwd / "evilmod.py").write_text(EVIL_MODULE)  # what a file naming 'evilmod' would import
         path = cwd / "weights.pkl"
         path.write_bytes(content)
@@ -272,17 +310,31 @@ def test_every_hostile_file_is_refused_with_one_line(entry, tmp_path):
         changes = {"module_in_cwd": {"env": "evilmod:Pendulum-v1"},
                    "policy_class_not_a_policy": {"policy_class": "collections:OrderedDict"}}.get(kind, {})
         write_run(run_dir, content, changes)
-        code, stderr, rss = run_measured(entry_args(entry, str(path), str(run_dir), str(cwd / "out")), cwd)
+        argv = entry_argv(entry, str(path), str(run_dir), str(cwd / "out"))
+        # `python -c` puts the current directory first on the path; `python <script>` the script's own
+        jobs.append({"kind": kind, "cwd": str(cwd), "path": str(path), "run_dir": str(run_dir), "argv": argv,
+                     "path0": os.path.dirname(argv[0]) if argv else ""})
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    results_path = tmp_path / "results.jsonl"
+    code, stderr, _ = run_measured([sys.executable, "-c", RUNNER, entry, str(tmp_path / "jobs.json"),
+                                    str(results_path)], tmp_path, timeout=900)
+    results = [json.loads(line) for line in results_path.read_text().splitlines()] if results_path.exists() else []
+    after = jobs[len(results)]["kind"] if len(results) < len(jobs) else None
+    assert code == 0 and len(results) == len(jobs), (
+        f"{entry}: the process ended with {code} on file {after!r}: {stderr[-1500:]!r}")
+    for job, result in zip(jobs, results, strict=True):
+        kind, cwd = job["kind"], tmp_path / "files" / job["kind"]
+        stderr = (cwd / "stderr.txt").read_text(errors="replace")
         lines = [line for line in stderr.splitlines() if line.strip()]
-        where = f"{entry} with {kind}: exit {code}, stderr {stderr[-1500:]!r}"
-        assert code == 2, where
+        where = f"{entry} with {kind}: exit {result['code']}, stderr {stderr[-1500:]!r}"
+        assert result["code"] == 2, where
         assert "Traceback" not in stderr and "Segmentation" not in stderr, where
         if entry in ("load_policy", "Trainer.restore"):
             assert lines[0].startswith("refused: ") and len(lines) == 1, where
         else:
             assert len(lines) == 1 and ": error: " in lines[0], where
-        assert not (cwd / "PWNED").exists(), f"{entry} ran the module named by {kind}"
         assert not (cwd / "ray").exists(), f"{entry} started Ray for {kind}"
+        rss = result["rss_kb"] / 1024
         assert rss < PEAK_RSS_LIMIT_MB, f"{entry} with {kind}: peak RSS {rss:.0f} MB"
         if kind in ("module_in_cwd", "policy_class_not_a_policy"):
             assert "--trust_code" in lines[0], where
@@ -290,6 +342,8 @@ def test_every_hostile_file_is_refused_with_one_line(entry, tmp_path):
             assert "old format 1" in lines[0] and "dsac.convert_weights" in lines[0], where
         if kind.startswith("shared_"):  # refused by the opcode walk, before anything is unpickled
             assert "memo reference to a shared " in lines[0], where
+    ran = sorted(p.parent.name for p in tmp_path.rglob("PWNED"))
+    assert not ran, f"{entry} ran the module named by {ran}"
 
 
 def test_an_exponential_file_is_refused_at_once_under_a_4_gb_address_space(tmp_path):

@@ -15,7 +15,7 @@ from dsac.inference import load_policy
 
 def test_distributed_sac_learns_pendulum(ray_local, tmp_path):
     config = Config(
-        env="Pendulum-v1", num_workers=4, seed=0, total_env_steps=8_000, stop_return=-400.0,
+        env="Pendulum-v1", num_workers=4, seed=0, total_env_steps=8_000, stop_return=-600.0,
         eval_every=1_000, eval_episodes=5, output_dir=str(tmp_path / "run"), log_every=30.0, video_every=2,
     ).validate()
     summary = run(config)
@@ -65,7 +65,7 @@ def test_distributed_sac_learns_pendulum(ray_local, tmp_path):
 
 def test_apex_dqn_with_prioritized_replay_learns_cartpole(ray_local, tmp_path):
     config = Config(
-        algo="dqn", env="CartPole-v1", num_workers=3, seed=0, total_env_steps=30_000, stop_return=300.0,
+        algo="dqn", env="CartPole-v1", num_workers=3, seed=0, total_env_steps=30_000, stop_return=200.0,
         eval_every=1_000, eval_episodes=5, output_dir=str(tmp_path / "run"), log_every=30.0,
         num_replay_shards=2,
     )

@@ -169,25 +169,32 @@ def test_dsac_never_imports_the_benchmarks_and_neither_edits_sys_path():
 def test_every_benchmark_command_answers_help_without_sb3_torch_or_mujoco_imported():
     """``python -m benchmarks --help`` and each command's ``--help`` run in the venv of
     requirements.txt: SB3, torch and MuJoCo are imported by the commands that run them."""
-    from concurrent.futures import ThreadPoolExecutor
+    import json
 
     from benchmarks.__main__ import COMMANDS
 
-    probe = ("import runpy, sys; sys.argv = ['benchmarks', *sys.argv[1:]]\n"
-             "try:\n    runpy.run_module('benchmarks', run_name='__main__')\nexcept SystemExit as e:\n    code = e.code\n"
-             "heavy = sorted(m for m in ('stable_baselines3', 'torch', 'mujoco') if m in sys.modules)\n"
-             "print('HEAVY', heavy); sys.exit(code or 0)")
-
-    def run(args):
-        return args, subprocess.run([sys.executable, "-c", probe, *args], cwd=ROOT, capture_output=True, text=True,
-                                    timeout=120)
-
-    with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(run, [["--help"], *([name, "--help"] for name in COMMANDS)]))
-    for args, result in results:
-        assert result.returncode == 0, (args, result.stderr[-2000:])
-        assert "HEAVY []" in result.stdout, (args, result.stdout[-500:])
-        assert "usage" in result.stdout.lower(), args
+    # One process answers them all, one after another: a heavy import by any command stays in
+    # sys.modules, so "none after each" is what a process of its own per command would show.
+    probe = ("import contextlib, io, json, runpy, sys\n"
+             "for args in json.loads(sys.argv[1]):\n"
+             "    sys.argv, out = ['benchmarks', *args], io.StringIO()\n"
+             "    try:\n"
+             "        with contextlib.redirect_stdout(out):\n"
+             "            runpy.run_module('benchmarks', run_name='__main__')\n"
+             "        code = 0\n"
+             "    except SystemExit as e:\n"
+             "        code = e.code or 0\n"
+             "    heavy = sorted(m for m in ('stable_baselines3', 'torch', 'mujoco') if m in sys.modules)\n"
+             "    print(json.dumps([args, code, heavy, 'usage' in out.getvalue().lower()]), flush=True)\n")
+    commands = [["--help"], *([name, "--help"] for name in COMMANDS)]
+    result = subprocess.run([sys.executable, "-c", probe, json.dumps(commands)], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300)
+    rows = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("[")]
+    assert result.returncode == 0 and len(rows) == len(commands), result.stderr[-2000:]
+    for args, code, heavy, usage in rows:
+        assert code == 0, (args, result.stderr[-2000:])
+        assert heavy == [], (args, heavy)
+        assert usage, args
 
 
 # What sees only sections of the configuration, never the whole Config: the algorithms'

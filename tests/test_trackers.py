@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, run_in_one_process
 
 mlflow = pytest.importorskip("mlflow")
 pytest.importorskip("wandb")
@@ -192,18 +192,41 @@ def test_a_tracking_server_gets_the_run_and_losing_it_costs_only_the_tracking(tm
     assert time.monotonic() - started < 60  # it gave up after a few retries
 
 
-@pytest.mark.parametrize("args, env, message", [
+TRACKER_FAILURES = [
     (["--mlflow", "http://127.0.0.1:9"], {}, "--mlflow http://127.0.0.1:9: the tracking server does not answer"),
     (["--mlflow", "sqlite:///"], {}, "a SQLite store is sqlite:///PATH/TO/FILE.db"),
     (["--mlflow", "/proc/no/such/dir"], {}, "is not writable"),
     (["--mlflow", "ftp://example.org/x"], {}, "not a tracking URI MLflow takes"),
     (["--wandb", "a/b"], {}, "--wandb takes a W&B project name"),
+    # W&B keeps its login state in the process: this one runs in a process of its own
     (["--wandb", "dsac-test"], {"WANDB_MODE": None, "WANDB_API_KEY": None, "HOME": "{tmp}", "NETRC": "{tmp}/none"},
      "--wandb: not logged in to W&B"),
-])
-def test_a_tracker_that_cannot_start_is_one_line_and_exit_2_before_ray_starts(tmp_path, args, env, message):
-    env = {k: v.replace("{tmp}", str(tmp_path)) if isinstance(v, str) else v for k, v in env.items()}
-    proc = launch(["--env", "Pendulum-v1", "--output_dir", str(tmp_path / "run"), *args], tmp_path, **env)
+]
+
+
+@pytest.fixture(scope="module")
+def tracker_failures(tmp_path_factory):
+    """The TRACKER_FAILURES cases without an environment of their own, as ``python launch.py``
+    runs each, all in one process (conftest.run_in_one_process): {index: (result, run dir)}."""
+    workdir = tmp_path_factory.mktemp("trackers")
+    cases = [i for i, (_, env, _) in enumerate(TRACKER_FAILURES) if not env]
+    programs = [{"program": os.path.join(REPO_ROOT, "launch.py"), "cwd": workdir,
+                 "env": {"TF_CPP_MIN_LOG_LEVEL": "3", "WANDB_MODE": "offline"},
+                 "args": ["--env", "Pendulum-v1", "--output_dir", str(workdir / f"run{i}"), *TRACKER_FAILURES[i][0]]}
+                for i in cases]
+    results = run_in_one_process(programs, workdir)
+    return {i: (result, workdir / f"run{i}") for i, result in zip(cases, results, strict=True)}
+
+
+@pytest.mark.parametrize("case", range(len(TRACKER_FAILURES)), ids=[m for _, _, m in TRACKER_FAILURES])
+def test_a_tracker_that_cannot_start_is_one_line_and_exit_2_before_ray_starts(tmp_path, case, tracker_failures):
+    args, env, message = TRACKER_FAILURES[case]
+    if env:
+        env = {k: v.replace("{tmp}", str(tmp_path)) if isinstance(v, str) else v for k, v in env.items()}
+        run_dir = tmp_path / "run"
+        proc = launch(["--env", "Pendulum-v1", "--output_dir", str(run_dir), *args], tmp_path, **env)
+    else:
+        proc, run_dir = tracker_failures[case]
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert not (tmp_path / "run" / "progress.jsonl").exists()
+    assert not (run_dir / "progress.jsonl").exists()

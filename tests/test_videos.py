@@ -7,15 +7,13 @@ import subprocess
 import sys
 
 import imageio.v2 as imageio
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, launch_here
 
 
-def launch(args, tmp_path, timeout=300):
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
-    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "launch.py"), *args, "--output_dir",
-                           str(tmp_path / "run"), "--no-tensorboard", "--no-progress_bar"],
-                          capture_output=True, text=True, timeout=timeout, env=env, cwd=str(tmp_path))
+def launch(args, tmp_path, capfd, caplog):
+    """A serial run (the serial runner starts no Ray), in this process (conftest.launch_here)."""
+    return launch_here([*args, "--output_dir", tmp_path / "run", "--no-tensorboard", "--no-progress_bar"],
+                       capfd, caplog)
 
 
 def frames_of(path):
@@ -26,10 +24,10 @@ def frames_of(path):
         reader.close()
 
 
-def test_pendulum_evaluations_are_recorded_at_the_envs_render_size(tmp_path):
+def test_pendulum_evaluations_are_recorded_at_the_envs_render_size(tmp_path, capfd, caplog):
     """The serial runner; the distributed evaluator's videos: test_integration's Pendulum run."""
     proc = launch(["--local", "--env", "Pendulum-v1", "--total_env_steps", "1000", "--eval_every", "500",
-                   "--eval_episodes", "1", "--video_every", "2", "--fcnet_hiddens", "16", "16"], tmp_path)
+                   "--eval_episodes", "1", "--video_every", "2", "--fcnet_hiddens", "16", "16"], tmp_path, capfd, caplog)
     assert proc.returncode == 0, proc.stderr[-3000:]
     videos = tmp_path / "run" / "videos"
     names = sorted(os.listdir(videos))
@@ -48,10 +46,10 @@ def test_pendulum_evaluations_are_recorded_at_the_envs_render_size(tmp_path):
     assert len(shapes) == 201 and set(shapes) == {(500, 500, 3)}, (len(shapes), set(shapes))
 
 
-def test_an_env_that_cannot_render_costs_the_video_not_the_run(tmp_path):
+def test_an_env_that_cannot_render_costs_the_video_not_the_run(tmp_path, capfd, caplog):
     proc = launch(["--local", "--env", "examples.catch:Catch", "--algo", "dqn", "--total_env_steps", "600",
                    "--eval_every", "200", "--eval_episodes", "1", "--video_every", "1", "--learning_starts", "100"],
-                  tmp_path)
+                  tmp_path, capfd, caplog)
     assert proc.returncode == 0, proc.stderr[-3000:]
     warnings = [line for line in (proc.stdout + proc.stderr).splitlines() if "no evaluation video:" in line]
     assert len(warnings) == 1 and "examples.catch:Catch" in warnings[0], warnings

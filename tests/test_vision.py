@@ -52,48 +52,33 @@ def test_layouts_and_default_filters():
         image_layout((32, 32, 32))
 
 
-def test_dqn_learns_an_image_env_through_the_conv_encoder(tmp_path):
+def test_dqn_learns_an_image_env_through_the_conv_encoder(tmp_path, capfd, caplog):
     """Catch (examples/catch.py, 10x5 uint8 frames): from about -0.6 at random to catching
     (almost) every ball, with the default small encoder and frame-by-frame replay."""
     import json
-    import os
-    import subprocess
-    import sys
 
-    from conftest import REPO_ROOT
+    from conftest import launch_here
 
     out = tmp_path / "catch"
-    run = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--algo", "dqn", "--env", "examples.catch:Catch",
-         "--local", "--total_env_steps", "3000", "--eval_every", "1000", "--seed", "0", "--output_dir", str(out)],
-        capture_output=True, text=True, timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, cwd=REPO_ROOT,
-    )
+    run = launch_here(["--algo", "dqn", "--env", "examples.catch:Catch", "--local", "--total_env_steps", "3000",
+                       "--eval_every", "1000", "--seed", "0", "--output_dir", out], capfd, caplog)
     assert run.returncode == 0, run.stderr[-2000:]
     evals = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
     returns = [e["eval_return_mean"] for e in evals if "eval_return_mean" in e]
     assert returns[-1] >= 0.8, returns  # 10 balls, at least 9 caught
 
 
-def test_sac_on_car_racing_runs_end_to_end_and_sizes_its_replay_to_the_machine(tmp_path):
+def test_sac_on_car_racing_runs_end_to_end_and_sizes_its_replay_to_the_machine(tmp_path, capfd, caplog):
     """SAC from pixels (CarRacing-v3, 96x96x3 frames, preprocessed as ALE's: 84x84 gray, 4
     stacked, stored frame by frame): the critics' shared encoder, the actor reading its
     features; the weights file rebuilds the preprocessed env and acts through load_policy
     without TensorFlow."""
-    import os
-    import subprocess
-    import sys
-
-    from conftest import REPO_ROOT, act_without_tensorflow
-
+    from conftest import act_without_tensorflow, launch_here
 
     out = tmp_path / "car"
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    run = subprocess.run(
-        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--algo", "sac", "--env", "CarRacing-v3", "--local",
-         "--total_env_steps", "300", "--learning_starts", "100", "--start_steps", "100", "--batch_size", "16",
-         "--eval_episodes", "1", "--env_kwargs", '{"max_episode_steps": 100}', "--output_dir", str(out)],
-        capture_output=True, text=True, timeout=600, env=env, cwd=REPO_ROOT,
-    )
+    run = launch_here(["--algo", "sac", "--env", "CarRacing-v3", "--local", "--total_env_steps", "300",
+                       "--learning_starts", "100", "--start_steps", "100", "--batch_size", "16", "--eval_episodes", "1",
+                       "--env_kwargs", '{"max_episode_steps": 100}', "--output_dir", out], capfd, caplog)
     assert run.returncode == 0, run.stderr[-2000:]
     log = run.stderr + run.stdout
     assert "CarRacing-v3's 96x96x3 frames are preprocessed as ALE's: 84x84, gray, 4 stacked" in log, log[-2000:]
