@@ -263,6 +263,10 @@ class ResourceSettings:
         10, "times each role (rollout worker, learner, evaluator, replay shard, parameter server) is restarted "
         "after its process died (killed, out of memory, node lost) before the run stops"
     )
+    stop_timeout: float = setting(
+        30.0, "seconds a stop waits for the roles to end before it cancels them; an evaluator still playing (it "
+        "says so every 2 s) is waited for while it plays, up to 30 min, so the final evaluation is kept"
+    )
     env_restarts: int = setting(
         0, "times in the whole run an env that raised (in a rollout worker or the evaluator) is rebuilt, its broken "
         "episode dropped, before the next such error ends the run (0: the first one ends it)"
@@ -274,7 +278,7 @@ class ResourceSettings:
         if self.local:
             self.check_local()
         positive_ints(self, "envs_per_worker", "num_learners", "num_replay_shards")
-        optional_positive(self, "worker_cpus")
+        optional_positive(self, "worker_cpus", "stop_timeout")
         non_negative_ints(self, "max_restarts", "env_restarts")
         if self.learner_threads is not None and (
             isinstance(self.learner_threads, bool) or not isinstance(self.learner_threads, int) or self.learner_threads <= 0

@@ -126,11 +126,16 @@ for job in json.load(open(jobs_path)):
         os.dup2(saved[1], 2)
         os.close(saved[0])
         os.close(saved[1])
+    purged = set()
     for name in set(sys.modules) - base_modules:
         if (getattr(sys.modules[name], "__file__", None) or "").startswith(purge_root):
             del sys.modules[name]
-    for env_id in set(gymnasium.envs.registry) - base_envs:  # what a user's module registered
-        del gymnasium.envs.registry[env_id]
+            purged.add(name)
+    for env_id in set(gymnasium.envs.registry) - base_envs:  # what those modules registered
+        entry = gymnasium.envs.registry[env_id].entry_point
+        module = entry.split(":")[0] if isinstance(entry, str) else getattr(entry, "__module__", "")
+        if module in purged:
+            del gymnasium.envs.registry[env_id]
     with open(results_path, "a") as results:
         results.write(json.dumps({"code": code}) + "\\n")
 """

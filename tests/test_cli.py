@@ -53,6 +53,7 @@ BAD_INPUT = [
         (["--buffer_size", "100000000000"], "lower --buffer_size"),
         (["--output_dir", "/dev/null/run"], "not writable"),
         (["--lr", "nan"], "--lr"),
+        (["--stop_timeout", "0"], "--stop_timeout must be a positive number"),
         (["--num_workers", "two"], "invalid int value"),
         (["--num_worker", "2", "--gama", "0.9"], "unrecognized arguments: --gama 0.9 (did you mean --gamma"),
         (["--learning_rate", "3e-4"], "(did you mean --lr?)"),

@@ -84,29 +84,13 @@ SMALL = ["--num_workers", "2", "--fcnet_hiddens", "32", "32", "--eval_every", "3
          "--learning_starts", "100", "--start_steps", "100", "--log_every", "5"]
 
 
-def test_submitted_job_uses_both_nodes_and_writes_on_the_driver_side(cluster, tmp_path):
+def test_a_submitted_job_uses_both_nodes_writes_on_the_driver_side_and_ray_job_stop_saves_its_weights(
+        cluster, tmp_path):
+    """One job: its rollout workers run on both nodes, its files land on the driver's side,
+    and `ray job stop` ends it with loadable final weights."""
     from ray.job_submission import JobSubmissionClient
 
     address, node_ids = cluster
-    out = tmp_path / "run"
-    submit(address, "dsac-test-small", *SMALL, "--total_env_steps", "600", "--output_dir", str(out))
-    client = JobSubmissionClient(address)
-    status = wait_for_status(client, "dsac-test-small", timeout=300)
-    logs = client.get_job_logs("dsac-test-small")
-    assert status == "SUCCEEDED", logs[-3000:]
-    payload = load_weights(str(out / "weights.pkl"))
-    assert payload["env_steps"] >= 600
-    summary = json.loads((out / "summary.json").read_text())
-    assert set(summary["rollout_workers_per_node"]) == node_ids  # one worker on each node
-    assert "rollout workers per node" in logs
-    progress = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
-    assert progress and set(progress[-1]["rollout_workers_per_node"]) == node_ids
-
-
-def test_ray_job_stop_saves_loadable_final_weights(cluster, tmp_path):
-    from ray.job_submission import JobSubmissionClient
-
-    address, _ = cluster
     out = tmp_path / "run"
     submit(address, "dsac-test-stop", *SMALL, "--total_env_steps", "1000000", "--output_dir", str(out))
     client = JobSubmissionClient(address)
@@ -115,12 +99,16 @@ def test_ray_job_stop_saves_loadable_final_weights(cluster, tmp_path):
         assert time.monotonic() < deadline, client.get_job_logs("dsac-test-stop")[-3000:]
         assert str(client.get_job_status("dsac-test-stop").value) not in TERMINAL
         time.sleep(1.0)
+    progress = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    assert progress and set(progress[-1]["rollout_workers_per_node"]) == node_ids  # one worker on each node
     stop = subprocess.run(["ray", "job", "stop", "--address", address, "dsac-test-stop"],
                           capture_output=True, text=True, timeout=120)
     assert stop.returncode == 0, stop.stderr[-2000:]
     assert wait_for_status(client, "dsac-test-stop", timeout=90) == "STOPPED"
+    assert "rollout workers per node" in client.get_job_logs("dsac-test-stop")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stop_reason"] == "sigterm", summary
+    assert set(summary["rollout_workers_per_node"]) == node_ids
     payload = load_weights(str(out / "weights.pkl"))
     assert payload["version"] == summary["weights_version"] > 0  # the final weights, not only an early save
 

@@ -264,7 +264,8 @@ def test_every_role_of_a_two_learner_run_survives_a_kill(tmp_path):
 
 
 # Pendulum whose evaluation episodes (a --seed 0 run's reset with seeds 100,000 + j,
-# dsac.evaluation's offset; rollout workers' are drawn from 2^32) take 0.5 s a step: a 70-step evaluation plays for 35 s, longer than a stop's 30 s.
+# dsac.evaluation's offset; rollout workers' are drawn from 2^32) take 0.25 s a step: a 70-step
+# evaluation plays for 17.5 s, longer than the run's --stop_timeout of 10 s.
 SLOW_EVALUATION_MODULE = '''
 import time
 
@@ -282,20 +283,20 @@ class SlowToEvaluate(gym.Wrapper):
 
     def step(self, action):
         if self.slow:
-            time.sleep(0.5)
+            time.sleep(0.25)
         return self.env.step(action)
 '''
 
 
 def test_a_stop_keeps_a_final_evaluation_longer_than_the_shutdown_timeout(tmp_path):
     """The evaluator says every few seconds that it is still playing; the stop waits for it
-    rather than cancelling it at 30 s, so the final weights' evaluation reaches progress.jsonl
-    with its episode lengths."""
+    rather than cancelling it after --stop_timeout, so the final weights' evaluation reaches
+    progress.jsonl with its episode lengths."""
     (tmp_path / "slow_eval_envs.py").write_text(SLOW_EVALUATION_MODULE)
     run = Run(tmp_path / "run", "--env", "slow_eval_envs:SlowToEvaluate", "--num_workers", "1",
               "--fcnet_hiddens", "32", "32", "--total_env_steps", "600", "--learning_starts", "200",
               "--start_steps", "200", "--eval_every", "100000", "--eval_episodes", "1", "--no-tensorboard",
-              cwd=tmp_path)
+              "--stop_timeout", "10", cwd=tmp_path)
     assert run.finish(timeout=400) == 0, run.stderr[-3000:]
     output = "\n".join(run.lines + run.stderr_lines)
     assert "waiting for the evaluator's final evaluation" in output, output[-3000:]

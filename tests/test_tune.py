@@ -167,7 +167,7 @@ def test_distributed_trials_ask_for_all_their_roles_and_wait_when_the_cluster_is
              "steps_per_iteration": 500, "eval_every": 500, "eval_episodes": 1, "learning_starts": 200,
              "fcnet_hiddens": [32, 32], "updates_per_step": 0.25}
     space.write_text(yaml.safe_dump(flags))
-    proc = tune_command(["--space", str(space), "--total_env_steps", "1000", "--num_cpus", "4",
+    proc = tune_command(["--space", str(space), "--total_env_steps", "500", "--num_cpus", "4",
                          "--storage_path", str(tmp_path / "tr")], tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
@@ -175,7 +175,7 @@ def test_distributed_trials_ask_for_all_their_roles_and_wait_when_the_cluster_is
     spans = []
     for result_file in (tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*/result.json"):
         rows = [json.loads(line) for line in result_file.read_text().splitlines()]
-        assert rows and rows[-1]["env_steps"] >= 1000
+        assert rows and rows[-1]["env_steps"] >= 500
         # Its run placed everything in the trial's group (outside it, the learner's CPU would
         # not fit in the 0.9 left beside the group: the trial would never end).
         summary = json.loads((result_file.parent / "dsac" / "summary.json").read_text())

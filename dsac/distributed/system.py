@@ -25,7 +25,6 @@ from dsac.replay import replay_specs
 
 log = logging.getLogger("dsac")
 
-SHUTDOWN_TIMEOUT_S = 30.0
 # A stop waits this long at most for an evaluator that is still playing (saying so every few
 # seconds): a slow env's final evaluation (Atari games, CarRacing, Humanoid) can take minutes.
 EVALUATOR_STOP_LIMIT_S = 1800.0
@@ -206,7 +205,7 @@ class System:
 
     def wait_for_playing_evaluator(self) -> list[tuple[str, object, BaseException | None]]:
         """After the stop: wait for an evaluator that is still playing (it said so within
-        ``SHUTDOWN_TIMEOUT_S``), so the final evaluation is not lost to a slow env; one that
+        ``--stop_timeout``), so the final evaluation is not lost to a slow env; one that
         went quiet is stuck and is left to be cancelled."""
         ended, said, limit = [], False, time.monotonic() + EVALUATOR_STOP_LIMIT_S
         while any(self.roles[ref] == "evaluator" for ref in self.pending) and time.monotonic() < limit:
@@ -214,7 +213,7 @@ class System:
                 progress = ray.get(self.ps.evaluator_progress.remote(), timeout=10)
             except (ray.exceptions.RayError, TimeoutError):
                 break
-            if progress is None or progress[0] > SHUTDOWN_TIMEOUT_S:
+            if progress is None or progress[0] > self.config.stop_timeout:
                 break
             if not said:
                 said = True
@@ -282,16 +281,17 @@ class System:
 
     # --- stopping ------------------------------------------------------------------------
     def stop(self, reason: str) -> list[tuple[str, object, BaseException | None]]:
-        """Raise every stop flag and wait up to ``SHUTDOWN_TIMEOUT_S`` for the tasks, and for
+        """Raise every stop flag and wait up to ``--stop_timeout`` for the tasks, and for
         an evaluator still playing its evaluations as long as it says so (up to
         ``EVALUATOR_STOP_LIMIT_S``); those still running then are cancelled. Returns how the
         waited-for tasks ended."""
         stopping = [self.ps.stop.remote(reason)] + [shard.stop.remote() for shard in self.shards]
         ray.get(stopping + ([self.averager.stop.remote()] if self.averager is not None else []))
-        ended = self.ended_tasks(SHUTDOWN_TIMEOUT_S) if self.pending else []
+        ended = self.ended_tasks(self.config.stop_timeout) if self.pending else []
         ended += self.wait_for_playing_evaluator()
         for ref in self.pending:
-            log.warning("%s did not stop within %.0f s; cancelling it", self.roles[ref], SHUTDOWN_TIMEOUT_S)
+            log.warning("%s did not stop within %.0f s (--stop_timeout); cancelling it", self.roles[ref],
+                        self.config.stop_timeout)
             ray.cancel(ref, force=True)
         self.pending = []
         remove_boards(self.board_names())  # what a writer that died left on this machine
