@@ -1,8 +1,9 @@
 """Hostile weights files and run directories, made here, against every entry point that reads
 them: ``load_policy``, ``Trainer.restore``, ``scripts/infer.py``, ``scripts/export.py``,
 ``launch.py --init_weights`` and ``launch.py --resume``. Each is refused with one line, runs no
-code, does not crash, and stays within bounded memory (each entry point runs in a process of
-its own, whose peak RSS the kernel reports through ``wait4``)."""
+code, does not crash, and stays within bounded memory (each entry point reads every file in a
+process of its own, which reports its peak RSS after each file; the 4 GB address-space test
+reads the peak through ``wait4``)."""
 
 import functools
 import json
