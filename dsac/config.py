@@ -247,7 +247,9 @@ class Config:
         fills["defaulted"] = sorted({*self.defaulted, *fills})
         if self.num_workers == 0:  # RLlib's num_env_runners=0: everything in the driver
             fills["local"] = True
-        # Ship the registered custom models (and any module:builder named) with the config.
+        # Ship the custom model this run names (registered, or module:builder) with the config,
+        # and no other: every process unpickles what it is sent, and a builder's module (with
+        # the TensorFlow it imports) would load in every rollout worker of every later run.
         models = {**registered_models(), **self.custom_models}
         if self.custom_model and self.custom_model not in models:
             if ":" in self.custom_model:
@@ -258,7 +260,7 @@ class Config:
                 models[self.custom_model] = builder
             else:
                 resolve_builder(self.custom_model, models)  # raises with close matches
-        fills["custom_models"] = models
+        fills["custom_models"] = {name: models[name] for name in models if name == self.custom_model}
         # Load "module:Name" here, in the driver, so workers get the objects themselves
         # (shipped by value when their module is not importable there).
         for key, kind in (("callbacks", "callbacks"), ("policy_class", "policy_class")):

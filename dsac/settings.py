@@ -387,7 +387,7 @@ class ModelSettings:
         None, "a model registered with dsac.register_custom_model, or module:builder (replaces the MLPs)"
     )
     custom_model_config: dict = setting({}, "keyword settings passed to the custom model builder", cli=False)
-    custom_models: dict = setting({}, "name -> builder; filled from the registry when the config is resolved", cli=False)
+    custom_models: dict = setting({}, "name -> builder of the custom_model the run uses; filled from the registry when the config is resolved", cli=False)
 
     def check(self) -> None:
         if not isinstance(self.custom_model_config, dict):

@@ -105,3 +105,21 @@ def test_a_group_holds_only_its_own_keys_once(tmp_path, saved, message):
     with pytest.raises(DsacError, match=message) as info:
         Config.load(str(path))
     assert str(info.value).startswith(str(path))
+
+
+def test_a_run_ships_only_the_custom_model_it_names():
+    """Every process of a run unpickles the builders its config carries: a registered model the
+    run does not use would load its module (and the TensorFlow that imports) in every rollout
+    worker of every later run in this process."""
+    import dsac
+
+    def linear(input_dim, output_dim, model_config, name):  # never called: only shipped
+        raise AssertionError
+
+    dsac.register_custom_model("test_config_linear", linear)
+    dsac.register_custom_model("test_config_other", linear)
+    assert Config(env="Pendulum-v1").validate().custom_models == {}
+    named = Config.from_dict({"env": "Pendulum-v1", "custom_model": "test_config_linear"}).validate()
+    assert named.custom_models == {"test_config_linear": linear}
+    with pytest.raises(DsacError, match="test_config_linear"):  # a near miss is still named
+        Config.from_dict({"env": "Pendulum-v1", "custom_model": "test_config_linea"}).validate()

@@ -37,7 +37,7 @@ def register_custom_model(name: str, builder: Callable) -> None:
 
 
 def registered_models() -> dict[str, Callable]:
-    """A snapshot of the registry (what a run ships to its workers)."""
+    """A snapshot of the registry (a run ships its workers the one it names)."""
     return dict(_REGISTRY)
 
 
