@@ -1,6 +1,10 @@
 """Shared fixtures: one real local Ray for the tests that need actors, and small envs."""
 
 import os
+import resource
+import subprocess
+import sys
+import threading
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
@@ -48,9 +52,6 @@ def small_launch_run(tmp_path_factory):
     """One short distributed SAC run through ``launch.py`` as a user types it (TensorFlow's log
     level not set), its output captured (so stdout is not a terminal): ``(output_dir, result)``.
     Shared by the tests that read what such a run leaves (test_cli, test_monitoring)."""
-    import subprocess
-    import sys
-
     out = tmp_path_factory.mktemp("small_run") / "run"
     result = subprocess.run(
         [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--num_workers", "3", "--total_env_steps",
@@ -67,8 +68,6 @@ def act_without_tensorflow(weights_path, steps: str) -> str:
     """Run ``steps`` (Python source, indented for a function body) in a fresh process after
     ``policy = load_policy(weights_path)``, ``env = policy.make_env()`` and ``obs, _ =
     env.reset(seed=0)``; assert TensorFlow was never imported there; return its stdout."""
-    import subprocess
-    import sys
     import textwrap
 
     code = "\n".join([
@@ -87,13 +86,46 @@ def act_without_tensorflow(weights_path, steps: str) -> str:
     return run.stdout
 
 
+# Starts the measured process and reports its exit code and peak RSS (KB) as wait4 gives them.
+# It runs in a small process of its own: a process started straight from pytest would report
+# pytest's own peak RSS (Linux keeps the larger of the parent's high-water mark at exec and the
+# child's), which grows with the tests that ran before.
+TRAMPOLINE = """
+import os, sys
+pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ,
+                     file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
+_, status, usage = os.wait4(pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
+
+
+def run_measured(args, cwd, timeout=120, address_space: int | None = None) -> tuple[int, str, float]:
+    """Run a process; (exit code, stderr, its own peak RSS in MB as wait4 reports it). With
+    ``address_space`` (bytes), it runs under that RLIMIT_AS, like ``ulimit -v``."""
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "RAY_TMPDIR": os.path.join(str(cwd), "ray")}
+    with open(os.path.join(str(cwd), "stderr.txt"), "w+b") as err:
+        limit = None if address_space is None else (
+            lambda: resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space)))
+        proc = subprocess.Popen([sys.executable, "-c", TRAMPOLINE, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                stderr=err, start_new_session=True, preexec_fn=limit)
+        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, 9))
+        timer.start()
+        try:
+            out, _ = proc.communicate()
+        finally:
+            timer.cancel()
+        code, rss_kb = (int(x) for x in out.split()) if out.strip() else (-9, 0)
+        err.seek(0)
+        return code, err.read().decode(errors="replace"), rss_kb / 1024
+
+
 # Runs programs one after another in one Python process, each as ``python <script> args`` or
 # ``python -m <module> args`` would (argv, sys.path[0], working dir and environment as given),
-# with its stdout and stderr in files of its own; one JSON line {"code"} per program. What a
-# program imports from a user's directory (``purge_root``), adds to sys.path or registers
-# with gymnasium goes with it.
+# with its stdout and stderr in files of its own; one JSON line {"code", "rss_kb": the
+# process's peak RSS so far} per program. What a program imports from a user's directory
+# (``purge_root``), adds to sys.path or registers with gymnasium goes with it.
 BATCH_RUNNER = """
-import json, os, runpy, sys
+import importlib, json, os, resource, runpy, sys
 import gymnasium
 jobs_path, results_path, purge_root = sys.argv[1:]
 base_path, base_modules, base_environ = list(sys.path[1:]), set(sys.modules), dict(os.environ)
@@ -104,6 +136,7 @@ for job in json.load(open(jobs_path)):
     os.environ.update({k: v for k, v in {**base_environ, **job["env"]}.items() if v is not None})
     module = job["program"][3:] if job["program"].startswith("-m ") else None
     sys.path[:] = [job["cwd"] if module else os.path.dirname(job["program"]), *base_path]
+    importlib.invalidate_caches()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     saved = os.dup(1), os.dup(2)
@@ -137,21 +170,21 @@ for job in json.load(open(jobs_path)):
         if module in purged:
             del gymnasium.envs.registry[env_id]
     with open(results_path, "a") as results:
-        results.write(json.dumps({"code": code}) + "\\n")
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        results.write(json.dumps({"code": code, "rss_kb": peak}) + "\\n")
 """
 
 
 def run_in_one_process(programs, workdir, purge_root=None, timeout=600):
     """Run ``programs`` — dicts of ``program`` (a script's path, or ``-m module``), ``args``,
     and optionally ``cwd`` (default: the repository) and ``env`` (added to this environment;
-    None removes a variable) —
-    one after another in one fresh Python process, each as its own ``python ...`` command
-    would run (it saves a Python start and dsac's imports per program). Returns one
-    :class:`subprocess.CompletedProcess` per program, in order; a program that kills the
-    process fails here, naming it."""
+    None removes a variable) — one after another in one fresh Python process (started
+    through :func:`run_measured`), each as its own ``python ...`` command would run (it saves
+    a Python start and dsac's imports per program). Returns one
+    :class:`subprocess.CompletedProcess` per program, in order, with ``peak_rss_mb``: the
+    process's peak RSS when that program ended. A program that ends the process fails here,
+    naming it."""
     import json
-    import subprocess
-    import sys
 
     jobs = []
     for i, p in enumerate(programs):
@@ -159,20 +192,21 @@ def run_in_one_process(programs, workdir, purge_root=None, timeout=600):
                      "env": p.get("env", {}), "stdout": str(workdir / f"{i}.out"), "stderr": str(workdir / f"{i}.err")})
     (workdir / "jobs.json").write_text(json.dumps(jobs))
     results_path = workdir / "results.jsonl"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (REPO_ROOT, os.environ.get("PYTHONPATH")) if p)}
-    proc = subprocess.run([sys.executable, "-c", BATCH_RUNNER, str(workdir / "jobs.json"), str(results_path),
-                           str(purge_root or workdir)], capture_output=True, text=True, timeout=timeout, env=env,
-                          cwd=str(workdir))
-    codes = [json.loads(line)["code"] for line in results_path.read_text().splitlines()] if results_path.exists() else []
-    if len(codes) < len(jobs):
-        job = jobs[len(codes)]
-        raise AssertionError(f"{job['program']} {job['args']} ended the process (exit {proc.returncode}): "
-                             f"{(workdir / f'{len(codes)}.err').read_text(errors='replace')[-1500:]}"
-                             f"{proc.stderr[-1500:]}")
-    return [subprocess.CompletedProcess([job["program"], *job["args"]], code,
-                                        open(job["stdout"], errors="replace").read(),
-                                        open(job["stderr"], errors="replace").read())
-            for job, code in zip(jobs, codes, strict=True)]
+    code, stderr, _ = run_measured([sys.executable, "-c", BATCH_RUNNER, str(workdir / "jobs.json"), str(results_path),
+                                    str(purge_root or workdir)], workdir, timeout=timeout)
+    rows = [json.loads(line) for line in results_path.read_text().splitlines()] if results_path.exists() else []
+    if len(rows) < len(jobs) or code != 0:
+        job = jobs[min(len(rows), len(jobs) - 1)]  # the one running when the process ended
+        err = open(job["stderr"], errors="replace").read()[-1500:] if os.path.exists(job["stderr"]) else ""
+        raise AssertionError(f"{job['program']} {job['args']} ended the process (exit {code}): {err}{stderr[-1500:]}")
+    results = []
+    for job, row in zip(jobs, rows, strict=True):
+        result = subprocess.CompletedProcess([job["program"], *job["args"]], row["code"],
+                                             open(job["stdout"], errors="replace").read(),
+                                             open(job["stderr"], errors="replace").read())
+        result.peak_rss_mb = row["rss_kb"] / 1024
+        results.append(result)
+    return results
 
 
 def launch_here(args, capfd, caplog):
@@ -181,7 +215,6 @@ def launch_here(args, capfd, caplog):
     already imported. Returns a :class:`subprocess.CompletedProcess` whose stdout holds the
     log lines (at INFO, as launch.py prints them) and what was printed."""
     import logging
-    import subprocess
 
     from dsac.cli import main
 

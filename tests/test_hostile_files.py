@@ -2,8 +2,7 @@
 them: ``load_policy``, ``Trainer.restore``, ``scripts/infer.py``, ``scripts/export.py``,
 ``launch.py --init_weights`` and ``launch.py --resume``. Each is refused with one line, runs no
 code, does not crash, and stays within bounded memory (each entry point reads every file in a
-process of its own, which reports its peak RSS after each file; the 4 GB address-space test
-reads the peak through ``wait4``)."""
+process of its own, whose peak RSS is read after each file)."""
 
 import functools
 import json
@@ -11,16 +10,13 @@ import math
 import os
 import pickle
 import pickletools
-import resource
 import struct
-import subprocess
 import sys
-import threading
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, run_in_one_process, run_measured
 
 from dsac import safe_pickle
 from dsac.algorithms.sac.policy import SACPolicy
@@ -147,6 +143,7 @@ def exponential_files() -> dict[str, bytes]:
     }
 
 
+@functools.cache
 def hostile_files() -> dict[str, bytes]:
     """name -> file content: each an attack found on the format-1 loader, or on the
     metadata any format carries, or a tree of shared references (:func:`exponential_files`)."""
@@ -194,113 +191,49 @@ def write_run(directory, weights_bytes: bytes, config_changes: dict) -> None:
     (checkpoint / "weights.pkl").write_bytes(weights_bytes)
 
 
-# Starts the measured process and reports its exit code and peak RSS (KB) as wait4 gives them.
-# It runs in a small process of its own: a process started straight from pytest would report
-# pytest's own peak RSS (Linux keeps the larger of the parent's high-water mark at exec and the
-# child's), which grows with the tests that ran before.
-TRAMPOLINE = """
-import os, sys
-pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ,
-                     file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
-_, status, usage = os.wait4(pid, 0)
-print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
-"""
-
-
-def run_measured(args, cwd, timeout=120, address_space: int | None = None) -> tuple[int, str, float]:
-    """Run a process; (exit code, stderr, its own peak RSS in MB as wait4 reports it). With
-    ``address_space`` (bytes), it runs under that RLIMIT_AS, like ``ulimit -v``."""
-    env = {**os.environ, "PYTHONPATH": REPO_ROOT, "RAY_TMPDIR": os.path.join(str(cwd), "ray")}
-    with open(os.path.join(str(cwd), "stderr.txt"), "w+b") as err:
-        limit = None if address_space is None else (
-            lambda: resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space)))
-        proc = subprocess.Popen([sys.executable, "-c", TRAMPOLINE, *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                stderr=err, start_new_session=True, preexec_fn=limit)
-        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, 9))
-        timer.start()
-        try:
-            out, _ = proc.communicate()
-        finally:
-            timer.cancel()
-        code, rss_kb = (int(x) for x in out.split()) if out.strip() else (-9, 0)
-        err.seek(0)
-        return code, err.read().decode(errors="replace"), rss_kb / 1024
-
-
-# Runs one entry point on every hostile file in turn, in one process (started through the
-# trampoline, so its own peak RSS is what it reports): per file it enters the file's directory,
-# sets argv, sys.path and RAY_TMPDIR as a fresh ``python <script>`` or ``python -c`` there would,
-# sends fd 2 to that directory's stderr.txt, and writes one JSON line {kind, code, rss_kb}; the
-# peak RSS only grows, so a bound on it after file k bounds every file up to k.
-RUNNER = """
-import importlib, json, os, resource, runpy, sys
-entry, jobs_path, results_path = sys.argv[1:]
-jobs = json.load(open(jobs_path))
+# ``python -c`` of this in the file's directory was the entry point of the two API calls: the
+# directory is first on sys.path, where a file naming 'evilmod' would find it.
+API_ENTRY = """
+import sys
+from dsac import Trainer, load_policy
 from dsac.errors import DsacError
-base_path, base_modules = list(sys.path), set(sys.modules)
-for job in jobs:
-    os.chdir(job["cwd"])
-    os.environ["RAY_TMPDIR"] = os.path.join(job["cwd"], "ray")
-    sys.path[:] = [job["path0"], *base_path[1:]]
-    importlib.invalidate_caches()
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open("stderr.txt", "wb") as err:
-        os.dup2(err.fileno(), 2)
-    try:
-        if entry in ("load_policy", "Trainer.restore"):
-            from dsac import Trainer, load_policy
-            try:
-                load_policy(job["path"]) if entry == "load_policy" else Trainer.restore(job["run_dir"])
-                print("accepted", file=sys.stderr)
-                code = 0
-            except DsacError as exc:
-                print(f"refused: {exc}", file=sys.stderr)
-                code = 2
-        else:
-            sys.argv = job["argv"]
-            try:
-                runpy.run_path(job["argv"][0], run_name="__main__")
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-    for name in set(sys.modules) - base_modules:  # nothing a file's directory holds outlives it
-        where = getattr(sys.modules[name], "__file__", None) or ""
-        if name == "evilmod" or where.startswith(os.path.dirname(job["cwd"])):
-            del sys.modules[name]
-    with open(results_path, "a") as out:
-        out.write(json.dumps({"kind": job["kind"], "code": code,
-                              "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}) + "\\n")
+kind, path, run_dir = sys.argv[1:]
+try:
+    if kind == "load_policy":
+        load_policy(path)
+    else:
+        Trainer.restore(run_dir)
+    print("accepted", file=sys.stderr)
+    sys.exit(0)
+except DsacError as exc:
+    print(f"refused: {exc}", file=sys.stderr)
+    sys.exit(2)
 """
 
 
-def entry_argv(entry: str, path: str, run_dir: str, out: str) -> list[str]:
-    """sys.argv for a script entry point, as ``python <script> ...`` would set it."""
+def entry_program(entry: str, cwd, path: str, run_dir: str, out: str) -> tuple[str, list[str]]:
+    """(program, args) of an entry point, as ``python <program> <args>`` runs it in ``cwd``."""
+    if entry in ("load_policy", "Trainer.restore"):
+        (cwd / "api_entry.py").write_text(API_ENTRY)
+        return str(cwd / "api_entry.py"), [entry, path, run_dir]
     return {
-        "infer.py": [os.path.join(REPO_ROOT, "scripts", "infer.py"), path, "--episodes", "1"],
-        "export.py": [os.path.join(REPO_ROOT, "scripts", "export.py"), path, "--savedmodel", out],
-        "--init_weights": [os.path.join(REPO_ROOT, "launch.py"), "--init_weights", path,
-                           "--fcnet_hiddens", *map(str, NETWORK), "--output_dir", out],
-        "--resume": [os.path.join(REPO_ROOT, "launch.py"), "--resume", run_dir],
-    }.get(entry, [])
+        "infer.py": (os.path.join(REPO_ROOT, "scripts", "infer.py"), [path, "--episodes", "1"]),
+        "export.py": (os.path.join(REPO_ROOT, "scripts", "export.py"), [path, "--savedmodel", out]),
+        "--init_weights": (os.path.join(REPO_ROOT, "launch.py"),
+                           ["--init_weights", path, "--fcnet_hiddens", *map(str, NETWORK), "--output_dir", out]),
+        "--resume": (os.path.join(REPO_ROOT, "launch.py"), ["--resume", run_dir]),
+    }[entry]
 
 
 ENTRIES = ["load_policy", "Trainer.restore", "infer.py", "export.py", "--init_weights", "--resume"]
 
 
-@functools.cache
-def hostile_files_once() -> dict[str, bytes]:
-    return hostile_files()
-
-
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_every_hostile_file_is_refused_with_one_line(entry, tmp_path):
-    jobs = []
-    for kind, content in hostile_files_once().items():
+    # Every file in turn, in one process (conftest.run_in_one_process), which reports its peak
+    # RSS after each: the peak only grows, so a bound on it after file k bounds every file to k.
+    kinds, programs = [], []
+    for kind, content in hostile_files().items():
         cwd = tmp_path / "files" / kind
         cwd.mkdir(parents=True)
         (cwd / "evilmod.py").write_text(EVIL_MODULE)  # what a file naming 'evilmod' would import
@@ -311,32 +244,23 @@ def test_every_hostile_file_is_refused_with_one_line(entry, tmp_path):
         changes = {"module_in_cwd": {"env": "evilmod:Pendulum-v1"},
                    "policy_class_not_a_policy": {"policy_class": "collections:OrderedDict"}}.get(kind, {})
         write_run(run_dir, content, changes)
-        argv = entry_argv(entry, str(path), str(run_dir), str(cwd / "out"))
-        # `python -c` puts the current directory first on the path; `python <script>` the script's own
-        jobs.append({"kind": kind, "cwd": str(cwd), "path": str(path), "run_dir": str(run_dir), "argv": argv,
-                     "path0": os.path.dirname(argv[0]) if argv else ""})
-    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
-    results_path = tmp_path / "results.jsonl"
-    code, stderr, _ = run_measured([sys.executable, "-c", RUNNER, entry, str(tmp_path / "jobs.json"),
-                                    str(results_path)], tmp_path, timeout=900)
-    results = [json.loads(line) for line in results_path.read_text().splitlines()] if results_path.exists() else []
-    after = jobs[len(results)]["kind"] if len(results) < len(jobs) else None
-    assert code == 0 and len(results) == len(jobs), (
-        f"{entry}: the process ended with {code} on file {after!r}: {stderr[-1500:]!r}")
-    for job, result in zip(jobs, results, strict=True):
-        kind, cwd = job["kind"], tmp_path / "files" / job["kind"]
-        stderr = (cwd / "stderr.txt").read_text(errors="replace")
+        program, args = entry_program(entry, cwd, str(path), str(run_dir), str(cwd / "out"))
+        kinds.append(kind)
+        programs.append({"program": program, "args": args, "cwd": cwd, "env": {"RAY_TMPDIR": str(cwd / "ray")}})
+    (tmp_path / "batch").mkdir()
+    results = run_in_one_process(programs, tmp_path / "batch", purge_root=str(tmp_path / "files"), timeout=900)
+    for kind, result in zip(kinds, results, strict=True):
+        cwd, stderr = tmp_path / "files" / kind, result.stderr
         lines = [line for line in stderr.splitlines() if line.strip()]
-        where = f"{entry} with {kind}: exit {result['code']}, stderr {stderr[-1500:]!r}"
-        assert result["code"] == 2, where
+        where = f"{entry} with {kind}: exit {result.returncode}, stderr {stderr[-1500:]!r}"
+        assert result.returncode == 2, where
         assert "Traceback" not in stderr and "Segmentation" not in stderr, where
         if entry in ("load_policy", "Trainer.restore"):
             assert lines[0].startswith("refused: ") and len(lines) == 1, where
         else:
             assert len(lines) == 1 and ": error: " in lines[0], where
         assert not (cwd / "ray").exists(), f"{entry} started Ray for {kind}"
-        rss = result["rss_kb"] / 1024
-        assert rss < PEAK_RSS_LIMIT_MB, f"{entry} with {kind}: peak RSS {rss:.0f} MB"
+        assert result.peak_rss_mb < PEAK_RSS_LIMIT_MB, f"{entry} with {kind}: peak RSS {result.peak_rss_mb:.0f} MB"
         if kind in ("module_in_cwd", "policy_class_not_a_policy"):
             assert "--trust_code" in lines[0], where
         if kind == "object_array":
