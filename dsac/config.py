@@ -260,7 +260,7 @@ class Config:
                 models[self.custom_model] = builder
             else:
                 resolve_builder(self.custom_model, models)  # raises with close matches
-        fills["custom_models"] = {name: models[name] for name in models if name == self.custom_model}
+        fills["custom_models"] = {self.custom_model: models[self.custom_model]} if self.custom_model else {}
         # Load "module:Name" here, in the driver, so workers get the objects themselves
         # (shipped by value when their module is not importable there).
         for key, kind in (("callbacks", "callbacks"), ("policy_class", "policy_class")):
