@@ -253,3 +253,25 @@ def test_the_xla_compiled_update_loop_makes_the_same_updates():
     for name, value in plain.items():
         np.testing.assert_allclose(xla[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
     np.testing.assert_allclose([s["loss"] for s in xla_stats], [s["loss"] for s in plain_stats], rtol=1e-4)
+
+
+@pytest.mark.parametrize("space, hint", [
+    (gym.spaces.Box(-1.0, 1.0, (2,)), "(use --algo sac)"),
+    (gym.spaces.MultiDiscrete([3, 4]), "(no dsac algorithm takes it: wrap the env so that its action is one "
+                                       "Discrete(12), an index into every combination)"),
+    (gym.spaces.MultiBinary(3), "one Discrete(8)"),
+    (gym.spaces.Tuple([gym.spaces.Discrete(2)] * 2), "(no dsac algorithm takes it)"),
+], ids=["Box", "MultiDiscrete", "MultiBinary", "Tuple"])
+def test_an_action_space_dqn_refuses_names_what_would_take_it(space, hint):
+    """SAC refuses a MultiDiscrete too: the refusal must not send the user there."""
+    from dsac.algorithms.dqn import check_spaces
+    from dsac.algorithms.sac import check_spaces as sac_check_spaces
+    from dsac.errors import DsacError
+
+    obs = gym.spaces.Box(-1.0, 1.0, (3,))
+    with pytest.raises(DsacError) as refused:
+        check_spaces("Multi-v0", obs, space)
+    assert str(refused.value).startswith("--algo dqn needs a Discrete action space, but Multi-v0 has ")
+    assert hint in str(refused.value)
+    if "--algo sac" in str(refused.value):
+        sac_check_spaces("Multi-v0", obs, space)  # what it suggests takes it

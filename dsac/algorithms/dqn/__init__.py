@@ -4,6 +4,7 @@ dueling heads, n-step returns, prioritized replay, and per-worker ε-greedy expl
 from __future__ import annotations
 
 import gymnasium as gym
+import numpy as np
 
 from dsac.algorithms import Algorithm
 from dsac.algorithms.dqn.policy import DQNPolicy
@@ -12,10 +13,22 @@ from dsac.errors import DsacError
 
 
 def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
-    """A flat or image Box observation and a Discrete action space."""
+    """A flat or image Box observation and a Discrete action space. The refusal names what
+    would take the env's actions: --algo sac for a Box, and for a MultiDiscrete or MultiBinary
+    (which SAC refuses too) a wrapper making them one Discrete choice."""
     require_box_observation(env_id, observation_space)
-    if not isinstance(action_space, gym.spaces.Discrete):
-        raise DsacError(f"--algo dqn needs a Discrete action space, but {env_id} has {action_space} (use --algo sac)")
+    if isinstance(action_space, gym.spaces.Discrete):
+        return
+    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        hint = "use --algo sac"
+    elif isinstance(action_space, gym.spaces.MultiDiscrete | gym.spaces.MultiBinary):
+        choices = int(np.prod(action_space.nvec)) if isinstance(action_space, gym.spaces.MultiDiscrete) \
+            else 2 ** int(np.prod(action_space.shape))
+        hint = (f"no dsac algorithm takes it: wrap the env so that its action is one Discrete({choices}), "
+                "an index into every combination")
+    else:
+        hint = "no dsac algorithm takes it"
+    raise DsacError(f"--algo dqn needs a Discrete action space, but {env_id} has {action_space} ({hint})")
 
 
 ALGORITHM = Algorithm(
