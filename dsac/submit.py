@@ -5,9 +5,10 @@
     dsac-submit --dry-run -- --num_workers 8          # print the command only
 
 Everything after ``--`` goes to ``launch.py``. The repository is uploaded as the job's working
-directory, without run outputs, virtualenvs and caches. ``--install`` makes the cluster
-install requirements.txt for the job (needed when the nodes lack dsac's packages); without
-it the nodes' own Python environment is used. Follow a job with ``ray job logs -f <id>``,
+directory, without run outputs, virtualenvs, caches, tracker stores, Tune results and
+secrets (``.env``, keys). ``--install`` makes the cluster install requirements.txt for the
+job (needed when the nodes lack dsac's packages); without it the nodes' own Python
+environment is used. Follow a job with ``ray job logs -f <id>``,
 stop it with ``ray job stop <id>``: the driver gets SIGTERM, stops the tasks and saves the
 final weights (the job's runtime env gives it ``--stop_grace`` seconds before SIGKILL).
 """
@@ -25,9 +26,14 @@ from dsac.errors import quiet_when_the_reader_leaves
 # The checkout dsac runs from: what the job uploads as its working directory.
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Not uploaded with the working directory: outputs, environments, caches, VCS data.
+# Not uploaded with the working directory: outputs, environments, caches, VCS data; tracker
+# stores (an MLflow SQLite store and its artifacts, W&B's offline runs) and Tune's results
+# (dsac-tune's default --storage_path), which can be gigabytes and are no input of a run;
+# and secrets (.env files, keys), which must not leave the machine in a job's package.
 EXCLUDES = ["runs/", "dsac_runs/", ".git/", ".venv/", "venv/", "env/", "__pycache__/", "*.pyc", ".pytest_cache/",
-            ".ruff_cache/", "*.pkl", "*.npz", "tb/", "*.png", "*.mp4"]
+            ".ruff_cache/", "*.pkl", "*.npz", "tb/", "*.png", "*.mp4",
+            "mlflow.db", "mlruns/", "mlartifacts/", "wandb/", "tune_results/",
+            ".env", ".env.*", "*.pem", "*.key", ".netrc"]
 
 
 def requirements(path: str) -> list[str]:
