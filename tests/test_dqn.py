@@ -1,5 +1,7 @@
 """DQN: numpy acting agrees with Keras, the double-Q n-step loss by hand, Ape-X's ε."""
 
+import functools
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -275,3 +277,41 @@ def test_an_action_space_dqn_refuses_names_what_would_take_it(space, hint):
     assert hint in str(refused.value)
     if "--algo sac" in str(refused.value):
         sac_check_spaces("Multi-v0", obs, space)  # what it suggests takes it
+
+
+def test_two_learners_each_count_an_update_their_mean_gradient_dropped():
+    """Data-parallel learners apply the mean of their gradients, and only when it is finite:
+    one learner's NaN drops the update for both, so both count it, though the other's own
+    gradients were finite (the run's ``skipped_updates`` is the lead learner's count)."""
+    from dsac.distributed.tasks import apply_mean
+    from dsac.learning import LearnerLoop
+
+    rng = np.random.default_rng(3)
+
+    def batch(reward):
+        return {
+            "obs": rng.normal(size=(8, 4)).astype(np.float32), "action": rng.integers(0, 2, 8),
+            "reward": np.full(8, reward, np.float32), "next_obs": rng.normal(size=(8, 4)).astype(np.float32),
+            "terminated": np.zeros(8, np.float32), "discount": np.full(8, 0.99, np.float32),
+        }
+
+    policies = [make(build_learner=True), make(build_learner=True)]
+    policies[1].set_state(policies[0].get_state())
+    loops = [LearnerLoop(p, push_every=1, max_nonfinite_updates=10) for p in policies]
+    for rewards, dropped in (([1.0, np.nan], True), ([1.0, 0.5], False)):
+        batches = [batch(r) for r in rewards]
+        computed = [p.compute_gradients(b) for p, b in zip(policies, batches, strict=True)]
+        assert [stats["skipped"] for _, stats in computed] == [0.0, float(dropped)]  # each one's local verdict
+        shapes = [np.shape(g) for g in computed[0][0]]
+        mean = np.mean([np.concatenate([np.ravel(g) for g in grads]) for grads, _ in computed], axis=0)
+        before = [p.get_weights() for p in policies]
+        for loop, policy, b, (_, stats) in zip(loops, policies, batches, computed, strict=True):
+            learn = functools.partial(lambda p, s, m, shapes, _: [apply_mean(p, m, shapes, s)], policy, stats, mean,
+                                      shapes)
+            loop.step({k: v[None] for k, v in b.items()}, learn)
+        moved = [any(not np.array_equal(w[k], p.get_weights()[k]) for k in w) for w, p in zip(before, policies,
+                                                                                              strict=True)]
+        assert moved == [not dropped] * 2
+    assert [loop.report(0).skipped_updates for loop in loops] == [1, 1]
+    assert all(np.array_equal(a, b) for a, b in zip(policies[0].get_weights().values(),
+                                                      policies[1].get_weights().values(), strict=True))

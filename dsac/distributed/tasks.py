@@ -442,10 +442,18 @@ class GradientSync:
         if reply is None:
             return None
         mean, self.env_steps = reply
-        ends = np.cumsum([int(np.prod(shape)) for shape in shapes])
-        policy.apply_gradients([part.reshape(shape) for part, shape in zip(np.split(mean, ends[:-1]), shapes,
-                                                                              strict=True)])
-        return stats
+        return apply_mean(policy, mean, shapes, stats)
+
+
+def apply_mean(policy, mean: np.ndarray, shapes: list, stats: dict) -> dict:
+    """Apply the learners' mean gradient (flat, cut into ``shapes``); ``stats`` with ``skipped``
+    saying whether it was dropped. The policy applies the mean only when all of it is finite,
+    so that decides: every learner counts the same dropped update once, even one whose own
+    gradients were finite (its local verdict would leave ``skipped_updates`` at 0)."""
+    ends = np.cumsum([int(np.prod(shape)) for shape in shapes])
+    policy.apply_gradients([part.reshape(shape) for part, shape in zip(np.split(mean, ends[:-1]), shapes,
+                                                                          strict=True)])
+    return {**stats, "skipped": float(not np.isfinite(mean).all())}
 
 
 def weights_digest(weights: dict[str, np.ndarray]) -> str:
