@@ -64,6 +64,9 @@ class Trainer:
             self._system, self._started_ray = start(self.config, self.started_at, insert_limit=0,
                                                     checkpoint=_checkpoint)
         self._start_counts = (self._system.counters["env_steps"], self._system.counters["updates"])
+        # Where a restored Trainer took up its checkpoint's counts (None when it started fresh).
+        self.restored_counters: dict | None = (
+            {"env_steps": self._start_counts[0], "updates": self._start_counts[1]} if _checkpoint else None)
         self._local_policy = None
         self._stopped = False
 

@@ -25,6 +25,7 @@ import time
 from ray import tune
 
 from dsac.config import Config
+from dsac.files import write_json
 from dsac.trainer import Trainer
 
 # The evaluation's result key, carried in every result so that Tune's metric is always there.
@@ -32,6 +33,8 @@ METRIC = "eval_return_mean"
 # A trial's first step trains until its first evaluation, at most this many iterations, so that
 # the metric is in every result.
 FIRST_EVAL_MAX_ITERATIONS = 1_000
+# Written into a restored process's dsac output directory: the checkpoint and the counts it held.
+RESTORED_FROM_FILE = "restored_from.json"
 
 
 class DsacTrainable(tune.Trainable):
@@ -102,6 +105,10 @@ class DsacTrainable(tune.Trainable):
             self.trainer.stop()
         self.trainer = Trainer.restore(path, self._values(self.config), trust_code=True)
         self.restored_from = os.path.abspath(path)
+        # dsac's own record of the restore, beside the run's progress.jsonl: Tune's result.json
+        # may lose rows when a trial restarts, so this is what tells where a process took up.
+        write_json(os.path.join(self.trainer.output_dir, RESTORED_FROM_FILE),
+                   {"checkpoint": self.restored_from, **self.trainer.restored_counters})
 
     def cleanup(self) -> None:
         if self.trainer is not None:
