@@ -102,12 +102,14 @@ class ReplayBuffer:
             buffer starts empty and warms up again (``learning_starts`` new transitions).
         frames: image observations arrive and are stored frame by frame (a
             :class:`dsac.frames.FrameLayout`; see :mod:`dsac.frames`).
+        max_wait_s: longest a blocked add or sample waits before returning empty-handed (so
+            that callers look at the stop flag even when nothing else happens).
     """
 
     def __init__(self, specs, capacity, *, updates_per_step, learning_starts, max_steps_ahead,
                  num_writers, max_chunk, batches_per_call=0, seed=0, prioritized=False, priority_alpha=0.6, priority_beta=0.4,
                  beta_anneal_steps=1, insert_limit=None, restore: dict | None = None, start_added: int = 0,
-                 frames=None):
+                 frames=None, max_wait_s: float = MAX_WAIT_S):
         nbytes = storage_bytes(capacity, specs, frames)
         check_fits_in_memory(nbytes, psutil.virtual_memory().available, f"node {socket.gethostname()}")
         if prioritized:
@@ -134,6 +136,7 @@ class ReplayBuffer:
         # Smallest budget worth a call: a few dozen steps with few writers, so a throttled
         # run does not degrade into one call per env step.
         self.min_grant = max(1, min(self.max_chunk, max_steps_ahead // (2 * self.num_writers)))
+        self.max_wait_s = float(max_wait_s)
         self.outstanding: dict[int, int] = {}  # writer id -> budget granted, not yet delivered
         # Writers waiting for budget, first come first served (-> when last heard of), so a
         # writer that just delivered cannot take the budget a waiting one was next in line for.
@@ -159,7 +162,7 @@ class ReplayBuffer:
 
     def _forget_gone_writers(self) -> None:
         """Drop writers not heard of for a while (a dead worker must not block the line)."""
-        cutoff = time.monotonic() - 3 * MAX_WAIT_S
+        cutoff = time.monotonic() - 3 * self.max_wait_s
         for writer in [w for w, seen in self.queue.items() if seen < cutoff]:
             del self.queue[writer]
 
@@ -174,7 +177,7 @@ class ReplayBuffer:
         collecting with while this call is in flight; the reply's ``grant`` comes on top of it
         (together at most ``max_chunk``). Such a writer is answered at once, topped up only from
         headroom no waiting writer is in line for. A writer without budget waits (up to
-        ``MAX_WAIT_S``, first come first served) while collection is ahead of the update ratio:
+        ``max_wait_s``, first come first served) while collection is ahead of the update ratio:
         this is the backpressure that keeps 8 workers on 2 cores from flooding the learner.
         """
         keep = max(0, int(keep))
@@ -194,7 +197,7 @@ class ReplayBuffer:
                 self.queue.pop(writer, None)
                 return self._status(0 if self.queue else self._grant(writer, keep, room))
             self.queue[writer] = time.monotonic()  # a writer already in line keeps its place
-            deadline = time.monotonic() + MAX_WAIT_S
+            deadline = time.monotonic() + self.max_wait_s
             while not self.stopped:
                 self._forget_gone_writers()
                 if next(iter(self.queue)) == writer:
@@ -232,7 +235,7 @@ class ReplayBuffer:
     @hot_path
     async def sample(self, batch_size: int, num_batches: int) -> SampledBatches | None:
         """``num_batches`` stacked batches, or ``None`` if the ratio does not allow them within
-        ``MAX_WAIT_S`` (or the run is stopping)."""
+        ``max_wait_s`` (or the run is stopping)."""
         started = time.monotonic()
         async with self.changed:
             while not self.stopped:
@@ -244,7 +247,7 @@ class ReplayBuffer:
                     self.sample_wait_s += time.monotonic() - started
                     self.changed.notify_all()  # writers may have new budget
                     return sampled
-                if not await self._wait_for_change(started + MAX_WAIT_S):
+                if not await self._wait_for_change(started + self.max_wait_s):
                     break
             self.sample_wait_s += time.monotonic() - started
             return None
