@@ -36,9 +36,17 @@ _LEVEL_SET_BY_DSAC = "DSAC_SET_TF_CPP_MIN_LOG_LEVEL"
 
 def tensorflow_is_quiet(verbose: bool = False) -> bool:
     """Whether TensorFlow's start-up notices are hidden: yes unless ``--verbose`` or the user
-    set ``TF_CPP_MIN_LOG_LEVEL`` (then TensorFlow's own output is theirs to see)."""
-    users_level = "TF_CPP_MIN_LOG_LEVEL" in os.environ and _LEVEL_SET_BY_DSAC not in os.environ
-    return not verbose and not users_level
+    set ``TF_CPP_MIN_LOG_LEVEL`` to 0 or 1 (then TensorFlow's own output is theirs to see). A
+    level of 2 or 3 — the usual way to silence TensorFlow — asks for less output, not more: it
+    is kept, and the notices it cannot hide (written before it applies) are hidden as well."""
+    if verbose:
+        return False
+    if "TF_CPP_MIN_LOG_LEVEL" not in os.environ or _LEVEL_SET_BY_DSAC in os.environ:
+        return True
+    try:
+        return int(os.environ["TF_CPP_MIN_LOG_LEVEL"].strip()) >= 2
+    except ValueError:  # not a level TensorFlow reads: its output stays the user's to see
+        return False
 
 
 @contextlib.contextmanager
