@@ -90,8 +90,8 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
                                                 **kwargs)
     parser.add_argument(
         "--config", default=argparse.SUPPRESS if suppress_defaults else None,
-        help="a .yaml or .json file of flag names and values (a run's config.json repeats that run); "
-             "flags given on the command line override it",
+        help="a .yaml or .json file of flag names and values (a run's config.json repeats that run, read as a "
+             "record: docs/safety.md); flags given on the command line override it",
     )
     return parser
 
@@ -110,7 +110,7 @@ def main(argv=None) -> int:
         given.pop("config", None)
         if args.resume:
             config = resume_config(args.resume, {k: v for k, v in given.items() if k != "resume"}).validate()
-        elif args.config:  # the user's own file, typed: trusted; a saved config.json repeats its run afresh
+        elif args.config:  # the user's own file, typed: trusted; a run's config.json (a record) repeats it as data
             config = Config.load(args.config, given, source=f"--config {args.config}", trusted=True).validate()
         else:
             values = vars(args)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from dataclasses import dataclass
 
 from dsac.atari import FrameSettings, is_atari_id
@@ -71,6 +72,18 @@ RENAMED = {"snapshot_every": "checkpoint_every"}
 # pull_every (a worker polled for weights every N env steps; the parameter server now answers
 # a waiting pull as soon as a newer version is pushed).
 RETIRED = ("pull_every",)
+# The key that marks a run's record: the config.json dsac writes into a run directory
+# (:meth:`Config.record`), so it can be told from a user's own YAML/JSON file.
+RECORD_MARKER = "dsac_record"
+# What a run's record may not decide (docs/safety.md#a-run-directory-is-data): where the driver
+# connects (address: a Ray cluster, whose replies are unpickled), where the run's config, metrics,
+# videos and weights are sent (mlflow, wandb), and what it reads or writes outside its directory
+# (storage_path, init_weights, output_dir, resume). Only the command line (a caller's overrides)
+# sets them; code a record names is refused without consent (refuse_untrusted_code).
+RECORD_EXCLUDED_KEYS = ("address", "mlflow", "wandb", "storage_path", "init_weights", "output_dir", "resume")
+
+log = logging.getLogger("dsac")
+
 # Rollout workers per replay shard by default: a shard takes ~1,000 add calls/s, and 64 workers
 # send it ~200 (a chunk every 0.32 s each, dsac.distributed.topology.SHARD_ADD_CALLS_PER_S), so
 # shards are added past 64 workers before chunks grow past a third of a second (docs/scaling.md).
@@ -179,6 +192,11 @@ class Config:
         out["custom_models"] = {name: _qualified(b) for name, b in self.custom_models.items()}
         return out
 
+    def record(self) -> dict:
+        """What a run writes as its ``config.json``: :meth:`to_dict` marked as a run's record
+        (``"dsac_record": 1``), which :meth:`load` reads as data, not as the user's word."""
+        return {**self.to_dict(), RECORD_MARKER: 1}
+
     @classmethod
     def load(cls, path: str, overrides: dict | None = None, *, source: str | None = None,
              trusted: bool = False, fresh_run: bool = True) -> Config:
@@ -187,12 +205,14 @@ class Config:
 
         Args:
             source: how errors name the file (default: the path).
-            trusted: the file may name code to import (a file the user typed as ``--config``
-                is theirs); otherwise a ``module:Name`` it holds is refused unless
-                ``overrides`` give the same value (see :func:`dsac.registry.refuse_untrusted_code`)
-                or ``overrides["trust_code"]`` is true.
-            fresh_run: a run's saved config repeats that run in a new directory: its output
-                directory and resume target are left out.
+            trusted: the file is the user's own (typed as ``--config``): as trusted as typing
+                its flags — unless it is a run's record (:func:`is_record`). Any other file
+                (``--resume``'s, ``Trainer.restore``'s) is a record, read by
+                :func:`record_values`: code it names is refused unless ``overrides`` give the
+                same value or ``overrides["trust_code"]`` is true, and its
+                :data:`RECORD_EXCLUDED_KEYS` are left out (only ``overrides`` set them).
+            fresh_run: a user's own file starts a run of its own: an output directory it names
+                is left out (a record's always is).
 
         Raises:
             DsacError: one line naming the file and the problem.
@@ -203,14 +223,15 @@ class Config:
         except DsacError as exc:
             raise DsacError(f"{source}: {exc}") from None
         overrides = dict(overrides or {})
-        values.pop("custom_models", None)  # builders come from the registry or module:Name
-        values.pop("defaulted", None)
-        values.pop("trust_code", None)  # consent is given by the caller, never by the file
-        if fresh_run:
+        record = not trusted or is_record(values)
+        for key in (RECORD_MARKER, "custom_models", "defaulted", "trust_code", "resume"):
+            # builders come from the registry or module:Name; consent is given by the caller, never by
+            # the file; resuming is a command, not a setting
+            values.pop(key, None)
+        if record:
+            values = record_values(values, overrides, source)
+        elif fresh_run:
             values.pop("output_dir", None)
-            values.pop("resume", None)
-        if not (trusted or overrides.get("trust_code")):
-            refuse_untrusted_code(values, source, overrides)
         try:
             return cls.from_dict({**values, **overrides})
         except DsacError as exc:
@@ -221,6 +242,7 @@ class Config:
         """Build from a dict of flag names (plus RLlib's ``model`` dict), refusing unknown keys
         with a did-you-mean."""
         values = flat_values(values)  # Config.load's values are flat already: a no-op for them
+        values.pop(RECORD_MARKER, None)  # a record's dict handed over in Python: the caller's own word
         for key in RETIRED:
             values.pop(key, None)
         for old, new in RENAMED.items():  # flags and config.json keys of older versions
@@ -283,6 +305,31 @@ class Config:
         check_relations(self)
         check_named_code(self)
         return self
+
+
+def is_record(values: dict) -> bool:
+    """Whether a mapping read from a file is a run's record: it carries dsac's marker or — a
+    ``config.json`` of dsac before the marker — ``custom_models``, which every ``config.json``
+    dsac wrote has held (since before ``--config`` existed) and which no flag sets."""
+    return RECORD_MARKER in values or "custom_models" in values
+
+
+def record_values(values: dict, overrides: dict, source: str) -> dict:
+    """The values of a run's record that a run may take (docs/safety.md#a-run-directory-is-data):
+    a record imports no code, connects nowhere, sends nothing anywhere and reads or writes
+    nothing outside its run directory unless the caller (the command line) says the same.
+
+    Code it names is refused (one line) unless ``overrides`` give the same value or
+    ``trust_code``; :data:`RECORD_EXCLUDED_KEYS` are dropped, and one log line names those the
+    record set that ``overrides`` do not."""
+    if not overrides.get("trust_code"):
+        refuse_untrusted_code(values, source, overrides)
+    left_out = [key for key in RECORD_EXCLUDED_KEYS if values.get(key) is not None and key not in overrides]
+    if left_out:
+        log.warning("%s is a run's record, read as data: %s left out (a record connects nowhere and reads or writes "
+                    "nothing outside its run directory: type %s to use %s)", source, ", ".join(left_out),
+                    " ".join(f"--{key}" for key in left_out), "it" if len(left_out) == 1 else "them")
+    return {key: value for key, value in values.items() if key not in RECORD_EXCLUDED_KEYS}
 
 
 def flat_values(values: dict) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import shutil
 import tempfile
 import zipfile
@@ -21,34 +22,88 @@ FORMAT_VERSION = 2
 
 
 def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same directory and a rename."""
+    """Write ``data`` to ``path`` through a temp file in the same directory and a rename.
+
+    Nothing here follows a symlink someone planted in a run directory: the temp file is a fresh
+    name created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (an existing name, link or not, is an
+    error, never opened), and ``rename`` replaces a symlink at ``path`` itself, never its target.
+    """
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    umask = os.umask(0)
-    os.umask(umask)
+    tmp = os.path.join(directory, f".tmp-{secrets.token_hex(6)}-{os.path.basename(path)}")
+    # the mode: 0666 less the umask, as open() gives a new file
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     try:
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file a normal mode
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        if os.path.lexists(tmp):
             os.unlink(tmp)
         raise
 
 
+def open_for_writing(path: str, append: bool = False):
+    """``path`` opened for (binary) writing, created if absent, truncated unless ``append``;
+    ``O_NOFOLLOW``: a symlink at ``path`` is an error (ELOOP), not a way to write elsewhere."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, 0o666), "ab" if append else "wb")
+
+
 def check_writable_dir(path: str, flag: str) -> None:
-    """Create ``path`` if needed and make sure files can be written in it (one-line error)."""
+    """Create ``path`` if needed and make sure files can be written in it (one-line error). The
+    probe is a fresh name (``O_CREAT | O_EXCL | O_NOFOLLOW``), removed after: no file already
+    there, nor a symlink planted under a name dsac once used, is opened."""
     try:
         os.makedirs(path, exist_ok=True)
-        probe = os.path.join(path, ".write-test")
-        with open(probe, "w") as f:
-            f.write("ok")
+        probe = os.path.join(path, f".write-test-{secrets.token_hex(6)}")
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
         os.unlink(probe)
     except OSError as exc:
         raise DsacError(f"{flag} {path} is not writable: {exc.strerror or exc}") from None
+
+
+# What dsac writes (or reads back) in a run directory, by name: files (written atomically or
+# appended to) and folders (TensorBoard's, the videos', W&B's, the checkpoint and the one a
+# checkpoint swap leaves). Each must be itself, never a symlink: a run directory from someone
+# else must not take a write (or a read) elsewhere (docs/safety.md).
+RUN_FILES = ("config.json", "progress.jsonl", "weights.pkl", "best_weights.pkl", "summary.json", "trackers.json",
+             "restored_from.json")
+RUN_FOLDERS = ("checkpoint", "checkpoint.old", "tb", "videos", "wandb")
+
+
+def check_run_dir(path: str, what: str) -> None:
+    """Refuse a run directory (one line naming the path) where a file or folder dsac writes or
+    reads — or a file inside its checkpoint or videos — is a symlink, or a folder is not a
+    directory. Checked before anything is read or written (``lstat``: nothing is followed)."""
+    names = [*RUN_FILES, *RUN_FOLDERS]
+    for folder in (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old", "videos"):
+        inside = os.path.join(path, folder)
+        if os.path.isdir(inside) and not os.path.islink(inside):
+            try:
+                names += [os.path.join(folder, name) for name in sorted(os.listdir(inside))]
+            except OSError as exc:
+                raise DsacError(f"{what} {path}: {folder}/ cannot be read ({exc.strerror or exc})") from None
+    for name in names:
+        full = os.path.join(path, name)
+        if os.path.islink(full):
+            raise DsacError(f"{what} {path}: {name} is a symlink (to {os.readlink(full)}); dsac never follows links "
+                            "in a run directory, remove it")
+        if name in RUN_FOLDERS and os.path.lexists(full) and not os.path.isdir(full):
+            raise DsacError(f"{what} {path}: {name} is not a directory")
+
+
+def real_dir(path: str) -> str:
+    """``path``, created if absent, refused if it is a symlink or not a directory: a folder
+    dsac writes into (TensorBoard's, the videos') is its own, made here."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        if os.path.islink(path) or not os.path.isdir(path):
+            raise DsacError(f"{path} is {'a symlink' if os.path.islink(path) else 'not a directory'}; dsac writes "
+                            "only into a folder of its own") from None
+    return path
 
 
 def save_weights(path: str, payload: dict) -> None:
@@ -182,9 +237,9 @@ def write_json(path: str, obj) -> None:
 
 
 def append_jsonl(path: str, obj) -> None:
-    """One JSON object per line, appended and flushed."""
-    with open(path, "a") as f:
-        f.write(json.dumps(obj) + "\n")
+    """One JSON object per line, appended and flushed (never through a symlink)."""
+    with open_for_writing(path, append=True) as f:
+        f.write((json.dumps(obj) + "\n").encode())
         f.flush()
 
 

@@ -18,7 +18,7 @@ from dsac.atari import is_atari_id, is_large_frame
 from dsac.config import Config
 from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_line
 from dsac.errors import DsacError
-from dsac.files import check_writable_dir, code_names, load_weights, read_checkpoint
+from dsac.files import check_run_dir, check_writable_dir, code_names, load_weights, read_checkpoint
 from dsac.models.vision import conv_output_shape, default_conv_filters, is_large_image, obs_input
 from dsac.recorder import network_keys
 from dsac.registry import algorithm, policy_class_for, refuse_untrusted_code
@@ -97,6 +97,7 @@ def prepare(config: Config, local: bool = False) -> Prepared:
     output_dir = config.resume or config.output_dir or default_output_dir(config)
     created = not os.path.exists(output_dir)
     check_writable_dir(output_dir, "--output_dir")
+    check_run_dir(output_dir, "--resume" if config.resume else "--output_dir")
     if not config.resume and os.path.exists(os.path.join(output_dir, "progress.jsonl")):
         raise DsacError(f"--output_dir {output_dir} already holds a run: choose another directory")
     return Prepared(config, observation_space, action_space, output_dir, created, initial_weights)
@@ -206,16 +207,20 @@ def check_resume_state(prepared: Prepared, state: dict, run_dir: str) -> None:
 
 def resume_config(run_dir: str, overrides: dict) -> Config:
     """The config a run in ``run_dir`` was started with, changed by ``overrides`` (the flags
-    given on the command line), set to continue in ``run_dir``. Code the saved config names
-    (an env module, callbacks, policy class, custom model) is imported only with
-    ``trust_code`` among the overrides, or when typed again among them."""
+    given on the command line), set to continue in ``run_dir``. The saved config is a run's
+    record, read as data (:func:`dsac.config.record_values`): code it names (an env module,
+    callbacks, policy class, custom model) is imported only with ``trust_code`` among the
+    overrides, or when typed again among them; where it connects, sends or reads and writes
+    outside ``run_dir`` comes from the overrides only. A directory where a name dsac reads or
+    writes is a symlink is refused first (:func:`dsac.files.check_run_dir`)."""
     if not os.path.isdir(run_dir):
         raise DsacError(f"--resume {run_dir}: no such directory")
+    check_run_dir(run_dir, "--resume")
     path = os.path.join(run_dir, "config.json")
     if not os.path.exists(path):
         raise DsacError(f"--resume {run_dir}: not a dsac run (no config.json)")
     return Config.load(path, {**overrides, "resume": run_dir, "output_dir": run_dir},
-                       source=f"--resume {run_dir}: config.json", fresh_run=False)
+                       source=f"--resume {run_dir}: config.json")
 
 
 def resume_checkpoint(config: Config, started_at: float) -> tuple[dict | None, float]:

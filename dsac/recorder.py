@@ -2,6 +2,10 @@
 ``progress.jsonl``, ``weights.pkl``, ``best_weights.pkl``, ``checkpoint/``, ``summary.json`` and
 TensorBoard event files. The distributed run and the serial runner write them through the
 same :class:`Recorder`, so their output directories are alike. Free of Ray and TensorFlow.
+
+Nothing is written through a symlink, so a run directory from someone else cannot take a write
+elsewhere: files are replaced by a rename or opened ``O_NOFOLLOW``, folders are made here, and
+``prepare`` refuses a directory where a name dsac writes is a link (:func:`dsac.files.check_run_dir`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import time
 import dsac
 from dsac.config import MODEL_KEYS, Config
 from dsac.envs import describe_space
-from dsac.files import append_jsonl, atomic_write_bytes, save_weights, write_checkpoint, write_json
+from dsac.errors import DsacError
+from dsac.files import append_jsonl, atomic_write_bytes, real_dir, save_weights, write_checkpoint, write_json
 from dsac.messages import Evaluation
 from dsac.registry import algorithm
 from dsac.tensorboard_log import TensorBoardLog
@@ -69,7 +74,7 @@ class Recorder:
         self.checkpoint_path: str | None = None
         self.video_warned = False
         self.best_video_return = meta.get("best_video_return", -math.inf)
-        write_json(os.path.join(output_dir, "config.json"), config.to_dict())
+        write_json(os.path.join(output_dir, "config.json"), config.record())
         self.tensorboard = TensorBoardLog(os.path.join(output_dir, "tb")) if config.tensorboard else None
         self.trackers = Trackers(config, output_dir)
 
@@ -154,14 +159,14 @@ class Recorder:
             return
         folder = os.path.join(self.output_dir, "videos")
         try:
-            os.makedirs(folder, exist_ok=True)
+            real_dir(folder)  # never a symlink's target (docs/safety.md)
             path = os.path.join(folder, f"{ev.env_steps}.mp4")
             atomic_write_bytes(path, ev.video)
             if ev.eval_return_mean > self.best_video_return:
                 atomic_write_bytes(os.path.join(folder, "best.mp4"), ev.video)
                 self.best_video_return = ev.eval_return_mean
-        except OSError as exc:  # a full disk costs the video, not the run
-            log.warning("could not write an evaluation video in %s: %s", folder, exc.strerror or exc)
+        except (OSError, DsacError) as exc:  # a full disk costs the video, not the run
+            log.warning("could not write an evaluation video in %s: %s", folder, getattr(exc, "strerror", None) or exc)
             return
         if self.tensorboard is not None and ev.video_gif is not None:
             self.tensorboard.video(ev.video_gif, ev.env_steps)
@@ -194,7 +199,7 @@ class Recorder:
         weights as ``weights.pkl`` (for :func:`dsac.load_policy`) and ``config.json``."""
         self.checkpoint(state, weights, version, counters, run_dir=directory)
         self.save_weights(weights, version, counters, os.path.join(directory, "weights.pkl"))
-        write_json(os.path.join(directory, "config.json"), self.config.to_dict())
+        write_json(os.path.join(directory, "config.json"), self.config.record())
         return directory
 
     def system(self, status: dict, episodes: list, learner_stats: dict, force: bool = False) -> None:

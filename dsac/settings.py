@@ -213,7 +213,8 @@ class RunSettings:
     )
     trust_code: bool = setting(
         False, "import code that a file names: the env module, policy_class, callbacks or custom_model of an "
-        "--init_weights file or of the config.json --resume reads (values you type need no consent); never saved"
+        "--init_weights file or of a run's config.json read by --resume or --config (values you type need no "
+        "consent); never saved"
     )
     callbacks: object = setting(None, "a dsac.Callbacks subclass, or module:Class", cli_type=str)
     policy_class: object = setting(None, "a dsac.Policy subclass replacing the algorithm's, or module:Class", cli_type=str)

@@ -12,6 +12,7 @@ import socket
 import statistics
 import time
 
+from dsac.files import open_for_writing, real_dir
 from dsac.progress import RateMeter
 
 
@@ -24,9 +25,9 @@ class EventWriter:
         from tensorboard.summary.writer.record_writer import RecordWriter
 
         self._event, self._summary = Event, Summary
-        os.makedirs(logdir, exist_ok=True)
+        real_dir(logdir)  # a folder of its own, never a symlink's target (docs/safety.md)
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
-        self._file = open(os.path.join(logdir, name), "wb")
+        self._file = open_for_writing(os.path.join(logdir, name))
         self._records = RecordWriter(self._file)
         self._records.write(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from dsac.config import Config
 from dsac.errors import DsacError
-from dsac.files import check_writable_dir, read_checkpoint
+from dsac.files import check_run_dir, check_writable_dir, read_checkpoint
 from dsac.registry import policy_class_for
 
 POLL_S = 0.2
@@ -177,6 +177,7 @@ class Trainer:
         system = self._system
         checkpoint_dir = checkpoint_dir or os.path.join(self.output_dir, f"checkpoint-{self.iteration:06d}")
         check_writable_dir(checkpoint_dir, "Trainer.save")
+        check_run_dir(checkpoint_dir, "Trainer.save")
         if system.latest().weights is None:
             raise DsacError("no weights to save yet: call train() first")
         taken = system.full_state()
@@ -203,13 +204,19 @@ class Trainer:
         change config keys (e.g. ``output_dir``; a new run directory by default).
 
         The files are checked as ``--resume`` checks them: the checkpoint's arrays and types,
-        the weights through the safe loader; code the saved config names (an env module,
-        callbacks, policy class, custom model) is imported only with ``trust_code=True`` or
-        when ``overrides`` give the same value.
+        the weights through the safe loader. The saved config is a run's record, read as data
+        (docs/safety.md): code it names (an env module, callbacks, policy class, custom model) is
+        imported only with ``trust_code=True`` or when ``overrides`` give the same value; its
+        ``address``, ``mlflow``, ``wandb``, ``storage_path``, ``init_weights`` and
+        ``output_dir`` are left out (give them in ``overrides``). A directory where a name dsac
+        reads or writes is a symlink is refused.
 
         Raises:
             DsacError: one line naming the file and the problem.
         """
+        if not os.path.isdir(checkpoint_dir):
+            raise DsacError(f"{checkpoint_dir} is not a dsac checkpoint (no such directory)")
+        check_run_dir(checkpoint_dir, "Trainer.restore")
         config_path = os.path.join(checkpoint_dir, "config.json")
         if not os.path.exists(config_path):
             raise DsacError(f"{checkpoint_dir} is not a dsac checkpoint (no config.json)")

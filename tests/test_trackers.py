@@ -74,14 +74,16 @@ def wandb_history(records) -> list[dict]:
 def test_a_run_and_its_resumption_log_config_rows_videos_and_weights_to_wandb_and_mlflow(tmp_path):
     """One run logs to W&B (offline) and to a SQLite MLflow store at once: the config, one
     metrics row per progress row (at its env step), the evaluation videos, the final weights;
-    resuming it continues the same W&B run and the same MLflow run."""
+    resuming it (the trackers typed again) continues the same W&B run and the same MLflow run."""
     out, store = tmp_path / "run", tmp_path / "store" / "mlflow.db"
     uri = f"sqlite:///{store}"
     os.makedirs(store.parent)
     first = launch([*SHORT_RUN, "--total_env_steps", "1200", "--output_dir", str(out), "--wandb", "dsac-test",
                     "--mlflow", uri], tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
-    second = launch(["--resume", str(out), "--total_env_steps", "1600"], tmp_path)
+    # The trackers are typed again: a run's config.json never decides where a run sends anything.
+    second = launch(["--resume", str(out), "--total_env_steps", "1600", "--wandb", "dsac-test", "--mlflow", uri],
+                    tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
     ids = json.loads((out / "trackers.json").read_text())
