@@ -1,21 +1,29 @@
 """The node's shared-memory weights board: versions reach readers without a call, a torn or
 outgrown write is never read as a version, the writer learns what each worker acts with, and
-a parameter server publishes there (real files in the machine's shared-memory folder, a real
-Ray actor)."""
+a parameter server publishes there; and nothing another user (or root) leaves in the way is
+ever opened for writing, decoded as a pickle, adopted or removed, nor crashes a reader:
+planted data files, planted or foreign boards, a folder not ours, altered payloads (real
+files in the machine's shared-memory folder or a test's own, real readers, a real Ray actor,
+one real run)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import pickle
+import subprocess
+import sys
 import time
 import uuid
 
 import numpy as np
 import pytest
 import ray
+from conftest import REPO_ROOT
 
 from dsac.distributed import weights_board as wb
 from dsac.distributed.actors import ParameterServer
-from dsac.distributed.tasks import WeightsClient
+from dsac.distributed.tasks import BOARD_CHECK_EVERY, WeightsClient, open_board
 from dsac.messages import LearnerReport
 
 
@@ -24,6 +32,10 @@ def name():
     name = f"test-{uuid.uuid4().hex[:8]}"
     yield name
     wb.remove_boards([name])
+
+
+def data_path(name: str, generation: int) -> str:
+    return os.path.join(wb.board_dir(), wb._data_file(name, generation))
 
 
 def weights(value: float, size: int = 1000) -> dict:
@@ -56,8 +68,8 @@ def test_a_payload_that_outgrows_the_data_file_moves_to_a_new_generation(name):
     assert reader.newer(0)[0] == 1
     first = writer.generation
     writer.publish(2, weights(2.0, size=200_000), None)  # 800 KB: past 2 x the first + 64 KiB
-    assert writer.generation == first + 1
-    assert not os.path.exists(f"{wb.board_path(name)}.{first}")  # the old one is unlinked
+    assert writer.generation != first
+    assert not os.path.exists(data_path(name, first))  # the old one is unlinked
     version, got, _ = reader.newer(1)
     assert version == 2 and got["pi/w"].shape == (200_000,) and got["pi/w"][-1] == 2.0
     writer.close()
@@ -96,7 +108,7 @@ def test_a_reader_that_leaves_clears_its_slot_and_a_restarted_one_counts_on(name
 def test_boards_whose_writer_died_long_ago_are_swept(name):
     writer = wb.BoardWriter(name, num_slots=1)
     writer.publish(1, weights(1.0), None)
-    data = f"{wb.board_path(name)}.{writer.generation}"
+    data = data_path(name, writer.generation)
     wb.BEAT.pack_into(writer.board, wb.BEAT_AT, time.monotonic() - 3600)  # killed an hour ago
     writer.close(unlink=False)
     wb.sweep_stale(max_age_s=600)
@@ -164,3 +176,214 @@ def test_a_reader_whose_board_stopped_beating_pulls_the_server(ray_local, name):
     client.close()
     writer.close()
     ray.kill(ps)
+
+
+# A pickle that creates ``path`` when unpickled: what a planted file would run in a reader
+# that decoded it with pickle.
+class _Marker:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (str(self.path), "w")
+
+
+def planted(path, content: bytes, mode: int, uid: int | None = None) -> None:
+    with open(path, "wb") as f:
+        f.write(content)
+    os.chmod(path, mode)
+    if uid is not None:
+        os.chown(path, uid, -1)
+
+
+def refusals(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "not used" in r.getMessage() or "pulls the parameter" in r.getMessage()]
+
+
+FOREIGN_UID = 65534  # nobody
+
+
+def test_a_data_file_planted_under_its_name_is_never_opened_and_never_unpickled(name, tmp_path, monkeypatch):
+    marker = tmp_path / "ran"
+    bait = pickle.dumps({"weights": _Marker(marker)}) + b"\0" * 4096
+    writer = wb.BoardWriter(name, num_slots=1)
+    ids = iter([0x1234, 0x5678])  # the writer's next data file ids: the first guessed by whoever planted it
+    monkeypatch.setattr(wb.secrets, "randbits", lambda bits: next(ids) - 1)
+    trap = data_path(name, 0x1234)
+    planted(trap, bait, 0o666)  # world-writable, there before the writer makes its data file
+    writer.publish(1, weights(1.0), LearnerReport(updates=1, stats={"loss": 0.5}))
+    assert writer.generation == 0x5678  # the name was taken: a fresh one, made O_EXCL
+    assert open(trap, "rb").read() == bait and os.stat(trap).st_mode & 0o777 == 0o666  # never written
+    reader = wb.BoardReader.open(name, slot=0)
+    version, got, report = reader.newer(0)
+    assert version == 1 and report.stats == {"loss": 0.5} and got["pi/w"][0] == 1.0
+    # A header that names the planted file: a reader refuses it (world-writable) without decoding it.
+    wb.FIELDS.pack_into(writer.board, wb.FIELDS_AT, 2, 0x1234, len(bait))
+    writer.seq += 2
+    wb.SEQ.pack_into(writer.board, wb.SEQ_AT, writer.seq)
+    assert reader.newer(1) is None and "lets others in" in reader.refused
+    # Even a file of ours, 0600, holding a pickle: decoded without pickle, refused.
+    os.chmod(trap, 0o600)
+    second = wb.BoardReader.open(name)
+    assert second.newer(1) is None and second.newer(1) is None and "changed by something else" in second.refused
+    assert not marker.exists()  # no code ran
+    writer.close()
+    assert os.path.exists(trap)  # not the writer's to remove
+    os.unlink(trap)
+
+
+@pytest.mark.parametrize("how", ["world-writable", "group-readable", "foreign", "symlink", "fifo"])
+def test_a_planted_or_foreign_board_is_skipped_with_one_line_then_replaced_by_its_writer(name, how, caplog, tmp_path):
+    path = wb.board_path(name)
+    os.makedirs(wb.board_dir(), mode=0o700, exist_ok=True)
+    header = wb.HEADER.pack(wb.MAGIC, 2, 5, 0x1234, 64, time.monotonic(), 0) + b"\xff" * wb.SLOT.size
+    if how == "symlink":
+        target = tmp_path / "elsewhere"
+        planted(target, header, 0o600)
+        os.symlink(target, path)
+    elif how == "fifo":
+        os.mkfifo(path, 0o600)  # an open for reading would block on it
+    else:
+        mode, uid = {"world-writable": (0o666, None), "group-readable": (0o640, None), "foreign": (0o600, FOREIGN_UID)}[how]
+        planted(path, header, mode, uid)
+    with caplog.at_level(logging.WARNING, logger="dsac"):
+        assert all(wb.BoardReader.open(name, slot=0) is None for _ in range(3))
+        assert open_board(name, 0, wait_s=0.2) is None  # its caller pulls the parameter server
+        assert len(refusals(caplog)) == 1, refusals(caplog)  # once, not per check
+        caplog.clear()
+        before = os.lstat(path)
+        writer = wb.BoardWriter(name, num_slots=1)  # the name is ours: a new board replaces the entry
+    assert "not used" in caplog.text and os.lstat(path).st_ino != before.st_ino
+    if how == "symlink":
+        assert open(target, "rb").read() == header  # never written through
+    writer.publish(1, weights(1.0), None)
+    reader = wb.BoardReader.open(name, slot=0)
+    assert reader.newer(0)[0] == 1
+    reader.close()
+    writer.close()
+
+
+@pytest.mark.parametrize("how", ["foreign", "group-writable", "symlink", "file"])
+def test_a_folder_not_ours_turns_boards_off_for_the_run_and_nothing_in_it_is_touched(name, how, tmp_path, monkeypatch,
+                                                                                     caplog):
+    monkeypatch.setenv("DSAC_WEIGHTS_BOARD_DIR", str(tmp_path))
+    folder = wb.board_dir()
+    assert os.path.dirname(folder) == str(tmp_path)
+    if how == "file":
+        planted(folder, b"", 0o600)
+    elif how == "symlink":
+        os.mkdir(tmp_path / "theirs", 0o700)
+        os.symlink(tmp_path / "theirs", folder)
+    else:
+        os.mkdir(folder)
+        os.chmod(folder, 0o700 if how == "foreign" else 0o770)
+        stale = os.path.join(folder, f"wb-{name}")  # a long-dead board: a sweep would remove one of ours
+        planted(stale, wb.HEADER.pack(wb.MAGIC, 2, 1, 0, 0, time.monotonic() - 3600, 0), 0o600)
+        if how == "foreign":
+            os.chown(folder, FOREIGN_UID, -1)
+    with caplog.at_level(logging.WARNING, logger="dsac"):
+        loop = wb.BoardLoop(name, 1, report=lambda *a: None)
+        assert loop.writer is None
+        loop.publish(1, weights(1.0), None)  # a no-op: the readers pull the parameter server
+        assert wb.BoardReader.open(name) is None and wb.BoardReader.open(name) is None
+    lines = caplog.text.splitlines()
+    assert len([x for x in lines if "not made" in x]) == 1 and len(refusals(caplog)) == 1, lines
+    wb.sweep_stale(max_age_s=1)
+    wb.remove_boards([name])
+    if how in ("foreign", "group-writable"):
+        assert os.path.exists(stale)
+
+
+def test_sweeps_touch_only_our_own_files_in_our_own_folder(name, tmp_path):
+    folder = wb.board_dir()
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    dead = wb.HEADER.pack(wb.MAGIC, 2, 1, 0x1234, 0, time.monotonic() - 3600, 0)
+    theirs = os.path.join(folder, f"wb-{name}")
+    planted(theirs, dead, 0o600, FOREIGN_UID)  # a dead board, but not ours
+    their_data = data_path(name, 0x1234)
+    planted(their_data, b"x", 0o600, FOREIGN_UID)
+    os.utime(their_data, (time.time() - 3600,) * 2)
+    outside = tmp_path / "outside"
+    planted(outside, dead, 0o600)
+    linked = os.path.join(folder, f"wb-{name}x")
+    os.symlink(outside, linked)  # a dead board's header, through a link to a file elsewhere
+    wb.sweep_stale(max_age_s=600)
+    wb.remove_boards([name, f"{name}x"])
+    assert os.path.exists(theirs) and os.path.exists(their_data) and os.path.lexists(linked) and outside.exists()
+    for path in (theirs, their_data, linked):
+        os.unlink(path)
+
+
+def test_an_altered_payload_is_refused_and_a_torn_copy_is_read_again(name, caplog):
+    writer = wb.BoardWriter(name, num_slots=1)
+    reader = wb.BoardReader.open(name, slot=0)
+    writer.publish(1, weights(1.0), None)
+    assert reader.newer(0)[0] == 1
+    writer.publish(2, weights(2.0), None)
+    length = wb.FIELDS.unpack_from(writer.board, wb.FIELDS_AT)[2]
+    writer.data[length - 4] ^= 0xFF  # as a copy that mixed two writes: not the bytes the checksum is of
+    assert reader.newer(1) is None and reader.refused is None  # a torn copy: read again at the next check
+    writer.publish(3, weights(3.0), None)  # the next write: read as it is
+    version, got, _ = reader.newer(1)
+    assert version == 3 and got["pi/w"][-1] == 3.0 and got["pi/w"].flags.writeable
+    at = wb.DATA_HEAD.size + 40  # inside the JSON header
+    writer.publish(4, weights(4.0), None)
+    with open(data_path(name, writer.generation), "r+b") as f:  # changed in the file, after the writer published
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0x01]))
+    with caplog.at_level(logging.WARNING, logger="dsac"):
+        assert reader.newer(3) is None and reader.refused is None
+        assert reader.newer(3) is None and "checksum mismatch" in reader.refused  # nothing written between: refused
+        assert reader.newer(3) is None and len(refusals(caplog)) == 1
+    writer.close()
+
+
+def test_a_reader_whose_board_is_refused_pulls_the_server(ray_local, name):
+    ps = ParameterServer.options(num_cpus=0).remote(0, board=name, num_workers=1)
+    ray.get(ps.push.remote(weights(1.0), LearnerReport(updates=5)))
+    (data,) = [e for e in os.listdir(wb.board_dir()) if e.startswith(f"wb-{name}.")]
+    with open(os.path.join(wb.board_dir(), data), "r+b") as f:  # its payload altered after it was published
+        f.seek(wb.DATA_HEAD.size + 200)
+        f.write(b"\0" * 8)
+    client = WeightsClient(ps, _Policy(), worker=0, board=name).start()
+    assert client.board is not None
+    deadline = time.monotonic() + 10
+    while client.board is not None and time.monotonic() < deadline:
+        client._board_checked -= 2
+        for _ in range(2 * BOARD_CHECK_EVERY):  # the first check's copy, then the one after it
+            client.poll()
+    assert client.board is None and client._thread is not None and client.version == 0
+    while client.version < 1 and time.monotonic() < deadline:
+        client.poll()
+        time.sleep(0.02)
+    assert client.version == 1 and client.report.updates == 5 and ray.get(ps.weights_lag.remote())["pulls_answered"] >= 1
+    ray.get(ps.stop.remote())
+    client.close()
+    ray.kill(ps)
+
+
+def test_a_run_whose_board_folder_is_not_ours_pulls_the_server_and_finishes(tmp_path):
+    """launch.py, CartPole DQN, with this user's folder of boards pre-created by another user:
+    the server says it made no board, each reader says once that it uses none (after waiting
+    for the board as long as a reader does), and the run finishes on pulls."""
+    base = tmp_path / "shm"
+    base.mkdir()
+    folder = base / f"dsac-{os.geteuid()}"
+    folder.mkdir(mode=0o700)
+    os.chown(folder, FOREIGN_UID, -1)  # another user's, under our name
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["DSAC_WEIGHTS_BOARD_DIR"] = str(base)
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--algo", "dqn", "--env", "CartPole-v1",
+         "--num_workers", "2", "--total_env_steps", "1500", "--learning_starts", "300", "--eval_every", "1500",
+         "--eval_episodes", "1", "--fcnet_hiddens", "16", "--log_every", "1", "--seed", "1", "--output_dir", str(out)],
+        capture_output=True, text=True, timeout=240, cwd=REPO_ROOT, env=env,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert "done (total_env_steps): 1500 env steps" in output and "Traceback" not in output, output[-6000:]
+    assert "not made" in output and "owned by uid 65534" in output  # said by the server, and by its readers
+    assert os.listdir(folder) == []  # nothing written in another user's folder

@@ -185,9 +185,10 @@ class WeightsClient:
         now = time.monotonic()
         if now - self._board_checked > 1.0:
             self._board_checked = now
-            if board.heartbeat_age() > STALE_S and not board.stop:  # as newer() just read it
-                log.warning("%s: its node's weights board has had no writer for %.0f s; pulling the parameter "
-                            "server", self._role(), STALE_S)
+            if board.refused or (board.heartbeat_age() > STALE_S and not board.stop):  # as newer() just read it
+                if not board.refused:  # a refused board said why in its own line
+                    log.warning("%s: its node's weights board has had no writer for %.0f s; pulling the parameter "
+                                "server", self._role(), STALE_S)
                 board.close()
                 self.board = None
                 if self._started:
