@@ -190,6 +190,9 @@ class Config:
         out["callbacks"] = _qualified(self.callbacks)
         out["policy_class"] = _qualified(self.policy_class)
         out["custom_models"] = {name: _qualified(b) for name, b in self.custom_models.items()}
+        from dsac.trackers import redact_uri  # the URI's credentials never leave the process in it
+
+        out["mlflow"] = redact_uri(self.mlflow)
         return out
 
     def record(self) -> dict:

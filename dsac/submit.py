@@ -90,7 +90,9 @@ def main(argv=None) -> int:
               f"{REPO_ROOT}: run dsac-submit from a clone of the repository (pip install -e .)", file=sys.stderr)
         return 2
     command = build_command(args, launch_args)
-    print(shlex.join(command), flush=True)
+    from dsac.trackers import redact_uri
+
+    print(shlex.join(redact_uri(part) for part in command), flush=True)  # an --mlflow URI's password is not shown
     if args.dry_run:
         return 0
     if shutil.which("ray") is None:

@@ -11,16 +11,24 @@ Nothing else logs: rollout workers, learners and the evaluator never import a tr
   in ``<output_dir>/trackers.json``.
 - A tracker that fails during the run (its server went away) logs one warning and is dropped;
   the run and its files go on.
+- Credentials in a tracking URI (``https://user:token@host``, ``?token=...``) stay in the
+  process: everything that leaves it — ``config.json``, the log, the trackers' params and
+  config, error messages — shows the URI as :func:`redact_uri` gives it (``user:***@host``).
+  MLflow gets the user and password through its own ``MLFLOW_TRACKING_USERNAME`` /
+  ``MLFLOW_TRACKING_PASSWORD`` (:func:`mlflow_client_uri`), not in the URI it puts in its errors.
 
 Both libraries are optional extras: ``pip install -e ".[wandb]"`` / ``".[mlflow]"``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
 import os
+import re
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -45,6 +53,79 @@ def _import(name: str, flag: str):
             from None
 
 
+# Query parameters whose values are credentials (?token=..., ?password=..., an api_key, a signature).
+_SECRET_PARAM = re.compile(r"token|passw|pwd|secret|key|auth|credential|signature|^sig$", re.IGNORECASE)
+
+
+def _userinfo(uri: str) -> tuple[str | None, str]:
+    """(the userinfo of a ``scheme://userinfo@host...`` URI, else None; the URI without it)."""
+    scheme, sep, rest = uri.partition("://")
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    userinfo, at, host = rest[:end].rpartition("@")
+    if not sep or not at:
+        return None, uri
+    return userinfo, f"{scheme}://{host}{rest[end:]}"
+
+
+def _credentials(uri: str) -> tuple[str, str | None, str | None]:
+    """(the URI without its userinfo, its user, its password), percent-decoded; None for those
+    the URI does not give."""
+    userinfo, bare = _userinfo(uri)
+    if userinfo is None:
+        return bare, None, None
+    user, colon, password = userinfo.partition(":")
+    return bare, urllib.parse.unquote(user), urllib.parse.unquote(password) if colon else None
+
+
+def _secret_param(part: str) -> bool:
+    """Whether a query's ``key=value`` part holds a credential."""
+    key, _, value = part.partition("=")
+    return bool(value) and bool(_SECRET_PARAM.search(urllib.parse.unquote_plus(key)))
+
+
+def redact_uri(uri):
+    """``uri`` as it may leave the process (config.json, logs, tracker params, errors): the
+    password of its userinfo — or a lone user, which is often a token — and the values of its
+    credential-like query parameters as ``***``. Anything else (a path, None) is returned as is.
+    The one place dsac hides a URI's secrets, so that a new way out is covered by using it."""
+    if not isinstance(uri, str):
+        return uri
+    userinfo, bare = _userinfo(uri)
+    if userinfo is not None:
+        user, colon, _ = userinfo.partition(":")
+        scheme, _, rest = bare.partition("://")
+        uri = f"{scheme}://{user + ':***' if colon else '***'}@{rest}"
+    head, question, tail = uri.partition("?")
+    if not question:
+        return uri
+    query, hash_, fragment = tail.partition("#")
+    query = "&".join(part.partition("=")[0] + "=***" if _secret_param(part) else part for part in query.split("&"))
+    return f"{head}?{query}{hash_}{fragment}"
+
+
+def redact_argv() -> None:
+    """This process's ``sys.argv`` with :func:`redact_uri` applied to each argument: W&B records
+    the command line (``sys.argv[1:]``) with a run's metadata, an ``--mlflow`` URI's password
+    with it. Called before W&B starts; nothing of dsac reads the arguments after parsing them."""
+    sys.argv[:] = [redact_uri(arg) for arg in sys.argv]
+
+
+def redact_text(text: str, uri) -> str:
+    """``text`` (an error's message) with the secrets of ``uri`` in it as ``***``, raw or
+    percent-decoded: a library's message may quote the URI it was given."""
+    if not isinstance(uri, str):
+        return text
+    secrets = set()
+    _, user, password = _credentials(uri)
+    secrets.add(password if password is not None else user)
+    secrets.update(part.partition("=")[2] for part in uri.partition("?")[2].partition("#")[0].split("&")
+                   if _secret_param(part))
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        for form in {secret, urllib.parse.unquote(secret), urllib.parse.quote(secret, safe="")}:
+            text = text.replace(form, "***")
+    return text
+
+
 def _sqlite_file(uri: str) -> str:
     """The database file of a ``sqlite:///PATH`` URI ('' when there is none)."""
     return uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
@@ -53,30 +134,48 @@ def _sqlite_file(uri: str) -> str:
 def check_mlflow_uri(uri: str) -> None:
     """An ``http(s)://`` tracking server must answer its ``/health`` within 10 s; a
     ``sqlite:///`` or file store's directory must be writable."""
-    parsed = urllib.parse.urlparse(uri)
+    shown = redact_uri(uri)
+    bare, user, password = _credentials(uri)
+    try:
+        parsed = urllib.parse.urlparse(bare)
+    except ValueError as exc:
+        raise DsacError(f"--mlflow {shown}: not a URI ({redact_text(str(exc), uri)})") from None
     if parsed.scheme in ("http", "https"):
+        # urllib takes no userinfo in a URL: the URI's user and password go as Basic auth, as
+        # MLflow sends them (from MLFLOW_TRACKING_USERNAME/PASSWORD, set by mlflow_client_uri).
+        headers = {}
+        if user is not None:
+            headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password or ''}".encode()).decode()
+        elif os.environ.get("MLFLOW_TRACKING_USERNAME") and os.environ.get("MLFLOW_TRACKING_PASSWORD"):
+            pair = f"{os.environ['MLFLOW_TRACKING_USERNAME']}:{os.environ['MLFLOW_TRACKING_PASSWORD']}"
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10) as reply:
+            request = urllib.request.Request(bare.split("?")[0].rstrip("/") + "/health", headers=headers)
+            with urllib.request.urlopen(request, timeout=10) as reply:
                 reply.read(64)
+        except urllib.error.HTTPError as exc:
+            raise DsacError(f"--mlflow {shown}: the tracking server answered HTTP {exc.code} "
+                            f"{redact_text(str(exc.reason), uri)}"
+                            + (" (check the user and password)" if exc.code in (401, 403) else "")) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise DsacError(f"--mlflow {uri}: the tracking server does not answer ({reason})") from None
+            reason = redact_text(str(getattr(exc, "reason", exc)), uri)
+            raise DsacError(f"--mlflow {shown}: the tracking server does not answer ({reason})") from None
         return
     if parsed.scheme == "sqlite":
         path = _sqlite_file(uri)
         if not path:
-            raise DsacError(f"--mlflow {uri}: a SQLite store is sqlite:///PATH/TO/FILE.db")
+            raise DsacError(f"--mlflow {shown}: a SQLite store is sqlite:///PATH/TO/FILE.db")
         directory = os.path.dirname(os.path.abspath(path))
     elif parsed.scheme in ("", "file"):
         directory = parsed.path if parsed.scheme == "file" else uri
     elif parsed.scheme in ("databricks", "databricks-uc", "uc"):
         return  # MLflow's own errors say what is wrong with these
     else:
-        raise DsacError(f"--mlflow {uri}: not a tracking URI MLflow takes (http://HOST:PORT, https://..., "
+        raise DsacError(f"--mlflow {shown}: not a tracking URI MLflow takes (http://HOST:PORT, https://..., "
                         "sqlite:///FILE.db, a directory, databricks)")
     from dsac.files import check_writable_dir
 
-    check_writable_dir(directory, f"--mlflow {uri}:")
+    check_writable_dir(directory, f"--mlflow {shown}:")
 
 
 def check_trackers(config) -> None:
@@ -126,6 +225,7 @@ class WandbTracker(Tracker):
     def __init__(self, project: str, config: dict, output_dir: str, run_id: str | None):
         import wandb
 
+        redact_argv()
         self.wandb = wandb
         self.run = wandb.init(project=project, config=config, dir=output_dir, name=os.path.basename(output_dir),
                               id=run_id, resume="allow" if run_id else None, reinit="create_new",
@@ -180,6 +280,19 @@ def mlflow_defaults() -> None:
         os.environ.setdefault(name, value)
 
 
+def mlflow_client_uri(uri: str) -> str:
+    """The URI to give MLflow's client for ``uri``: without a ``user:password@``, whose user and
+    password become this process's ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``
+    (what the URI says wins: it was typed for this run). MLflow sends those as Basic auth with
+    every request, its artifact uploads included, and then puts no secret in the URLs its errors
+    quote. A lone user (a token) stays in the URI, where the HTTP library sends it."""
+    bare, user, password = _credentials(uri)
+    if user is None or password is None:
+        return uri
+    os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"] = user, password
+    return bare
+
+
 class MLflowTracker(Tracker):
     name = "MLflow"
 
@@ -187,6 +300,7 @@ class MLflowTracker(Tracker):
         mlflow_defaults()  # a server gone away costs seconds, not minutes of retries
         import mlflow
 
+        uri = mlflow_client_uri(uri)
         self.client = mlflow.MlflowClient(tracking_uri=uri)
         if run_id is None:
             _, experiment_id = mlflow_experiment(self.client, uri)
@@ -224,6 +338,7 @@ class Trackers:
     def __init__(self, config, output_dir: str):
         self.output_dir = output_dir
         self.active: list[Tracker] = []
+        self.uri = None
         if config.wandb is None and config.mlflow is None:
             return
         ids_path = os.path.join(output_dir, IDS_FILE)
@@ -235,6 +350,7 @@ class Trackers:
             except (OSError, ValueError):
                 pass
             ids = ids if isinstance(ids, dict) else {}
+        self.uri = config.mlflow  # its secrets are hidden in warnings (to_dict gives it redacted)
         values = config.to_dict()
         starts = [("wandb", config.wandb, WandbTracker), ("mlflow", config.mlflow, MLflowTracker)]
         for key, target, cls in starts:
@@ -243,11 +359,12 @@ class Trackers:
             try:
                 tracker = cls(target, values, output_dir, ids.get(key) if isinstance(ids.get(key), str) else None)
             except Exception as exc:  # noqa: BLE001 - a tracker must not cost the run
-                log.warning("%s: could not start a run (%s); the run goes on without it", cls.name, one_line(exc))
+                log.warning("%s: could not start a run (%s); the run goes on without it", cls.name,
+                            redact_text(one_line(exc), config.mlflow))
                 continue
             ids[key] = tracker.run_id
             self.active.append(tracker)
-            log.info("%s: logging this run as %s (%s)", tracker.name, tracker.run_id, target)
+            log.info("%s: logging this run as %s (%s)", tracker.name, tracker.run_id, redact_uri(target))
         write_json(ids_path, ids)
 
     def _each(self, method: str, *args) -> None:
@@ -256,7 +373,7 @@ class Trackers:
                 getattr(tracker, method)(*args)
             except Exception as exc:  # noqa: BLE001 - a tracker must not cost the run
                 log.warning("%s stopped logging this run: %s (the run and its files go on)", tracker.name,
-                            one_line(exc))
+                            redact_text(one_line(exc), self.uri))
                 self.active.remove(tracker)
 
     def row(self, row: dict) -> None:

@@ -1,7 +1,16 @@
 """What must not leave the machine: a tracker URI's credentials (in config.json, the log, the
 trackers' params and config), and a checkout's secrets and stores in a submitted job's upload."""
 
+import base64
+import http.client
+import http.server
+import json
+import threading
+import urllib.parse
 import zipfile
+
+import pytest
+from test_trackers import mlflow_server  # noqa: F401 - the fixture: a real mlflow server on 127.0.0.1
 
 
 def test_a_submitted_job_uploads_neither_tracker_stores_nor_tune_results_nor_secrets(tmp_path):
@@ -25,3 +34,143 @@ def test_a_submitted_job_uploads_neither_tracker_stores_nor_tune_results_nor_sec
     uploaded = {name for name in zipfile.ZipFile(package).namelist() if not name.endswith("/")}
     assert not uploaded & set(left_out), sorted(uploaded & set(left_out))
     assert set(kept) <= uploaded, sorted(uploaded)
+
+
+@pytest.mark.parametrize("uri, shown", [
+    ("https://user:s3cret-token@host:5000/path?a=1#f", "https://user:***@host:5000/path?a=1#f"),
+    ("http://s3cret-token@host", "http://***@host"),  # a lone user is often a token
+    ("http://user:p%40ss%3Aword@host", "http://user:***@host"),
+    ("https://host/x?token=s3cret&run=1&api_key=k3y-value&password=&sig=zz9-sig",
+     "https://host/x?token=***&run=1&api_key=***&password=&sig=***"),
+    ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
+    ("sqlite:///home/a@b/mlflow.db", "sqlite:///home/a@b/mlflow.db"),
+    ("/runs/mlruns", "/runs/mlruns"),
+    (None, None),
+])
+def test_redact_uri_hides_userinfo_passwords_and_credential_params(uri, shown):
+    from dsac.trackers import redact_text, redact_uri
+
+    assert redact_uri(uri) == shown
+    if uri:  # a library's message quoting the URI it was given
+        assert redact_text(f"failed: {uri}", uri) == f"failed: {shown}"
+    assert redact_text("bad password p@ss:word", "http://user:p%40ss%3Aword@host") == "bad password ***"
+
+
+SECRET = "s3cret-token"
+
+
+class BasicAuthProxy(http.server.ThreadingHTTPServer):
+    """A reverse proxy on 127.0.0.1 in front of a tracking server that takes only requests with
+    Basic auth ``user:s3cret-token`` (as a server behind nginx or a cloud gateway does), and
+    counts those it let through and those it refused."""
+
+    daemon_threads = True
+
+    def __init__(self, target: str):
+        super().__init__(("127.0.0.1", 0), ProxyHandler)
+        self.target = urllib.parse.urlsplit(target)
+        self.passed = self.refused = 0
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class ProxyHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _body(self) -> bytes | None:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = b""
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                body += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+            return body
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else None
+
+    def _reply(self, status: int, reason: str, headers: list, data: bytes) -> None:
+        self.send_response(status, reason)
+        for key, value in headers:
+            if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def do_GET(self):
+        body = self._body()
+        if self.headers.get("Authorization") != "Basic " + base64.b64encode(f"user:{SECRET}".encode()).decode():
+            self.server.refused += 1
+            self._reply(401, "Unauthorized", [("WWW-Authenticate", 'Basic realm="mlflow"')], b"")
+            return
+        self.server.passed += 1
+        target = self.server.target
+        connection = http.client.HTTPConnection(target.hostname, target.port, timeout=120)
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() not in ("host", "authorization", "connection", "transfer-encoding", "content-length")}
+        if body is not None:
+            headers["Content-Length"] = str(len(body))
+        connection.request(self.command, self.path, body=body, headers=headers)
+        reply = connection.getresponse()
+        self._reply(reply.status, reply.reason, reply.getheaders(), reply.read())
+        connection.close()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_GET
+
+
+@pytest.fixture
+def proxy(request):
+    """A real ``mlflow server`` on 127.0.0.1 behind :class:`BasicAuthProxy`: (proxy, server URI)."""
+    uri, _ = request.getfixturevalue("mlflow_server")
+    server = BasicAuthProxy(uri)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, uri
+    server.shutdown()
+    server.server_close()
+
+
+def test_credentials_in_the_mlflow_uri_authenticate_and_appear_nowhere(tmp_path, proxy):
+    """A run logging to an MLflow server that needs Basic auth, with the user and token in the
+    --mlflow URI, and to W&B (offline): the health check, the metrics and the artifacts all get
+    through with them; the token is in none of the run's output, files, MLflow params and tags,
+    or W&B config. A wrong token is refused by the health check without being printed."""
+    import mlflow
+    from test_trackers import SHORT_RUN, launch, wandb_records
+
+    server, direct = proxy
+    port = server.server_address[1]
+    out = tmp_path / "run"
+    run = launch([*SHORT_RUN, "--total_env_steps", "800", "--output_dir", str(out), "--wandb", "dsac-test",
+                  "--mlflow", f"http://user:{SECRET}@127.0.0.1:{port}"], tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    shown = f"http://user:***@127.0.0.1:{port}"
+    assert SECRET not in run.stdout + run.stderr and "MLflow: logging this run as" in run.stdout + run.stderr
+    assert shown in run.stdout + run.stderr
+    assert server.passed > 0 and server.refused == 0  # every request of the run authenticated
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert {"config.json", "progress.jsonl", "summary.json"} <= {p.name for p in files}
+    assert any("tfevents" in p.name for p in files) and any(p.suffix == ".wandb" for p in files)
+    assert [str(p) for p in files if SECRET.encode() in p.read_bytes()] == []
+    assert json.loads((out / "config.json").read_text())["mlflow"] == shown
+
+    client = mlflow.MlflowClient(tracking_uri=direct)  # the server itself, behind the proxy
+    [logged] = client.search_runs([client.get_experiment_by_name("dsac").experiment_id])
+    assert logged.info.status == "FINISHED" and "eval_return_mean" in logged.data.metrics
+    assert logged.data.params["mlflow"] == shown
+    assert not [k for k, v in {**logged.data.params, **logged.data.tags}.items() if SECRET in v]
+    assert "weights/weights.pkl" in {a.path for a in client.list_artifacts(logged.info.run_id, "weights")}
+
+    [run_file] = out.glob("wandb/offline-run-*/run-*.wandb")
+    config = {item.key: json.loads(item.value_json) for r in wandb_records(str(run_file))
+              if r.WhichOneof("record_type") == "run" for item in r.run.config.update}
+    assert shown in (config["mlflow"], config["mlflow"].get("value") if isinstance(config["mlflow"], dict) else None)
+
+    refused = launch(["--local", "--env", "Pendulum-v1", "--output_dir", str(tmp_path / "refused"), "--mlflow",
+                      f"http://user:wrong-{SECRET}@127.0.0.1:{port}"], tmp_path)
+    assert refused.returncode == 2 and SECRET not in refused.stdout + refused.stderr, refused.stderr
+    assert refused.stderr.strip() == (f"dsac: error: --mlflow http://user:***@127.0.0.1:{port}: the tracking server "
+                                      "answered HTTP 401 Unauthorized (check the user and password)"), refused.stderr

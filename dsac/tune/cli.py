@@ -72,7 +72,7 @@ def tracker_callbacks(wandb_project: str | None, mlflow_uri: str | None) -> list
     :func:`dsac.trackers.check_trackers`); every trial is one tracker run, logged from the driver."""
     from types import SimpleNamespace
 
-    from dsac.trackers import check_trackers, mlflow_defaults, mlflow_experiment
+    from dsac.trackers import check_trackers, mlflow_client_uri, mlflow_defaults, mlflow_experiment
 
     check_trackers(SimpleNamespace(wandb=wandb_project, mlflow=mlflow_uri))
     callbacks = []
@@ -81,6 +81,7 @@ def tracker_callbacks(wandb_project: str | None, mlflow_uri: str | None) -> list
         from ray.air.integrations.mlflow import MLflowLoggerCallback
 
         mlflow_defaults()
+        mlflow_uri = mlflow_client_uri(mlflow_uri)  # its user and password as MLflow's env variables
         name, _ = mlflow_experiment(mlflow.MlflowClient(tracking_uri=mlflow_uri), mlflow_uri)
         callbacks.append(ending_only_started(MLflowLoggerCallback, "_trial_runs")(tracking_uri=mlflow_uri,
                                                                                   experiment_name=name))
