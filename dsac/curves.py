@@ -13,7 +13,8 @@ import numpy as np
 from dsac.errors import DsacError
 
 # Keys of config.json that do not make two runs different experiments.
-NOT_THE_EXPERIMENT = {"seed", "output_dir", "resume", "address", "log_every", "progress_bar", "tensorboard"}
+NOT_THE_EXPERIMENT = {"seed", "output_dir", "resume", "address", "log_every", "progress_bar", "tensorboard",
+                      "dsac_record"}  # dsac_record: the marker of a config.json dsac wrote (dsac.config)
 
 
 @dataclass
