@@ -22,6 +22,7 @@ COMMANDS = {
     "learner-update": ("learner_update", "what one SAC update costs, plain and compiled with XLA (--learner_xla)"),
     "image-preprocessing": ("image_preprocessing", "CarRacing with and without ALE-style preprocessing"),
     "config-reach": ("config_reach", "which modules receive the whole config, and which only a section"),
+    "fuzz": ("fuzz", "the weights decoder against mutated and hostile files: crashes, time and memory per byte"),
     "docs": ("docs", "rewrite the generated tables of README.md and docs/ (flags, results)"),
 }
 

@@ -8,6 +8,7 @@ import math
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 import zipfile
 import zlib
@@ -120,25 +121,66 @@ FORMAT_1_GLOBALS = {
 CONVERT_COMMAND = "python -m dsac.convert_weights"
 
 
+_NOT_REGULAR = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
+                (stat.S_ISSOCK, "a socket"))
+
+
+def open_regular(path: str, name: str) -> tuple[int, int]:
+    """``(fd, size)`` of the regular file ``path``, opened for reading (the caller closes the
+    fd); ``name``: how a one-line :class:`DsacError` calls it. Opened with ``O_NONBLOCK``, so a
+    FIFO does not wait for a writer, and refused (a directory, a device such as ``/dev/zero``,
+    a FIFO, a socket) before a byte is read: only a regular file has an end a read can trust."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise DsacError(f"{name} does not exist") from None
+    except OSError as exc:
+        raise DsacError(f"{name} cannot be read ({exc.strerror or exc})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise DsacError(f"{name} is a directory, not a file")
+        if not stat.S_ISREG(mode):
+            kind = next((text for test, text in _NOT_REGULAR if test(mode)), "not a file")
+            raise DsacError(f"{name} is {kind}, not a regular file: refusing to read it")
+        return fd, os.fstat(fd).st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_regular(path: str, name: str, limit: int, beyond: str) -> bytes:
+    """At most ``limit`` bytes of the regular file ``path`` (:func:`open_regular`), or a one-line
+    :class:`DsacError` ending in ``beyond`` when it holds more. The read stops at ``limit + 1``
+    bytes whatever the file's size said (a file may grow while it is read)."""
+    fd, size = open_regular(path, name)
+    try:
+        if size > limit:
+            raise DsacError(f"{name} is {size / 2**20:,.1f} MiB, more than the {limit / 2**20:,.0f} MiB {beyond}")
+        parts, total = [], 0
+        while total <= limit:
+            # the size stat gave (plus one, to see the end), then chunks: one read for a file as stated
+            chunk = os.read(fd, min(limit + 1 - total, max(size + 1 - total, 1 << 20)))
+            if not chunk:
+                break
+            parts.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise DsacError(f"{name} grew past {limit / 2**20:,.0f} MiB while read, more than {beyond}")
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+    except OSError as exc:
+        raise DsacError(f"{name} cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+
+
 def read_limited(path: str, what: str, limit: int | None = None) -> bytes:
-    """The bytes of ``path``; refuses a file larger than ``limit`` (default: half the memory
-    available) before reading it."""
+    """The bytes of the regular file ``path``; refuses anything else, and a file larger than
+    ``limit`` (default: half the memory available), reading at most ``limit + 1`` bytes."""
     import psutil
 
     limit = limit if limit is not None else psutil.virtual_memory().available // 2
-    try:
-        size = os.path.getsize(path)
-        if size > limit:
-            raise DsacError(f"{what} {path} is {size / 2**20:,.0f} MiB, more than the {limit / 2**20:,.0f} MiB "
-                            "this machine can load safely")
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise DsacError(f"{what} {path} does not exist") from None
-    except IsADirectoryError:
-        raise DsacError(f"{what} {path} is a directory, not a file") from None
-    except OSError as exc:
-        raise DsacError(f"{what} {path} cannot be read ({exc.strerror or exc})") from None
+    return _read_regular(path, f"{what} {path}", limit, "this machine can load safely")
 
 
 def load_weights(path: str) -> dict:
@@ -161,7 +203,7 @@ def load_weights(path: str) -> dict:
             ) from None
         if exc.globals_named:
             raise DsacError(f"weights file {path} is not a dsac weights file: {exc}") from None
-        if str(exc).startswith("memo reference to a shared"):  # built to decode into far more than its size
+        if exc.refused:  # well formed, of a shape dsac never writes (e.g. built to decode into far more than its size)
             raise DsacError(f"weights file {path} is refused: {exc}") from None
         raise DsacError(f"weights file {path} is truncated or corrupt ({exc})") from None
     check_payload(payload, path)
@@ -306,21 +348,23 @@ def read_checkpoint(run_dir: str, label: str | None = None) -> dict:
     return {"state": state, "meta": meta, "replay": replay, "weights": weights}
 
 
-def read_text(path: str, what: str) -> str:
-    """A UTF-8 text file's content, with one-line errors (missing, unreadable, not UTF-8)."""
+# The largest text file dsac reads (config.json, meta.json, a --config or --space file: a few KB).
+TEXT_LIMIT = 64 * 2**20
+
+
+def read_text(path: str, what: str, limit: int = TEXT_LIMIT) -> str:
+    """A UTF-8 text file's content, with one-line errors (missing, not a regular file, larger
+    than ``limit``, unreadable, not UTF-8)."""
+    data = _read_regular(path, what, limit, "a text file dsac reads may have")
     try:
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8")
-    except FileNotFoundError:
-        raise DsacError(f"{what} does not exist") from None
-    except OSError as exc:
-        raise DsacError(f"{what} cannot be read ({exc.strerror or exc})") from None
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise DsacError(f"{what} is not UTF-8 text") from None
 
 
 def read_json(path: str, what: str):
-    """A JSON file's content, with one-line errors (missing, not UTF-8, not JSON)."""
+    """A JSON file's content, with one-line errors (missing, not a regular file, larger than
+    :data:`TEXT_LIMIT`, not UTF-8, not JSON)."""
     try:
         return json.loads(read_text(path, what))
     except ValueError as exc:
@@ -361,15 +405,27 @@ def _memory_budget() -> list[int]:
     return [psutil.virtual_memory().available // 2]
 
 
+# Deflate expands at most ~1032:1 (258 bytes from 2 bits); a member declaring more than this
+# many bytes per compressed byte (plus a small member's slack) was not written by numpy.
+DEFLATE_MAX_RATIO = 1032
+
+
 def read_npz(path: str, what: str, budget: list[int] | None = None) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` file, read without pickles. Each member's header is read
-    first: a numeric dtype, and a declared size that fits both the member's stated length and
-    ``budget`` (a one-element list, reduced by what is read) — so a forged header cannot make
-    the loader allocate more than the file and the budget allow."""
+    """The arrays of an ``.npz`` file (a regular file: :func:`open_regular`), read without
+    pickles. Each member's header is read first: a numeric dtype, and a declared size that
+    fits the member's stated length, what deflate can expand its compressed length to
+    (:data:`DEFLATE_MAX_RATIO`), and ``budget`` (a one-element list, reduced by what is read).
+    Decompression stops at the stated length (``zipfile`` reads a member in chunks up to it),
+    so a member — a forged header, a zip bomb — makes the loader allocate at most
+    ``DEFLATE_MAX_RATIO`` times the file's size, and never more than the budget."""
     budget = budget if budget is not None else _memory_budget()
+    fd, _ = open_regular(path, what)
     try:
-        with zipfile.ZipFile(path) as archive:
+        with os.fdopen(fd, "rb") as file, zipfile.ZipFile(file) as archive:
             for info in archive.infolist():
+                if info.file_size > DEFLATE_MAX_RATIO * info.compress_size + 4096:
+                    raise DsacError(f"{what}: member {info.filename} declares {info.file_size:,} bytes from "
+                                    f"{info.compress_size:,} compressed, more than deflate can expand")
                 with archive.open(info) as member:
                     version = np.lib.format.read_magic(member)
                     read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
@@ -386,8 +442,9 @@ def read_npz(path: str, what: str, budget: list[int] | None = None) -> dict[str,
                     raise DsacError(f"{what}: member {info.filename} needs {nbytes / 2**20:,.0f} MiB, more than "
                                     "this machine can load safely")
                 budget[0] -= nbytes
-        with np.load(path, allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
+            file.seek(0)
+            with np.load(file, allow_pickle=False) as data:
+                return {key: data[key] for key in data.files}
     except DsacError:
         raise
     except FileNotFoundError:
