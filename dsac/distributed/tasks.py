@@ -239,9 +239,11 @@ class WeightsClient:
 
 def open_board(name: str, slot: int | None, wait_s: float = BOARD_WAIT_S) -> BoardReader | None:
     """The board ``name`` of this machine, waiting up to ``wait_s`` for its writer to make it
-    (a task may start before the actor that writes it); None where there is none."""
+    (a task may start before the actor that writes it); None where there is none, at once
+    where this user's folder of boards is refused (no board will appear in it)."""
     deadline = time.monotonic() + wait_s
-    while (board := BoardReader.open(name, slot)) is None and time.monotonic() < deadline:
+    while ((board := BoardReader.open(name, slot)) is None and not BoardReader.folder_refused
+           and time.monotonic() < deadline):
         time.sleep(IDLE_SLEEP_S)
     return board
 

@@ -543,14 +543,20 @@ class BoardReader:
         """Nothing was written since the last :meth:`newer` (one read of the counter)."""
         return SEQ.unpack_from(self.board, SEQ_AT)[0] == self.seen
 
+    # Why this user's folder of boards was refused at the last :meth:`open` (None: it was fine
+    # or not there yet). No board will appear in a refused folder, so a caller stops waiting.
+    folder_refused: str | None = None
+
     @classmethod
     def open(cls, name: str, slot: int | None = None) -> BoardReader | None:
         path = board_path(name)
+        BoardReader.folder_refused = None
         try:
             dir_fd = _open_dir(create=False)
         except FileNotFoundError:
             return None
         except OSError as exc:
+            BoardReader.folder_refused = str(exc)
             _log_once(f"weights board {path} not used ({exc}); its readers pull the parameter server")
             return None
         try:
