@@ -43,3 +43,28 @@ def test_a_golden_run_loads_with_every_reader(name):
     # consent to the code it names (Catch) given as the command line gives it
     config = Config.load(os.path.join(run_dir, "config.json"), {"trust_code": True}, trusted=True)
     assert (config.algo, config.env, config.fcnet_hiddens[0]) == (algo, env_id, 8)
+
+
+def test_golden_run_directories_resume(tmp_path):
+    """Run directories written before today's readers (copies of the golden runs: SAC with its
+    replay in the checkpoint, C51 DQN without) resume with ``launch.py --resume``: the run
+    counts on from the checkpoint's 300 env steps and appends to its progress.jsonl."""
+    import json
+    import shutil
+
+    from conftest import run_in_one_process
+
+    programs, copies = [], []
+    for name in ("sac_pendulum", "dqn_c51_cartpole"):
+        copy = tmp_path / name
+        shutil.copytree(os.path.join(GOLDEN, name), copy)
+        copies.append(copy)
+        programs.append({"program": os.path.join(REPO_ROOT, "launch.py"), "env": {"TF_CPP_MIN_LOG_LEVEL": "3"},
+                         "args": ["--resume", str(copy), "--local", "--total_env_steps", "500", "--eval_every", "100",
+                                  "--eval_episodes", "1", "--progress_bar", "false"]})
+    for copy, result in zip(copies, run_in_one_process(programs, tmp_path), strict=True):
+        assert result.returncode == 0, (copy.name, result.stdout[-2000:], result.stderr[-2000:])
+        meta = read_checkpoint(str(copy))["meta"]
+        assert meta["env_steps"] == 500 and meta["updates"] > 0, meta
+        rows = [json.loads(line) for line in (copy / "progress.jsonl").read_text().splitlines()]
+        assert rows and rows[-1]["env_steps"] > 300, rows[-3:]
