@@ -98,18 +98,19 @@ def test_updates_in_one_compiled_call_equal_the_same_updates_one_by_one():
         fused.learner.q_online.get_weights(), fused.learner.q_target.get_weights(), strict=True))
 
 
+def cartpole_batch(rng, reward) -> dict:
+    """8 random CartPole-shaped transitions, every reward ``reward`` (NaN: non-finite gradients)."""
+    return {
+        "obs": rng.normal(size=(8, 4)).astype(np.float32), "action": rng.integers(0, 2, 8),
+        "reward": np.full(8, reward, np.float32), "next_obs": rng.normal(size=(8, 4)).astype(np.float32),
+        "terminated": np.zeros(8, np.float32), "discount": np.full(8, 0.99, np.float32),
+    }
+
+
 def test_an_update_with_non_finite_gradients_is_skipped():
     """A NaN reward makes the loss and gradients NaN: that step changes no weight and reports
     skipped = 1; the good steps around it apply as usual."""
-    rng = np.random.default_rng(2)
-
-    def batch(reward):
-        return {
-            "obs": rng.normal(size=(8, 4)).astype(np.float32), "action": rng.integers(0, 2, 8),
-            "reward": np.full(8, reward, np.float32), "next_obs": rng.normal(size=(8, 4)).astype(np.float32),
-            "terminated": np.zeros(8, np.float32), "discount": np.full(8, 0.99, np.float32),
-        }
-
+    batch = functools.partial(cartpole_batch, np.random.default_rng(2))
     policy = make(build_learner=True)
     good, bad = batch(1.0), batch(np.nan)
     before = policy.learner.state.get_weights()
@@ -286,14 +287,7 @@ def test_two_learners_each_count_an_update_their_mean_gradient_dropped():
     from dsac.distributed.tasks import apply_mean
     from dsac.learning import LearnerLoop
 
-    rng = np.random.default_rng(3)
-
-    def batch(reward):
-        return {
-            "obs": rng.normal(size=(8, 4)).astype(np.float32), "action": rng.integers(0, 2, 8),
-            "reward": np.full(8, reward, np.float32), "next_obs": rng.normal(size=(8, 4)).astype(np.float32),
-            "terminated": np.zeros(8, np.float32), "discount": np.full(8, 0.99, np.float32),
-        }
+    batch = functools.partial(cartpole_batch, np.random.default_rng(3))
 
     policies = [make(build_learner=True), make(build_learner=True)]
     policies[1].set_state(policies[0].get_state())
