@@ -321,7 +321,8 @@ def read_checkpoint(run_dir: str, label: str | None = None) -> dict:
     of per-shard snapshots, empty without replay checkpointing; weights: the acting weights
     at the snapshot, or None). Every file is checked before it
     is used: ``meta.json``'s types, each ``.npz`` member's dtype and declared size (from its
-    header, before anything is allocated), and the weights file as :func:`load_weights` does."""
+    header, before anything is allocated; a replay snapshot's rows at most what the run's
+    ``buffer_size`` keeps: :func:`replay_rows`), and the weights file as :func:`load_weights` does."""
     label = label or f"--resume {run_dir}"
     path = os.path.join(run_dir, CHECKPOINT_DIR)
     if not os.path.exists(os.path.join(path, "meta.json")):
@@ -334,9 +335,11 @@ def read_checkpoint(run_dir: str, label: str | None = None) -> dict:
     check_meta(meta, f"{label}: checkpoint/meta.json")
     budget = _memory_budget()
     state = read_npz(os.path.join(path, "state.npz"), f"{label}: checkpoint/state.npz", budget)
+    shards = meta.get("replay_shards", 0)
+    rows = replay_rows(run_dir, label, meta["env_steps"]) if shards else None
     replay = [
-        read_npz(os.path.join(path, f"replay_{k}.npz"), f"{label}: checkpoint/replay_{k}.npz", budget)
-        for k in range(meta.get("replay_shards", 0))
+        read_npz(os.path.join(path, f"replay_{k}.npz"), f"{label}: checkpoint/replay_{k}.npz", budget, rows)
+        for k in range(shards)
     ]
     weights = None
     weights_path = os.path.join(path, "weights.pkl")
@@ -346,6 +349,22 @@ def read_checkpoint(run_dir: str, label: str | None = None) -> dict:
         except DsacError as exc:
             raise DsacError(f"{label}: {exc}") from None
     return {"state": state, "meta": meta, "replay": replay, "weights": weights}
+
+
+def replay_rows(run_dir: str, label: str, env_steps: int) -> int:
+    """The most rows a member of ``run_dir``'s replay snapshots may hold: the frames a buffer of
+    the run's own ``buffer_size`` (its ``config.json``) keeps, which is at least as many as its
+    transitions (:func:`dsac.frames.frame_capacity`) — or of ``env_steps``, the transitions the
+    run ever collected, when more (a run resumed with a smaller ``--buffer_size`` writes that
+    size before its first checkpoint replaces the older, larger snapshot). A snapshot is
+    decompressed against this bound as well as the file's size and the free memory."""
+    from dsac.frames import frame_capacity
+
+    config = read_json(os.path.join(run_dir, "config.json"), f"{label}: config.json")
+    size = config.get("buffer_size") if isinstance(config, dict) else None
+    if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
+        raise DsacError(f"{label}: config.json has no buffer_size (a positive integer) to bound its replay snapshots")
+    return frame_capacity(max(size, int(env_steps)))
 
 
 # The largest text file dsac reads (config.json, meta.json, a --config or --space file: a few KB).
@@ -410,14 +429,17 @@ def _memory_budget() -> list[int]:
 DEFLATE_MAX_RATIO = 1032
 
 
-def read_npz(path: str, what: str, budget: list[int] | None = None) -> dict[str, np.ndarray]:
+def read_npz(path: str, what: str, budget: list[int] | None = None,
+             max_rows: int | None = None) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` file (a regular file: :func:`open_regular`), read without
     pickles. Each member's header is read first: a numeric dtype, and a declared size that
     fits the member's stated length, what deflate can expand its compressed length to
     (:data:`DEFLATE_MAX_RATIO`), and ``budget`` (a one-element list, reduced by what is read).
     Decompression stops at the stated length (``zipfile`` reads a member in chunks up to it),
     so a member — a forged header, a zip bomb — makes the loader allocate at most
-    ``DEFLATE_MAX_RATIO`` times the file's size, and never more than the budget."""
+    ``DEFLATE_MAX_RATIO`` times the file's size, and never more than the budget. ``max_rows``:
+    the most rows (first dimension) a member may declare (a replay snapshot: what its run's
+    buffer keeps)."""
     budget = budget if budget is not None else _memory_budget()
     fd, _ = open_regular(path, what)
     try:
@@ -434,6 +456,9 @@ def read_npz(path: str, what: str, budget: list[int] | None = None) -> dict[str,
                     header_len = member.tell()
                 if dtype.kind not in "biufU" or dtype.fields is not None or dtype.subdtype is not None:
                     raise DsacError(f"{what}: member {info.filename} has dtype {dtype}, not plain numbers or text")
+                if max_rows is not None and len(shape) and shape[0] > max_rows:
+                    raise DsacError(f"{what}: member {info.filename} declares {shape[0]:,} rows, more than the "
+                                    f"{max_rows:,} its run's replay buffer keeps")
                 nbytes = math.prod(shape) * dtype.itemsize
                 if header_len + nbytes != info.file_size:
                     raise DsacError(f"{what}: member {info.filename} declares {nbytes:,} bytes of data but holds "

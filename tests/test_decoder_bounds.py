@@ -165,3 +165,29 @@ def test_the_fuzzer_finds_no_crash_and_every_case_within_the_bound():
     assert not summary["failures"], fuzz.report(summary)
     outcomes = {outcome for row in summary["by_kind"].values() for outcome in ("value", "refused") if row[outcome]}
     assert outcomes == {"value", "refused"}  # the mutations reach both sides of the checks
+
+
+def test_a_replay_snapshot_is_read_against_its_runs_buffer_size(tmp_path):
+    """A checkpoint's replay member that declares more rows than the run's buffer keeps (its
+    config.json's buffer_size, or the env steps it collected when more) is refused in one line
+    before it is decompressed: a 20 KB member of zeros that would expand to 64 MB. The golden
+    snapshot (300 rows, buffer_size 1,000) reads."""
+    import shutil
+    import zipfile
+
+    import numpy as np
+
+    from dsac.errors import DsacError
+    from dsac.files import read_checkpoint
+    from dsac.frames import frame_capacity
+
+    run = tmp_path / "run"
+    shutil.copytree(GOLDEN_SAC, run)
+    assert len(read_checkpoint(str(run))["replay"][0]["data/reward"]) == 300
+    rows = frame_capacity(1_000) + 1  # buffer_size 1,000 > the 300 env steps its meta.json counts
+    with zipfile.ZipFile(run / "checkpoint" / "replay_0.npz", "a", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("data/bomb.npy", "w", force_zip64=True) as member:
+            np.lib.format.write_array(member, np.zeros((rows, 8_000), np.float32))
+    assert (run / "checkpoint" / "replay_0.npz").stat().st_size < 2**20
+    with pytest.raises(DsacError, match=f"declares {rows:,} rows, more than the {rows - 1:,} its run's replay"):
+        read_checkpoint(str(run))
