@@ -47,9 +47,16 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
 
 def open_for_writing(path: str, append: bool = False):
     """``path`` opened for (binary) writing, created if absent, truncated unless ``append``;
-    ``O_NOFOLLOW``: a symlink at ``path`` is an error (ELOOP), not a way to write elsewhere."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_APPEND if append else os.O_TRUNC)
-    return os.fdopen(os.open(path, flags, 0o666), "ab" if append else "wb")
+    ``O_NOFOLLOW``: a symlink at ``path`` is an error (ELOOP), not a way to write elsewhere;
+    ``O_NONBLOCK`` and a regular-file check: a FIFO planted under the name fails (ENXIO, or
+    refused), never blocks the run."""
+    flags = (os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+             | (os.O_APPEND if append else os.O_TRUNC))
+    fd = os.open(path, flags, 0o666)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    return os.fdopen(fd, "ab" if append else "wb")
 
 
 def check_writable_dir(path: str, flag: str) -> None:
@@ -76,8 +83,8 @@ RUN_FOLDERS = ("checkpoint", "checkpoint.old", "tb", "videos", "wandb")
 
 def check_run_dir(path: str, what: str) -> None:
     """Refuse a run directory (one line naming the path) where a file or folder dsac writes or
-    reads — or a file inside its checkpoint or videos — is a symlink, or a folder is not a
-    directory. Checked before anything is read or written (``lstat``: nothing is followed)."""
+    reads — or a file inside its checkpoint or videos — is a symlink, a folder is not a
+    directory, or a file is not a regular file. Checked before anything is read or written (``lstat``: nothing is followed)."""
     names = [*RUN_FILES, *RUN_FOLDERS]
     for folder in (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old", "videos"):
         inside = os.path.join(path, folder)
@@ -93,6 +100,8 @@ def check_run_dir(path: str, what: str) -> None:
                             "in a run directory, remove it")
         if name in RUN_FOLDERS and os.path.lexists(full) and not os.path.isdir(full):
             raise DsacError(f"{what} {path}: {name} is not a directory")
+        if name in RUN_FILES and os.path.lexists(full) and not os.path.isfile(full):  # a FIFO would block a write
+            raise DsacError(f"{what} {path}: {name} is not a regular file")
 
 
 def real_dir(path: str) -> str:
@@ -388,6 +397,8 @@ def read_json(path: str, what: str):
         return json.loads(read_text(path, what))
     except ValueError as exc:
         raise DsacError(f"{what} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise DsacError(f"{what} is nested too deeply to be a file dsac writes") from None
 
 
 # meta.json of a checkpoint: key -> types (all optional but env_steps, updates, version).
@@ -445,6 +456,12 @@ def read_npz(path: str, what: str, budget: list[int] | None = None,
     try:
         with os.fdopen(fd, "rb") as file, zipfile.ZipFile(file) as archive:
             for info in archive.infolist():
+                # zipfile inflates a bzip2 or LZMA chunk whole before cutting it to the declared
+                # length: only numpy's own methods (stored, deflate) keep the bounds below.
+                if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or info.flag_bits & 1:
+                    raise DsacError(f"{what}: member {info.filename} is {'encrypted' if info.flag_bits & 1 else 'compressed'}"
+                                    f"{'' if info.flag_bits & 1 else f' with method {info.compress_type}'}, "
+                                    "not as numpy writes it (stored or deflate)")
                 if info.file_size > DEFLATE_MAX_RATIO * info.compress_size + 4096:
                     raise DsacError(f"{what}: member {info.filename} declares {info.file_size:,} bytes from "
                                     f"{info.compress_size:,} compressed, more than deflate can expand")
@@ -474,5 +491,6 @@ def read_npz(path: str, what: str, budget: list[int] | None = None,
         raise
     except FileNotFoundError:
         raise DsacError(f"{what} does not exist") from None
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error, NotImplementedError) as exc:
+    except (OSError, ValueError, EOFError, KeyError, RuntimeError, zipfile.BadZipFile, zlib.error,
+            NotImplementedError) as exc:
         raise DsacError(f"{what} is truncated or corrupt ({type(exc).__name__}: {exc})") from None

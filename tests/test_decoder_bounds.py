@@ -191,3 +191,29 @@ def test_a_replay_snapshot_is_read_against_its_runs_buffer_size(tmp_path):
     assert (run / "checkpoint" / "replay_0.npz").stat().st_size < 2**20
     with pytest.raises(DsacError, match=f"declares {rows:,} rows, more than the {rows - 1:,} its run's replay"):
         read_checkpoint(str(run))
+
+
+def test_inputs_a_review_found_are_refused_in_one_line(tmp_path):
+    """A bzip2 member in an .npz (zipfile inflates a whole bzip2 chunk before cutting it to the
+    declared length), a JSON file nested 100,000 deep, and a run of MARKs (each costs the walk
+    a list): each a one-line refusal, not memory, a traceback or a bound exceeded."""
+    import io
+    import zipfile
+
+    import numpy as np
+
+    from dsac.errors import DsacError
+    from dsac.files import read_json, read_npz
+
+    member = io.BytesIO()
+    np.lib.format.write_array(member, np.zeros(4, np.float32))
+    with zipfile.ZipFile(tmp_path / "state.npz", "w", zipfile.ZIP_BZIP2) as archive:
+        archive.writestr("x.npy", member.getvalue())
+    with pytest.raises(DsacError, match="compressed with method 12, not as numpy writes it"):
+        read_npz(str(tmp_path / "state.npz"), "checkpoint/state.npz")
+    (tmp_path / "meta.json").write_text("[" * 100_000)
+    with pytest.raises(DsacError, match="nested too deeply"):
+        read_json(str(tmp_path / "meta.json"), "checkpoint/meta.json")
+    marks = fuzz._wrap(fuzz.OP["MARK"] * 100_000)
+    with pytest.raises(safe_pickle.UnsafePickle, match=r"nested deeper than 32 at byte \d+ \(marks\)"):
+        safe_pickle.loads(marks)

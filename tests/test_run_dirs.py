@@ -135,3 +135,17 @@ def test_resume_and_restore_refuse_a_run_directory_with_a_planted_symlink_and_a_
             Trainer.restore(run, trust_code=True)
         assert "\n" not in str(info.value)
     assert snapshot(target) == before
+
+
+def test_a_fifo_planted_for_a_file_dsac_writes_is_refused_not_waited_on(tmp_path):
+    """A FIFO under a name dsac appends to (progress.jsonl) would block the first write for good:
+    the run directory is refused in one line, and the write itself fails at once."""
+    from dsac.files import check_run_dir, open_for_writing
+
+    run = tmp_path / "run"
+    run.mkdir()
+    os.mkfifo(run / "progress.jsonl")
+    with pytest.raises(DsacError, match="progress.jsonl is not a regular file"):
+        check_run_dir(str(run), "--resume")
+    with pytest.raises(OSError):  # ENXIO: no reader, and O_NONBLOCK does not wait for one
+        open_for_writing(str(run / "progress.jsonl"), append=True)
