@@ -238,6 +238,10 @@ class _Walk:
             else:
                 self.memo[index] = stack[-1]
         elif name == "MARK":
+            # Each open mark holds the values of one container being filled, so a file dsac
+            # writes never has more open than it nests; a run of MARKs would cost a list each.
+            if len(self.marks) > MAX_DEPTH + 1:
+                raise UnsafePickle(f"values nested deeper than {MAX_DEPTH} at byte {pos} (marks)", refused=True)
             self.marks.append(stack)
             self.stack = []
         elif name == "POP":
