@@ -67,6 +67,19 @@ def _userinfo(uri: str) -> tuple[str | None, str]:
     return userinfo, f"{scheme}://{host}{rest[end:]}"
 
 
+def _loose_userinfo(uri: str) -> str | None:
+    """What stands between ``://`` and the last ``@`` of a URI whose userinfo :func:`_userinfo`
+    does not see (a password with a raw ``/``, ``?`` or ``#`` ends the authority early), else
+    None: treated as a secret when the URI leaves the process (hiding a path's ``@`` too is the
+    safe side)."""
+    if _userinfo(uri)[0] is not None:
+        return None
+    _, sep, rest = uri.partition("://")
+    userinfo, at, _ = rest.rpartition("@")
+    # an empty authority (sqlite:///home/a@b/mlflow.db) holds no userinfo: its "@" is a path's
+    return userinfo if sep and at and not rest.startswith("/") else None
+
+
 def _credentials(uri: str) -> tuple[str, str | None, str | None]:
     """(the URI without its userinfo, its user, its password), percent-decoded; None for those
     the URI does not give."""
@@ -90,6 +103,10 @@ def redact_uri(uri):
     The one place dsac hides a URI's secrets, so that a new way out is covered by using it."""
     if not isinstance(uri, str):
         return uri
+    loose = _loose_userinfo(uri)
+    if loose is not None:  # malformed, so its query and fragment are not to be told apart either
+        scheme, _, rest = uri.partition("://")
+        return f"{scheme}://***@{rest.rpartition('@')[2]}"
     userinfo, bare = _userinfo(uri)
     if userinfo is not None:
         user, colon, _ = userinfo.partition(":")
@@ -118,6 +135,9 @@ def redact_text(text: str, uri) -> str:
     secrets = set()
     _, user, password = _credentials(uri)
     secrets.add(password if password is not None else user)
+    loose = _loose_userinfo(uri)
+    if loose is not None:
+        secrets.update({loose, loose.partition(":")[2]})
     secrets.update(part.partition("=")[2] for part in uri.partition("?")[2].partition("#")[0].split("&")
                    if _secret_param(part))
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):

@@ -44,6 +44,9 @@ def test_a_submitted_job_uploads_neither_tracker_stores_nor_tune_results_nor_sec
      "https://host/x?token=***&run=1&api_key=***&password=&sig=***"),
     ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
     ("sqlite:///home/a@b/mlflow.db", "sqlite:///home/a@b/mlflow.db"),
+    # a password with a raw "/" or "?" ends the authority early: all before the last "@" is hidden
+    ("https://u:pa/ss@host:5000", "https://***@host:5000"),
+    ("https://u:p?ss@host/x", "https://***@host/x"),
     ("/runs/mlruns", "/runs/mlruns"),
     (None, None),
 ])
