@@ -393,3 +393,15 @@ def test_a_run_whose_board_folder_is_not_ours_pulls_the_server_and_finishes(tmp_
     assert summary["failure"] is None and "Traceback" not in output, output[-6000:]
     assert "not made" in output and "owned by uid 65534" in output  # said by the server, and by its readers
     assert os.listdir(folder) == []  # nothing written in another user's folder
+
+
+def test_a_coherent_payload_with_a_malformed_header_is_refused_not_raised():
+    """A payload whose checksum matches but whose header names a dtype that is not a string is
+    refused as not a writer's (it raised TypeError, which nothing caught in the worker)."""
+    import zlib
+
+    header = json.dumps({"version": 1, "arrays": [["a", ["x"], [1]]], "report": None}).encode()
+    payload = bytearray(wb.DATA_HEAD.size) + header
+    wb.DATA_HEAD.pack_into(payload, 0, wb.DATA_MAGIC, len(header), zlib.crc32(payload[wb.DATA_HEAD.size:]), 0)
+    with pytest.raises(wb.BoardRefused, match="is not \\[new name, numeric dtype, shape\\]"):
+        wb._decode(payload, 1)
