@@ -16,7 +16,7 @@ _EXPORTS = {
     "register_custom_model": "dsac.models.catalog",
     "load_weights": "dsac.files",
     "load_policy": "dsac.inference",
-    "run": "dsac.distributed.driver",
+    "run": "dsac.runner",
 }
 
 __all__ = ["__version__", *_EXPORTS]

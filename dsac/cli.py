@@ -117,11 +117,9 @@ def main(argv=None) -> int:
             values.pop("config")
             config = Config.from_dict(values).validate()
 
-        if config.local:  # the serial runner: no Ray at all
-            from dsac.serial import run_serial as run
-        else:
-            from dsac.distributed.driver import run  # imports Ray
+        from dsac.runner import run
 
+        if not config.local:
             # Ray's own start-up messages go where dsac's log goes; stderr is kept for the error line.
             for handler in logging.getLogger("ray").handlers:
                 if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:

@@ -38,15 +38,15 @@ class LearnerLoop:
     """Runs a policy's updates on stacked batches and keeps the learner's books.
 
     Args:
-        policy: a :class:`dsac.policy.Policy` built with its learner.
+        learner: what learns: a :class:`dsac.policy.Policy` built with ``build_learner=True``.
         push_every: push the weights after the block of updates that passes a multiple of this.
         max_nonfinite_updates: updates in a row with non-finite gradients that stop the run.
         callbacks: a :class:`dsac.callbacks.Callbacks` whose ``on_learn_on_batch`` runs per update.
         updates: the update count to start from (a resumed run's).
     """
 
-    def __init__(self, policy, push_every: int, max_nonfinite_updates: int, callbacks=None, updates: int = 0):
-        self.policy = policy
+    def __init__(self, learner, push_every: int, max_nonfinite_updates: int, callbacks=None, updates: int = 0):
+        self.learner = learner
         self.push_every = int(push_every)
         self.max_nonfinite_updates = int(max_nonfinite_updates)
         self.callbacks = callbacks
@@ -60,7 +60,7 @@ class LearnerLoop:
     def step(self, stacked: dict[str, np.ndarray],
              learn: Callable[[list[dict]], list[dict] | None] | None = None) -> LearnerStep:
         """Learn from the ``batches_per_sample`` batches stacked in ``stacked`` (as a replay
-        sample call returns them), by default in one ``policy.learn_on_batches`` call; ``learn``
+        sample call returns them), by default in one ``learner.learn_on_batches`` call; ``learn``
         replaces that call (data-parallel learners average gradients first; it returns None
         when the run stopped meanwhile).
 
@@ -70,7 +70,7 @@ class LearnerLoop:
         """
         count = len(stacked["reward"])
         batches = [{key: value[i] for key, value in stacked.items()} for i in range(count)]
-        results = (learn or self.policy.learn_on_batches)(batches)
+        results = (learn or self.learner.learn_on_batches)(batches)
         block_start = self.updates
         if results is None:
             return LearnerStep(push=False, priorities=None, stopped=True)
@@ -87,7 +87,7 @@ class LearnerLoop:
             if td_abs is not None:
                 result["td_error_mean"], result["td_error_max"] = float(np.mean(td_abs)), float(np.max(td_abs))
             if self.callbacks is not None:
-                self.callbacks.on_learn_on_batch(policy=self.policy, batch=batch, result=result)
+                self.callbacks.on_learn_on_batch(policy=self.learner, batch=batch, result=result)
             for key, value in result.items():
                 if np.ndim(value) == 0:  # scalars only: a custom policy may report arrays
                     self._sums[key] = self._sums.get(key, 0.0) + float(value)
@@ -107,15 +107,19 @@ class LearnerLoop:
             )
         return step
 
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The weights acting needs, as of the last update (what a push sends)."""
+        return self.learner.get_weights()
+
     def report(self, env_steps: int, learner_wait_s: float = 0.0, final: bool = False) -> LearnerReport:
         """What the learner tells the parameter server with its weights (counters, stats)."""
         return LearnerReport(self.updates, env_steps, self.stats, self.skipped, learner_wait_s, final)
 
     def state(self) -> dict[str, np.ndarray]:
         """The policy's full state for a checkpoint, with this loop's update count."""
-        return {**self.policy.get_state(), "updates": np.array(self.updates)}
+        return {**self.learner.get_state(), "updates": np.array(self.updates)}
 
     def set_state(self, state: dict) -> None:
         """Continue from a checkpoint's state (networks, optimizer, update count)."""
-        self.policy.set_state(state)
+        self.learner.set_state(state)
         self.updates = int(state.get("updates", 0))

@@ -2,19 +2,19 @@
 hand new results to the callbacks, show progress, and stop on the first stop condition —
 gracefully, with everything saved, on Ctrl-C and SIGTERM too. Free of Ray and TensorFlow.
 
-A run here is anything with ``config``, ``output_dir``, ``callbacks``, ``failure``, ``step() -> Step``,
-``status() -> dict`` and ``stop(reason) -> summary``: :class:`dsac.distributed.driver.DistributedRun`
-and :class:`dsac.serial.SerialRun`. ``Trainer.train`` steps the same runs.
+A run is a :class:`Run`: :class:`dsac.distributed.driver.DistributedRun` and
+:class:`dsac.serial.SerialRun`, started by :func:`dsac.runner.start`. ``Trainer.train`` steps the
+same runs.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from dsac.errors import RunFailed
-from dsac.messages import FinishedEpisode
+from dsac.messages import FinishedEpisode, Latest, LearnerState
 from dsac.progress import ProgressDisplay
 
 log = logging.getLogger("dsac")
@@ -27,7 +27,40 @@ class Step(NamedTuple):
     episodes: list[FinishedEpisode]  # training episodes finished
 
 
-def stop_reason(run, lines: list[dict], signals: Signals) -> str | None:
+class Run(Protocol):
+    """What the command line's loop, ``Trainer`` and Tune drive: a started run, serial or
+    distributed."""
+
+    config: object  # the run's resolved dsac.config.Config
+    output_dir: str
+    callbacks: object  # the run's dsac.callbacks.Callbacks, or None
+    failure: str | None  # why the run failed, once it has
+    weights_path: str  # where the latest weights are saved
+
+    @property
+    def counters(self) -> dict:
+        """``env_steps``, ``updates`` and ``version`` so far."""
+
+    def step(self, timeout: float) -> Step:
+        """Advance the run once: collect, learn, evaluate as due; what it brought."""
+
+    def status(self) -> dict:
+        """Counters for the progress display and TensorBoard."""
+
+    def latest(self) -> Latest:
+        """The newest weights, their version and the learner's report."""
+
+    def full_state(self) -> LearnerState:
+        """The learner's whole state (for a checkpoint)."""
+
+    def set_insert_limit(self, total_env_steps: int | None) -> None:
+        """No collection past this many env steps (None: ``total_env_steps``)."""
+
+    def stop(self, reason: str) -> dict:
+        """Stop everything, save the final weights and checkpoint; returns the summary."""
+
+
+def stop_reason(run: Run, lines: list[dict], signals: Signals) -> str | None:
     """The first stop condition that holds, or None."""
     config, status = run.config, run.status()
     if run.failure:
@@ -43,7 +76,7 @@ def stop_reason(run, lines: list[dict], signals: Signals) -> str | None:
     return None
 
 
-def run_until_stopped(run) -> dict:
+def run_until_stopped(run: Run) -> dict:
     """Step ``run`` until a stop condition, stop it and return its summary.
 
     Raises:

@@ -14,21 +14,17 @@ import statistics
 import time
 from collections import deque
 
-import numpy as np
-
-from dsac import video
+from dsac import build, video
+from dsac.build import EnvRestartBudget, role_seeds
 from dsac.config import Config
 from dsac.envs import EnvCrashed, env_restart_message, one_line
-from dsac.evaluation import evaluation_seed, play_episodes
-from dsac.frames import FrameEncoder
-from dsac.learning import LearnerLoop, NonFiniteUpdates
-from dsac.messages import Chunk, Evaluation, FinishedEpisode, Latest, LearnerState
-from dsac.preparation import Prepared, check_resume_state, prepare, resume_checkpoint
+from dsac.learning import NonFiniteUpdates
+from dsac.messages import FinishedEpisode, Latest, LearnerState
+from dsac.preparation import Prepared, check_resume_state, prepare
 from dsac.recorder import Recorder, custom_metric_means
-from dsac.registry import callbacks_for, policy_class_for
-from dsac.replay import PrioritizedReplayStorage, RateLimiter, ReplayStorage, annealed_beta, replay_specs
-from dsac.rollout import EnvCollector
-from dsac.run_loop import Step, run_until_stopped
+from dsac.registry import callbacks_for
+from dsac.replay import RateLimiter, annealed_beta, replay_specs
+from dsac.run_loop import Step
 
 log = logging.getLogger("dsac")
 
@@ -53,27 +49,23 @@ class SerialRun:
         obs_space, act_space = self.observation_space, self.action_space = (
             prepared.observation_space, prepared.action_space)
         meta = (checkpoint or {}).get("meta", {})
-        # The seeds rollout worker 0 and the evaluator get in the distributed run.
-        worker_seed = int(np.random.SeedSequence(config.seed).spawn(1)[0].generate_state(1)[0])
-        self.eval_seed = evaluation_seed(config.seed)
+        seeds = role_seeds(config.seed, 1)  # those of rollout worker 0 and the evaluator of a distributed run
+        self.eval_seed = seeds.evaluator
         self.callbacks = callbacks_for(config.run)
-        self.env_restarts: dict[str, int] = {}  # "<role>/env" -> envs rebuilt (--env_restarts)
-        self.collector = EnvCollector(
-            config.env, config.envs_per_worker, worker_seed, config.gamma, config.n_step, callbacks=self.callbacks,
-            worker_index=0, env_kwargs=config.env_kwargs, flatten_obs=config.flatten_obs,
-            atari=config.frames, env_step_ms=config.env_step_ms,
-            env_reset_ms=config.env_reset_ms, on_env_crash=self._env_crash_handler("rollout_worker_0"),
-        )
-        cls = policy_class_for(config.run)
-        learner_policy = cls(obs_space, act_space, config, build_learner=True, seed=config.seed)
-        if prepared.initial_weights is not None:
-            learner_policy.set_weights(prepared.initial_weights)
-        self.actor = cls(obs_space, act_space, config, seed=worker_seed, worker_index=0, num_workers=1)
-        self.evaluator = cls(obs_space, act_space, config, seed=self.eval_seed)
-        self.loop = LearnerLoop(learner_policy, config.push_every, config.max_nonfinite_updates, self.callbacks)
-        if checkpoint is not None:
-            self.loop.set_state(checkpoint["state"])
-        self.storage, warmup = self._storage(obs_space, act_space, checkpoint)
+        self.env_restarts = EnvRestartBudget(config.env_restarts)
+        self.collector = build.collector(config, seeds.workers[0], 0, self.callbacks,
+                                         self._env_crash_handler("rollout_worker_0"))
+        self.actor = build.acting_policy(config, obs_space, act_space, seeds.workers[0], 0, 1)
+        self.evaluator = build.acting_policy(config, obs_space, act_space, seeds.evaluator)
+        self.loop = build.learner_loop(config, obs_space, act_space, seeds.learner, self.callbacks,
+                                       prepared.initial_weights, checkpoint["state"] if checkpoint else None)
+        specs, frames = replay_specs(obs_space, act_space)
+        self.encoder = build.frame_encoder(config, frames)
+        replay = (checkpoint or {}).get("replay") or []
+        self.storage, warmup = build.replay_storage(
+            specs, config.buffer_size, seed=config.seed, prioritized=config.prioritized,
+            priority_alpha=config.priority_alpha, frames=frames, learning_starts=config.learning_starts,
+            restore=replay[0] if len(replay) == 1 else None, start_added=int(meta.get("env_steps", 0)))
         self.limiter = RateLimiter(config.updates_per_step, warmup, config.max_steps_ahead)
         self.insert_limit = config.total_env_steps if insert_limit is None else insert_limit
         self.version = int(meta.get("version", 0))
@@ -93,40 +85,19 @@ class SerialRun:
         self.publish()
         log.info("serial run (--local): rollout, replay, learner and evaluator in this process; no Ray")
 
-    def _storage(self, obs_space, act_space, checkpoint: dict | None):
-        """The replay storage (a resumed run's contents, or its count), and its warm-up."""
-        config, meta = self.config, (checkpoint or {}).get("meta", {})
-        specs, frames = replay_specs(obs_space, act_space)
-        self.encoder = FrameEncoder(frames, config.envs_per_worker, config.n_step) if frames else None
-        if config.prioritized:
-            storage = PrioritizedReplayStorage(specs, config.buffer_size, config.seed, alpha=config.priority_alpha,
-                                               frames=frames)
-        else:
-            storage = ReplayStorage(specs, config.buffer_size, config.seed, frames=frames)
-        warmup = config.learning_starts
-        replay = (checkpoint or {}).get("replay") or []
-        if len(replay) == 1:
-            storage.load_state_dict(replay[0])
-        elif meta:  # resumed without the replay's contents: count on, warm up again
-            storage.added = int(meta["env_steps"])
-            warmup += storage.added
-        return storage, warmup
-
     def _env_crash_handler(self, role: str):
         """Whether the run may rebuild ``role``'s env that raised: ``--env_restarts`` in all."""
         def allowed(exc: BaseException) -> bool:
-            used = sum(self.env_restarts.values())
-            if used >= self.config.env_restarts:
-                return False
-            self.env_restarts[f"{role}/env"] = self.env_restarts.get(f"{role}/env", 0) + 1
-            log.warning(env_restart_message(role, one_line(exc), used + 1, self.config.env_restarts))
-            return True
+            number = self.env_restarts.allow(role, one_line(exc))
+            if number is not None:
+                log.warning(env_restart_message(role, one_line(exc), number, self.env_restarts.limit))
+            return number is not None
         return allowed
 
     # --- the roles, in turn ----------------------------------------------------------------
     def publish(self) -> None:
         """What a push and the workers' pull do: the acting policy takes the learner's weights."""
-        self.weights = self.loop.policy.get_weights()
+        self.weights = self.loop.get_weights()
         self.actor.set_weights(self.weights)
         self.version += 1
 
@@ -142,12 +113,7 @@ class SerialRun:
         else:
             self.actor.set_env_steps(storage.added)  # schedules follow the run's (checkpointed) count
             act = lambda obs: self.actor.compute_actions(obs, explore=True)  # noqa: E731
-        batch = self.actor.postprocess_trajectory(self.collector.collect(act, room))
-        if self.callbacks is not None:
-            batch = self.callbacks.on_sample_end(worker_index=0, batch=batch)
-        chunk = Chunk.from_batch(batch)
-        if self.encoder is not None:
-            chunk = chunk._replace(transitions=self.encoder.encode(chunk.transitions))
+        chunk = build.make_chunk(self.collector.collect(act, room), self.actor, self.callbacks, self.encoder, 0)
         if chunk.size:
             if self.config.prioritized:
                 storage.add(chunk.transitions, chunk.priorities)
@@ -178,21 +144,15 @@ class SerialRun:
         if not (self.storage.added >= self.next_eval or (final and self.evaluated_version != self.version)):
             return []
         self.evaluator.set_weights(self.weights)
-        started = time.monotonic()
         self.evaluations += 1
-        frames = video.Frames() if video.wanted(config.video_every, self.evaluations, final) else None
-        episodes = play_episodes(lambda obs: self.evaluator.compute_actions(obs, explore=False), config.env,
-                                 config.eval_episodes, self.eval_seed, config.env_kwargs, config.flatten_obs,
-                                 config.frames, self._env_crash_handler("evaluator"), frames)
+        evaluation = build.evaluate(config, self.evaluator, self.eval_seed, self.evaluations, final,
+                                    (self.storage.added, self.loop.updates, self.version),
+                                    self._env_crash_handler("evaluator"))
         self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
         self.evaluated_version = self.version
-        mp4, video_error, gif = video.finish(frames, gif=config.tensorboard)
-        line = self.recorder.evaluation(Evaluation(
-            env_steps=self.storage.added, updates=self.loop.updates, weights_version=self.version,
-            eval_seconds=time.monotonic() - started, weights=self.weights,
-            video=mp4, video_error=video_error, video_gif=gif, **episodes.summary(),
-        ), {"env_steps_collected": self.storage.added,
-            **({"restarts": dict(self.env_restarts)} if self.env_restarts else {}),
+        restarts = self.env_restarts.by_env()
+        line = self.recorder.evaluation(evaluation, {
+            "env_steps_collected": self.storage.added, **({"restarts": restarts} if restarts else {}),
             **({"skipped_updates": self.loop.skipped} if self.loop.skipped else {}),
             **custom_metric_means(self.episode_metrics)})
         self.episode_metrics = []
@@ -273,7 +233,7 @@ class SerialRun:
         self.checkpoint()
         self.collector.close()
         return self.recorder.summary(reason, self.failure, self.counters, {
-            "mode": "serial", "restarts": dict(self.env_restarts), "skipped_updates": self.loop.skipped, "replay_add_calls": self.add_calls,
+            "mode": "serial", "restarts": self.env_restarts.by_env(), "skipped_updates": self.loop.skipped, "replay_add_calls": self.add_calls,
             "transitions_per_add": round(self.storage.added / max(1, self.add_calls), 1),
         })
 
@@ -285,17 +245,3 @@ def start_serial(config: Config, started_at: float, insert_limit: int | None = N
     if checkpoint is not None:
         check_resume_state(prepared, checkpoint["state"], config.resume or "the checkpoint")
     return SerialRun(prepared, started_at, insert_limit, checkpoint)
-
-
-def run_serial(config: Config, started_at: float | None = None) -> dict:
-    """:func:`dsac.distributed.driver.run` in one process without Ray; returns the summary.
-
-    Raises:
-        DsacError: bad input, found before training starts.
-        RunFailed: the learner failed during the run (weights so far are saved).
-        KeyboardInterrupt: after a graceful stop on Ctrl-C (weights saved).
-    """
-    started_at = time.time() if started_at is None else started_at
-    config = config.validate()
-    checkpoint, started_at = resume_checkpoint(config, started_at)
-    return run_until_stopped(start_serial(config, started_at, checkpoint=checkpoint))

@@ -28,6 +28,7 @@ from dsac.config import Config
 from dsac.errors import DsacError
 from dsac.files import check_run_dir, check_writable_dir, read_checkpoint
 from dsac.registry import policy_class_for
+from dsac.runner import start
 
 POLL_S = 0.2
 STALL_TIMEOUT_S = 120.0  # train() gives up waiting when nothing moves for this long
@@ -54,15 +55,7 @@ class Trainer:
         self.started_at = time.time() - ((_checkpoint or {}).get("meta", {}).get("wall_s", 0.0))
         self.iteration = 0
         self._started_ray = False
-        if self.config.local:
-            from dsac.serial import start_serial
-
-            self._system = start_serial(self.config, self.started_at, insert_limit=0, checkpoint=_checkpoint)
-        else:
-            from dsac.distributed.driver import start
-
-            self._system, self._started_ray = start(self.config, self.started_at, insert_limit=0,
-                                                    checkpoint=_checkpoint)
+        self._system, self._started_ray = start(self.config, self.started_at, insert_limit=0, checkpoint=_checkpoint)
         self._start_counts = (self._system.counters["env_steps"], self._system.counters["updates"])
         # Where a restored Trainer took up its checkpoint's counts (None when it started fresh).
         self.restored_counters: dict | None = (

@@ -9,12 +9,12 @@ import pytest
 from dsac.algorithms.dqn.policy import DQNPolicy
 from dsac.algorithms.sac.policy import SACPolicy
 from dsac.config import Config
-from dsac.distributed.driver import run
 from dsac.envs import describe_space
 from dsac.files import read_checkpoint, write_checkpoint
 from dsac.learning import LearnerLoop
 from dsac.preparation import resume_config
 from dsac.replay import PrioritizedReplayStorage, ReplayStorage, field_specs
+from dsac.runner import run
 
 RNG = np.random.default_rng(0)
 

@@ -28,11 +28,11 @@ from dsac.distributed.topology import plan_here
 from dsac.errors import DsacError
 from dsac.files import read_checkpoint
 from dsac.messages import LearnerState, Reports, ShardStats
-from dsac.preparation import Prepared, check_resume_state, prepare, resume_checkpoint
+from dsac.preparation import Prepared, check_resume_state, prepare
 from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for
 from dsac.replay import replay_specs, storage_bytes
-from dsac.run_loop import Step, run_until_stopped
+from dsac.run_loop import Step
 
 log = logging.getLogger("dsac")
 
@@ -390,22 +390,3 @@ def start(config: Config, started_at: float, insert_limit: int | None = None,
         if started_ray:
             ray.shutdown()
         raise
-
-
-def run(config: Config, started_at: float | None = None) -> dict:
-    """Train until a stop condition; returns a summary dict (``stop_reason``, counters, paths).
-
-    Raises:
-        DsacError: bad input, found before training starts.
-        RunFailed: a role failed during the run (weights so far are saved).
-        KeyboardInterrupt: after a graceful stop on Ctrl-C (weights saved).
-    """
-    started_at = time.time() if started_at is None else started_at
-    config = config.validate()
-    checkpoint, started_at = resume_checkpoint(config, started_at)
-    system, started_ray = start(config, started_at, insert_limit=config.total_env_steps, checkpoint=checkpoint)
-    try:
-        return run_until_stopped(system)
-    finally:
-        if started_ray:
-            ray.shutdown()

@@ -17,17 +17,15 @@ import time
 import numpy as np
 import ray
 
-from dsac import video
+from dsac import build, video
 from dsac.distributed.actors import REGROUP
 from dsac.distributed.topology import describe_process
 from dsac.distributed.weights_board import STALE_S, BoardReader
 from dsac.envs import one_line
-from dsac.evaluation import play_episodes
-from dsac.frames import FrameEncoder, frame_layout
+from dsac.frames import frame_layout
 from dsac.learning import LearnerLoop, NonFiniteUpdates
-from dsac.messages import Chunk, Evaluation, LearnerOrders, LearnerReport, Placement, PullReply
-from dsac.registry import callbacks_for, policy_class_for
-from dsac.rollout import EnvCollector
+from dsac.messages import LearnerOrders, LearnerReport, Placement, PullReply
+from dsac.registry import callbacks_for
 
 log = logging.getLogger("dsac")
 
@@ -265,17 +263,6 @@ def env_crash_handler(ps, role: str, limit: int):
     return allowed
 
 
-def to_chunk(batch: dict, callbacks, encoder: FrameEncoder | None, index: int) -> Chunk:
-    """A rollout worker's batch as the chunk it sends: through the callbacks' ``on_sample_end``,
-    image observations frame by frame (each frame crosses once, see :mod:`dsac.frames`)."""
-    if callbacks is not None:
-        batch = callbacks.on_sample_end(worker_index=index, batch=batch)
-    chunk = Chunk.from_batch(batch)
-    if encoder is not None:
-        chunk = chunk._replace(transitions=encoder.encode(chunk.transitions))
-    return chunk
-
-
 @ray.remote
 def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 1,
                    chunk_seconds: float | None = None, weights_board: str | None = None) -> dict:
@@ -290,19 +277,12 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     """
     ps.report_placement.remote(Placement(f"rollout_worker_{index}", **describe_process()))
     callbacks = callbacks_for(config.run)
-    collector = EnvCollector(
-        config.env, config.envs_per_worker, seed, config.gamma, config.n_step, callbacks=callbacks,
-        worker_index=index, env_kwargs=config.env_kwargs, flatten_obs=config.flatten_obs,
-        atari=config.frames, env_step_ms=config.env_step_ms,
-        env_reset_ms=config.env_reset_ms,
-        on_env_crash=env_crash_handler(ps, f"rollout_worker_{index}", config.env_restarts),
-    )
-    policy = policy_class_for(config.run)(
-        collector.observation_space, collector.action_space, config, seed=seed,
-        worker_index=index, num_workers=config.num_workers,
-    )
-    frames = frame_layout(collector.observation_space.shape, collector.observation_space.dtype)
-    encoder = FrameEncoder(frames, config.envs_per_worker, config.n_step) if frames else None
+    collector = build.collector(config, seed, index, callbacks,
+                                env_crash_handler(ps, f"rollout_worker_{index}", config.env_restarts))
+    policy = build.acting_policy(config, collector.observation_space, collector.action_space, seed, index,
+                                 config.num_workers)
+    encoder = build.frame_encoder(config, frame_layout(collector.observation_space.shape,
+                                                       collector.observation_space.dtype))
     chunk_seconds = chunk_seconds or config.chunk_seconds
     weights = WeightsClient(ps, policy, worker=index, board=weights_board).start()
     chunks_sent = 0
@@ -329,13 +309,12 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
                 # New weights are applied as they land, also inside a chunk: a chunk of 256
                 # steps must not delay them.
                 started, steps_before = time.monotonic(), collector.total_steps
-                batch = policy.postprocess_trajectory(
-                    collector.collect(act, budget, started + chunk_s, weights.poll))
+                batch = collector.collect(act, budget, started + chunk_s, weights.poll)
                 steps, seconds = collector.total_steps - steps_before, time.monotonic() - started
                 budget -= steps
                 chunk_s = next_chunk_seconds(chunk_seconds, steps, seconds)
                 wanted = math.ceil(steps * chunk_s / max(seconds, 1e-6))  # the next chunk's steps, about
-                chunk = to_chunk(batch, callbacks, encoder, index)
+                chunk = build.make_chunk(batch, policy, callbacks, encoder, index)
                 episodes = collector.drain_episodes()
                 if episodes:
                     ps.report_episodes.remote(episodes)
@@ -502,7 +481,7 @@ class LearnerWiring:
         self.env_steps_by_shard[shard] = sampled.env_steps
         learn = None
         if self.sync is not None:
-            learn = self.sync.learner(self.loop.policy, self.loop.updates, sum(self.env_steps_by_shard))
+            learn = self.sync.learner(self.loop.learner, self.loop.updates, sum(self.env_steps_by_shard))
         step = self.loop.step(sampled.batches, learn)
         if self.sync is not None and self.sync.regroup:  # a learner or the averager was restarted
             if not self.sync.join(self.loop):
@@ -525,11 +504,11 @@ class LearnerWiring:
             self.orders = ray.get(self.last_push)  # long done: carries the stop flag
             if self.orders.state_wanted:
                 self.ps.put_state.remote(self.loop.state(), self.report())
-        self.last_push = self.ps.push.remote(self.loop.policy.get_weights(), self.report())
+        self.last_push = self.ps.push.remote(self.loop.get_weights(), self.report())
 
     def first_push(self) -> None:
         if self.primary:
-            self.orders = ray.get(self.ps.push.remote(self.loop.policy.get_weights(), self.report()))
+            self.orders = ray.get(self.ps.push.remote(self.loop.get_weights(), self.report()))
 
     def hand_over(self, state: bool) -> None:
         """The final report, weights and (``state``) full state, waited for: the state goes
@@ -540,7 +519,7 @@ class LearnerWiring:
         if self.primary:
             if state:
                 ray.get(self.ps.put_state.remote(self.loop.state(), final))
-            ray.get(self.ps.push.remote(self.loop.policy.get_weights(), final))
+            ray.get(self.ps.push.remote(self.loop.get_weights(), final))
 
 
 def learner_role(index: int, num_learners: int) -> str:
@@ -565,12 +544,8 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     device = configure_tensorflow(num_gpus, num_cpus, config.learner_threads, config.verbose)
     ps.report_placement.remote(Placement(learner_role(index, config.num_learners), **describe_process(),
                                          device=device))
-    policy = policy_class_for(config.run)(observation_space, action_space, config, build_learner=True, seed=seed)
-    if initial_weights is not None:
-        policy.set_weights(initial_weights)
-    loop = LearnerLoop(policy, config.push_every, config.max_nonfinite_updates, callbacks_for(config.run))
-    if initial_state is not None:
-        loop.set_state(initial_state)
+    loop = build.learner_loop(config, observation_space, action_space, seed, callbacks_for(config.run),
+                              initial_weights, initial_state)
     sync = GradientSync(averager, index) if averager is not None else None
     if sync is not None and not sync.join(loop):
         return {"learner": index, "updates": loop.updates}
@@ -586,7 +561,7 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
         wiring.hand_over(state=False)
         raise
     wiring.hand_over(state=True)
-    return {"learner": index, "updates": loop.updates, "weights_digest": weights_digest(policy.get_weights())}
+    return {"learner": index, "updates": loop.updates, "weights_digest": weights_digest(loop.get_weights())}
 
 
 @ray.remote
@@ -597,7 +572,7 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_bo
     node's weights board (``weights_board``) where this machine has it, else from waiting
     pulls on the parameter server."""
     ps.report_placement.remote(Placement("evaluator", **describe_process()))
-    policy = policy_class_for(config.run)(observation_space, action_space, config, seed=seed)
+    policy = build.acting_policy(config, observation_space, action_space, seed)
     weights = WeightsClient(ps, policy, board=weights_board)
     next_eval, evaluated_version, count = config.eval_every, 0, 0
 
@@ -605,25 +580,13 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_bo
         video.prepare_headless_rendering()
 
     def run_evaluation(final: bool = False):
-        started = time.monotonic()
-        frames = video.Frames() if video.wanted(config.video_every, count + 1, final) else None
-        episodes = play_episodes(
-            lambda obs: policy.compute_actions(obs, explore=False), config.env, config.eval_episodes, seed,
-            config.env_kwargs, config.flatten_obs, config.frames,
-            env_crash_handler(ps, "evaluator", config.env_restarts), frames,
-            on_progress=lambda steps: ps.evaluator_alive.remote(steps, final),
-        )
-        mp4, video_error, gif = video.finish(frames, gif=config.tensorboard)
+        report = weights.report
+        evaluation = build.evaluate(
+            config, policy, seed, count + 1, final, (report.env_steps, report.updates, weights.version),
+            env_crash_handler(ps, "evaluator", config.env_restarts),
+            on_progress=lambda steps: ps.evaluator_alive.remote(steps, final))
         # Waited for: the final report must reach the parameter server before this task ends.
-        ray.get(ps.report_eval.remote(Evaluation(
-            env_steps=int(weights.report.env_steps),
-            updates=int(weights.report.updates),
-            weights_version=weights.version,
-            eval_seconds=time.monotonic() - started,
-            weights=policy.get_weights(),  # the driver keeps the best as best_weights.pkl
-            video=mp4, video_error=video_error, video_gif=gif,
-            **episodes.summary(),
-        )))
+        ray.get(ps.report_eval.remote(evaluation))
 
     while True:
         weights.refresh(EVALUATOR_WAIT_S)

@@ -1,0 +1,227 @@
+"""The parts of a run, built in one place (Acme's builder): the serial runner
+(:mod:`dsac.serial`) and the distributed tasks and actors (:mod:`dsac.distributed`) both call
+these functions and add only what their transport needs. Free of Ray.
+
+A transition's parts: :func:`collector` steps the envs, :func:`acting_policy` acts,
+:func:`make_chunk` turns what was collected into the :class:`dsac.messages.Chunk` that is
+stored, :func:`replay_storage` stores it. A weights version's parts: :func:`learner_loop`
+learns and gives weights, :func:`evaluate` plays them. :func:`role_seeds` and
+:class:`EnvRestartBudget` are the run-wide rules every runner keeps the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+
+from dsac import video
+from dsac.evaluation import evaluation_seed, play_episodes
+from dsac.frames import FrameEncoder, FrameLayout
+from dsac.learning import LearnerLoop
+from dsac.messages import Chunk, Evaluation
+from dsac.registry import policy_class_for
+from dsac.replay import PrioritizedReplayStorage, ReplayStorage
+from dsac.rollout import CrashFn, EnvCollector
+
+# Every object this module made, by id, while ``BUILT`` is a set: the test that both runners
+# take their parts from here turns it on (None: nothing is kept).
+BUILT: set[int] | None = None
+
+
+def _built(part):
+    if BUILT is not None:
+        BUILT.add(id(part))
+    return part
+
+
+class RoleSeeds(NamedTuple):
+    """Independent, non-overlapping seeds for every role, whatever ``--seed`` and
+    ``--num_workers`` are."""
+
+    workers: list[int]  # rollout worker i's envs reset with workers[i] + j; its policy's noise
+    evaluator: int  # evaluation episode j resets with evaluator + j (the same at every evaluation)
+    learner: int  # the networks' initialization
+
+
+def role_seeds(run_seed: int, num_workers: int) -> RoleSeeds:
+    """The seeds of a run with ``--seed run_seed`` and ``num_workers`` rollout workers (the serial
+    runner is one worker)."""
+    spawned = np.random.SeedSequence(run_seed).spawn(max(1, num_workers))
+    return RoleSeeds([int(s.generate_state(1)[0]) for s in spawned], evaluation_seed(run_seed), int(run_seed))
+
+
+def collector(config, seed: int, worker_index: int, callbacks=None,
+              on_env_crash: CrashFn | None = None) -> EnvCollector:
+    """Rollout worker ``worker_index``'s batch of ``envs_per_worker`` envs, emitting n-step
+    transitions (:class:`dsac.rollout.EnvCollector`).
+
+    Args:
+        config: the run's resolved :class:`dsac.config.Config`.
+        seed: the worker's seed (:func:`role_seeds`).
+        worker_index: which worker collects (reported to the callbacks).
+        callbacks: the run's :class:`dsac.callbacks.Callbacks`, or None.
+        on_env_crash: asked whether an env that raised may be rebuilt.
+    """
+    run = config.run
+    return _built(EnvCollector(
+        run.env, config.resources.envs_per_worker, seed, config.algorithm.gamma, config.replay.n_step,
+        callbacks=callbacks, worker_index=worker_index, env_kwargs=run.env_kwargs,
+        flatten_obs=run.flatten_obs, atari=config.frames, env_step_ms=run.env_step_ms,
+        env_reset_ms=run.env_reset_ms, on_env_crash=on_env_crash,
+    ))
+
+
+def acting_policy(config, observation_space, action_space, seed: int, worker_index: int | None = None,
+                  num_workers: int = 1):
+    """A policy that acts in numpy (no TensorFlow): a rollout worker's (``worker_index``) or the
+    evaluator's (None). It acts once it has weights (``set_weights``).
+
+    Args:
+        config: the run's resolved config.
+        observation_space, action_space: the env's spaces.
+        seed: seed of its exploration noise.
+        worker_index: the rollout worker it acts for (e.g. Ape-X's ε per worker), None for the evaluator.
+        num_workers: how many rollout workers the run has.
+    """
+    cls = policy_class_for(config.run)
+    return _built(cls(observation_space, action_space, config, seed=seed, worker_index=worker_index,
+                      num_workers=num_workers))
+
+
+def learner_loop(config, observation_space, action_space, seed: int, callbacks=None,
+                 initial_weights: dict | None = None, initial_state: dict | None = None) -> LearnerLoop:
+    """The learner: the algorithm's networks and optimizers (TensorFlow) in a
+    :class:`dsac.learning.LearnerLoop` that keeps the update count and says when to push.
+
+    Args:
+        config: the run's resolved config.
+        observation_space, action_space: the env's spaces.
+        seed: the networks' initialization seed.
+        callbacks: the run's callbacks (``on_learn_on_batch``), or None.
+        initial_weights: weights to start from (``--init_weights``).
+        initial_state: a resumed run's full learner state (networks, optimizers, updates).
+    """
+    cls = policy_class_for(config.run)
+    policy = cls(observation_space, action_space, config, build_learner=True, seed=seed)
+    if initial_weights is not None:
+        policy.set_weights(initial_weights)
+    loop = LearnerLoop(policy, config.flow.push_every, config.algorithm.max_nonfinite_updates, callbacks)
+    if initial_state is not None:
+        loop.set_state(initial_state)
+    return _built(loop)
+
+
+def frame_encoder(config, frames: FrameLayout | None) -> FrameEncoder | None:
+    """What sends image observations frame by frame (each frame crosses once, see
+    :mod:`dsac.frames`); None for other observations."""
+    if frames is None:
+        return None
+    return _built(FrameEncoder(frames, config.resources.envs_per_worker, config.replay.n_step))
+
+
+def make_chunk(batch: dict, policy, callbacks, encoder: FrameEncoder | None, worker_index: int) -> Chunk:
+    """What a rollout worker collected, as the chunk it stores: the policy's
+    ``postprocess_trajectory`` (e.g. initial priorities), the callbacks' ``on_sample_end``, and
+    image observations frame by frame."""
+    batch = policy.postprocess_trajectory(batch)
+    if callbacks is not None:
+        batch = callbacks.on_sample_end(worker_index=worker_index, batch=batch)
+    chunk = Chunk.from_batch(batch)
+    if encoder is not None:
+        chunk = chunk._replace(transitions=encoder.encode(chunk.transitions))
+    return chunk
+
+
+def replay_storage(specs: dict, capacity: int, *, seed: int, prioritized: bool, priority_alpha: float,
+                   frames: FrameLayout | None, learning_starts: int, restore: dict | None = None,
+                   start_added: int = 0) -> tuple[ReplayStorage, int]:
+    """A replay storage (prioritized or uniform) and the transitions it must hold before the
+    first sample: ``learning_starts``, counted from ``start_added`` for a resumed run whose
+    contents were not kept (it warms up again); a resumed run's ``restore`` (its storage's
+    ``state_dict``) refills it.
+
+    Args:
+        specs: the transition fields' shapes and dtypes (:func:`dsac.replay.replay_specs`).
+        capacity: transitions it holds.
+        seed: seed of its sampling.
+        prioritized: proportional prioritized replay (Schaul et al. 2016) instead of uniform.
+        priority_alpha: the priorities' exponent α.
+        frames: image observations stored frame by frame, or None.
+        learning_starts: transitions before the first sample.
+        restore: a snapshot to start from, or None.
+        start_added: transitions a resumed run counted so far (no snapshot).
+    """
+    if prioritized:
+        storage = PrioritizedReplayStorage(specs, capacity, seed, alpha=priority_alpha, frames=frames)
+    else:
+        storage = ReplayStorage(specs, capacity, seed, frames=frames)
+    warmup = int(learning_starts)
+    if restore is not None:
+        storage.load_state_dict(restore)
+    elif start_added:
+        storage.added = int(start_added)
+        warmup += int(start_added)
+    return _built(storage), warmup
+
+
+def evaluate(config, policy, seed: int, number: int, final: bool, counters: tuple[int, int, int],
+             on_env_crash: CrashFn | None = None,
+             on_progress: Callable[[int], None] | None = None) -> Evaluation:
+    """``eval_episodes`` deterministic episodes of ``policy``'s weights (episode j reset with
+    ``seed + j``), with a video when ``--video_every`` asks for one.
+
+    Args:
+        config: the run's resolved config.
+        policy: an acting policy holding the weights to evaluate.
+        seed: the evaluator's seed (:func:`role_seeds`).
+        number: which evaluation of this process this is (1 for the first), for ``--video_every``.
+        final: the run's last evaluation (always filmed when videos are on).
+        counters: ``(env_steps, updates, weights_version)`` the weights come with.
+        on_env_crash: asked whether an env that raised may be rebuilt.
+        on_progress: called with the steps played so far, at most every few seconds.
+    """
+    run = config.run
+    started = time.monotonic()
+    frames = video.Frames() if video.wanted(config.output.video_every, number, final) else None
+    episodes = play_episodes(lambda obs: policy.compute_actions(obs, explore=False), run.env,
+                             config.output.eval_episodes, seed, run.env_kwargs, run.flatten_obs, config.frames,
+                             on_env_crash, frames, on_progress=on_progress)
+    mp4, video_error, gif = video.finish(frames, gif=config.output.tensorboard)
+    env_steps, updates, version = counters
+    return Evaluation(
+        env_steps=int(env_steps), updates=int(updates), weights_version=int(version),
+        eval_seconds=time.monotonic() - started, weights=policy.get_weights(),
+        video=mp4, video_error=video_error, video_gif=gif, **episodes.summary(),
+    )
+
+
+class EnvRestartBudget:
+    """The run-wide budget of envs rebuilt after they raised (``--env_restarts``, all roles
+    together). The serial runner keeps it in its process; the distributed run keeps it in the
+    actor that holds the run's reports, asked once per crash.
+
+    Args:
+        limit: rebuilds allowed in the whole run.
+    """
+
+    def __init__(self, limit: int):
+        self.limit = int(limit)
+        self.used: list[tuple[str, str]] = []  # (role, error) of every rebuild allowed
+
+    def allow(self, role: str, error: str) -> int | None:
+        """Count a rebuild of ``role``'s env that raised ``error``: its number (1 for the
+        first), or None when the budget is spent."""
+        if len(self.used) >= self.limit:
+            return None
+        self.used.append((role, error))
+        return len(self.used)
+
+    def by_env(self) -> dict[str, int]:
+        """Rebuilds so far, by ``<role>/env``."""
+        counts: dict[str, int] = {}
+        for role, _ in self.used:
+            counts[f"{role}/env"] = counts.get(f"{role}/env", 0) + 1
+        return counts
