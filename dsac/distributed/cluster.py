@@ -12,6 +12,7 @@ import ray
 
 import dsac
 from dsac.config import Config
+from dsac.distributed import ray_private
 from dsac.distributed.recovery import ray_error_line
 from dsac.errors import DsacError
 from dsac.preparation import in_ray_job
@@ -55,27 +56,24 @@ def connect_ray(config: Config) -> bool:
 def quiet_ray_death_notices() -> None:
     """Send Ray's console notices of dead processes (:data:`RAY_DEATH_NOTICE`) to the debug
     log instead of the console; every other message Ray prints still reaches it. Ray's driver
-    prints the errors its cluster publishes through ``ray._private.worker.print_to_stdstream``
-    (looked up at each call), which this wraps once per process."""
-    from ray._private import worker as ray_worker
+    prints what its cluster publishes through one private function, which
+    :func:`dsac.distributed.ray_private.wrap_console_printer` wraps once per process."""
 
-    print_to_stdstream = getattr(ray_worker, "print_to_stdstream", None)
-    if print_to_stdstream is None or getattr(print_to_stdstream, "dsac_quiet", False):
-        return  # another Ray version, or already wrapped
+    def quiet(print_to_stdstream):
+        def filtered(data, *args, **kwargs):
+            if data.get("pid") == "raylet":
+                lines = [line for line in data.get("lines", []) if not RAY_DEATH_NOTICE.search(str(line))]
+                for line in data.get("lines", []):
+                    if line not in lines:
+                        log.debug("ray: %s", line)
+                if not lines:
+                    return None
+                data = {**data, "lines": lines}
+            return print_to_stdstream(data, *args, **kwargs)
 
-    def filtered(data, *args, **kwargs):
-        if data.get("pid") == "raylet":
-            lines = [line for line in data.get("lines", []) if not RAY_DEATH_NOTICE.search(str(line))]
-            for line in data.get("lines", []):
-                if line not in lines:
-                    log.debug("ray: %s", line)
-            if not lines:
-                return None
-            data = {**data, "lines": lines}
-        return print_to_stdstream(data, *args, **kwargs)
+        return filtered
 
-    filtered.dsac_quiet = True
-    ray_worker.print_to_stdstream = filtered
+    ray_private.wrap_console_printer(quiet)
 
 
 def start_local_ray(pythonpath: str) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import ray
 
+from dsac.distributed import ray_private
 from dsac.errors import DsacError
 
 # What the evaluator asks for: it runs a few numpy episodes every --eval_every steps.
@@ -303,16 +304,9 @@ def local_cluster_resources() -> dict:
     tasks may use (as Ray counts them) — known before Ray starts, so that requests that
     cannot fit are refused in a second rather than after Ray's start-up."""
     import psutil
-    from ray._private.utils import get_num_cpus
 
-    resources = {"CPU": float(get_num_cpus()), "memory": float(psutil.virtual_memory().available) * 0.7}
-    try:
-        from ray._private.accelerators import get_accelerator_manager_for_resource
-
-        resources["GPU"] = float(get_accelerator_manager_for_resource("GPU").get_current_node_num_accelerators())
-    except Exception:  # Ray's private API moved: leave GPUs to be checked once Ray is up
-        resources["GPU"] = math.inf
-    return resources
+    return {"CPU": float(ray_private.num_cpus()), "memory": float(psutil.virtual_memory().available) * 0.7,
+            "GPU": ray_private.num_gpus()}
 
 
 def _place(plan: ResourcePlan, nodes: list[dict]) -> None:
