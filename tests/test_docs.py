@@ -42,10 +42,17 @@ def test_generated_blocks_are_what_config_and_the_result_files_give():
 
 
 def test_readme_test_command_is_what_ci_runs():
+    """The README's second command is .ci/run's one command, word for word, and lints before it tests."""
     readme = (ROOT / "README.md").read_text().splitlines()
     commands = [line.split("#")[0].strip() for line in readme[:6] if line.startswith("pip install")]
     assert len(commands) == 2 and commands[0].endswith("python launch.py")
-    assert commands[1] in (ROOT / ".ci" / "run").read_text()
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if line.strip() and not line.lstrip().startswith("#")]
+    assert ci[-1] == commands[1], f".ci/run runs {ci[-1]!r}, the README says {commands[1]!r}"
+    steps = [step.strip() for step in commands[1].split("&&")]
+    assert steps[0] == "pip install -r requirements-dev.txt"
+    lint = next(i for i, step in enumerate(steps) if step.startswith("ruff check"))
+    assert lint < next(i for i, step in enumerate(steps) if "pytest" in step), "ruff check runs before pytest"
 
 
 # --- Markdown: code blocks, prose, headings, links ---------------------------------------------
