@@ -1,11 +1,13 @@
-"""``python scripts/convert_weights.py`` is ``dsac-convert-weights`` (``python -m dsac.convert_weights``), kept for old commands."""
+"""``python scripts/convert_weights.py``: dsac's weights converter from a checkout, without
+installing dsac; the same program as ``dsac-convert-weights`` and ``python -m
+dsac.convert_weights`` (its code is ``dsac/convert_weights.py``)."""
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from dsac.convert_weights import main  # noqa: E402
-
 if __name__ == "__main__":
+    # Run as a file, Python puts scripts/ first on the path: the checkout's root takes its place.
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from dsac.convert_weights import main
+
     sys.exit(main())

@@ -1,11 +1,12 @@
-"""``python scripts/plot.py`` is ``dsac-plot`` (``python -m dsac.plot``), kept for old commands."""
+"""``python scripts/plot.py``: dsac's plot tool from a checkout, without installing dsac; the same
+program as ``dsac-plot`` and ``python -m dsac.plot`` (its code is ``dsac/plot.py``)."""
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from dsac.plot import main  # noqa: E402
-
 if __name__ == "__main__":
+    # Run as a file, Python puts scripts/ first on the path: the checkout's root takes its place.
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    from dsac.plot import main
+
     sys.exit(main())
