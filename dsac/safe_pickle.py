@@ -237,7 +237,13 @@ class _Walk:
                 self.memo.append(stack[-1])
             else:
                 self.memo[index] = stack[-1]
-        elif name == "MARK":
+        else:
+            self._build(name, pos)
+
+    def _build(self, name: str, pos: int) -> None:
+        """Follow an opcode that opens or closes a mark or builds or fills a container."""
+        stack = self.stack
+        if name == "MARK":
             # Each open mark holds the values of one container being filled, so a file dsac
             # writes never has more open than it nests; a run of MARKs would cost a list each.
             if len(self.marks) > MAX_DEPTH + 1:
