@@ -153,7 +153,7 @@ def main(argv=None) -> int:
     parser.add_argument("--flags", default="", help="extra launch.py flags, a candidate change (e.g. "
                         "--flags='--conv_filters [[32,5,5],[64,5,5]] --fcnet_hiddens 256'); the table shows them")
     harness.add_seed_flags(parser, "0")
-    harness.add_results_flags(parser, "runs/atari.jsonl", "docs/atari/results.jsonl", minutes=60.0)
+    harness.add_results_flags(parser, "runs/atari.jsonl", "benchmarks/results/atari/results.jsonl", minutes=60.0)
     args = parser.parse_args(argv)
     if not args.report:
         harness.check_minutes(parser, args.minutes)

@@ -62,30 +62,77 @@ def _from_file(path: str, render) -> str:
 def mujoco_table() -> str:
     from benchmarks import mujoco
 
-    return _from_file("docs/mujoco/results.jsonl", mujoco.report)
+    return _from_file("benchmarks/results/mujoco/results.jsonl", mujoco.report)
 
 
 def atari_table() -> str:
     from benchmarks import atari
 
-    return _from_file("docs/atari/results.jsonl", atari.games_report)
+    return _from_file("benchmarks/results/atari/results.jsonl", atari.games_report)
 
 
 def stability_table() -> str:
     from benchmarks import stability
 
-    return _from_file("docs/stability/dqn-cartpole.jsonl", stability.report)
+    return _from_file("benchmarks/results/stability/dqn-cartpole.jsonl", stability.report)
 
 
 def parity_table() -> str:
     from benchmarks import parity
 
-    return _from_file("docs/parity/parity.json", lambda path: parity.markdown(json.load(open(path))))
+    return _from_file("benchmarks/results/parity/parity.json", lambda path: parity.markdown(json.load(open(path))))
+
+
+def speed_table() -> str:
+    from benchmarks import speed
+
+    def render(path: str) -> str:
+        report = json.load(open(path))
+        return speed.markdown(report, report["machine"]["cpus"])
+
+    return _from_file("benchmarks/results/speed/2026-11-26.json", render)
+
+
+def sweep_dqn_table() -> str:
+    from benchmarks import sweep
+
+    return _from_file("benchmarks/results/sweep/dqn-2026-11-25.json",
+                      lambda path: sweep.report(json.load(open(path))).strip())
+
+
+def _scale(path: str, render) -> str:
+    return _from_file(f"benchmarks/results/scale/{path}", lambda full: render(json.load(open(full))))
+
+
+def scale_collection_table() -> str:
+    from benchmarks import scale
+
+    return _scale("quick.json", lambda report: scale.collection_markdown(report["collection"]))
+
+
+def scale_capacity_table() -> str:
+    from benchmarks import scale
+
+    return _scale("quick.json", lambda report: scale.capacity_markdown(report["capacity"]))
+
+
+def scale_board_table() -> str:
+    from benchmarks import scale
+
+    return _scale("board.json", scale.runs_markdown)
+
+
+def scale_delivery_table() -> str:
+    from benchmarks import scale
+
+    return _scale("board.json", lambda runs: scale.capacity_markdown(runs["delivery alone"]["capacity"]))
 
 
 # block name -> what renders it
 BLOCKS = {"flags": flags_table, "mujoco": mujoco_table, "atari": atari_table, "stability": stability_table,
-          "parity": parity_table}
+          "parity": parity_table, "speed": speed_table, "sweep-dqn": sweep_dqn_table,
+          "scale-collection": scale_collection_table, "scale-capacity": scale_capacity_table,
+          "scale-board": scale_board_table, "scale-delivery": scale_delivery_table}
 MARKERS = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",
                      re.S)
 

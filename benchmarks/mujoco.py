@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     harness.add_seed_flags(parser, "0")
     parser.add_argument("--flags", default="", help="extra launch.py flags for dsac's side, a candidate change "
                         "(e.g. --flags='--fcnet_hiddens 256 256'); the table shows them")
-    harness.add_results_flags(parser, "runs/mujoco.jsonl", "docs/mujoco/results.jsonl", minutes=15.0)
+    harness.add_results_flags(parser, "runs/mujoco.jsonl", "benchmarks/results/mujoco/results.jsonl", minutes=15.0)
     args = parser.parse_args(argv)
     if not args.report:
         harness.check_minutes(parser, args.minutes)

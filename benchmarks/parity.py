@@ -212,7 +212,8 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=int,
                         help="env steps of every run instead of the task's budget (a shorter LunarLanderContinuous "
                         "run; the table states each task's budget)")
-    parser.add_argument("--out", default="parity", help="directory for parity.json and the plots")
+    parser.add_argument("--out", default="parity", help="directory for parity.json and the plots (the docs' table: "
+                                                        "benchmarks/results/parity)")
     parser.add_argument("--report", action="store_true",
                         help="run nothing: print the table and draw the plots of what --out holds")
     args = parser.parse_args(argv)

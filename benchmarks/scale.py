@@ -2,7 +2,7 @@
 the machine's own ceiling, on one node and on a local 4-node cluster; and the capacity of each
 shared actor, driven directly.
 
-    python -m benchmarks scale --quick --json scale.json      # everything, ~15 minutes on 2 cores
+    python -m benchmarks scale --quick --json benchmarks/results/scale/quick.json   # everything, ~15 min on 2 cores
     python -m benchmarks scale                                # the full run: longer windows
     python -m benchmarks scale --only capacity                # one part: collection, cluster, capacity
 
@@ -634,6 +634,24 @@ def collection_markdown(rows: list[dict]) -> str:
     return "\n".join(lines + ["", "CPU (% of one core) and RSS per role over the measured windows:", *roles])
 
 
+def runs_markdown(runs: dict[str, dict]) -> str:
+    """One row per collection row of each named run (``{name: {"collection": [...]}}``, as
+    several ``--json`` files merged under names), the figures that compare runs."""
+    lines = ["| run | workers, nodes | env | env steps/s (bare) | of bare | CPU/step workers ÷ bare | all ÷ bare | "
+             "PS pulls/version | sync p50 / p95 ms | add calls/s | cross-node add MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, run in runs.items():
+        for r in run.get("collection", []):
+            env = r.get("env", ENV) + (f", {r['env_step_ms']:g} ms" if r.get("env_step_ms") else "")
+            lines.append(
+                f"| {name} | {r['workers']}, {r['nodes']} | {env} | {r['env_steps_per_s']:,.0f} "
+                f"({r['bare_env_steps_per_s']:,.0f}) | {r['of_bare']:.2f} | {r.get('cpu_per_step_vs_bare')} | "
+                f"{r.get('cpu_per_step_vs_bare_all')} | {r.get('ps_pulls_per_version')} | "
+                f"{r['weight_sync_p50_ms']} / {r['weight_sync_p95_ms']} | {r.get('add_calls_per_s')} | "
+                f"{r.get('cross_node_add_mb')} |")
+    return "\n".join(lines)
+
+
 def capacity_markdown(rows: list[dict]) -> str:
     out = []
     for r in rows:
@@ -665,7 +683,8 @@ def main(argv=None) -> int:
     parser.add_argument("--envs_per_worker", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=10.0, help="length of one measured window")
     parser.add_argument("--iterations", type=int, default=3, help="measured Trainer.train() windows (median)")
-    parser.add_argument("--json", help="write {'collection': [...], 'capacity': [...]} here")
+    parser.add_argument("--json", help="write {'collection': [...], 'capacity': [...]} here (the docs' tables: "
+                                       "benchmarks/results/scale/)")
     args = parser.parse_args(argv)
     if args.quick:
         args.seconds, args.iterations = 4.0, 2

@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     harness.add_seed_flags(parser, "0..4")
     parser.add_argument("--budget", type=int, default=TASK["budget"])
     parser.add_argument("--flags", default="", help="extra launch.py flags, e.g. --flags=--lr=lin_2.3e-3")
-    harness.add_results_flags(parser, "runs/stability.jsonl", "docs/stability/dqn-cartpole.jsonl")
+    harness.add_results_flags(parser, "runs/stability.jsonl", "benchmarks/results/stability/dqn-cartpole.jsonl")
     args = parser.parse_args(argv)
     if not args.report:
         for variant in args.variants:
