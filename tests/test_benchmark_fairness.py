@@ -43,11 +43,11 @@ def test_sb3_side_evaluates_on_the_start_states_of_dsac_runs():
 
 
 def test_dsac_runs_evaluate_on_evaluation_seed():
-    """The distributed and the serial run take their evaluator's seed from that one function."""
-    import dsac.distributed.system as system
-    import dsac.serial as serial
+    """The distributed and the serial run take their evaluator's seed from the builder, which
+    takes it from that one function."""
+    from dsac import build
 
-    assert system.evaluation_seed is evaluation_seed and serial.evaluation_seed is evaluation_seed
+    assert build.evaluation_seed is evaluation_seed and build.role_seeds(7, 3).evaluator == evaluation_seed(7)
     assert evaluation_seed(7) == 100_007  # the seed every earlier run evaluated with: results stay comparable
 
 

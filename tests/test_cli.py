@@ -366,7 +366,7 @@ def test_max_seconds_with_the_default_budget_says_which_ends_the_run(tmp_path, c
 
 QUICK_COMMANDS = [
     ["launch.py", "--help"],
-    ["-m", "benchmarks", "mujoco", "--report", "--out", "docs/mujoco/results.jsonl"],
+    ["-m", "benchmarks", "mujoco", "--report", "--out", "benchmarks/results/mujoco/results.jsonl"],
     ["-m", "dsac.infer", "--help"],
 ]
 TRAINING = ["launch.py", "--local", "--total_env_steps", "300", "--learning_starts", "100", "--start_steps", "100",
