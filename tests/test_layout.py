@@ -141,7 +141,7 @@ def test_wiring_env_inference_and_export_name_no_algorithm(path):
     assert not found, f"{path.name} names {found}: ask the algorithm (dsac.registry.algorithm) instead"
 
 
-MAX_FUNCTION_LINES, MAX_CLASS_LINES = 80, 300
+MAX_FUNCTION_LINES, MAX_CLASS_LINES, MAX_MODULE_LINES = 60, 300, 500
 
 
 def test_no_long_function_or_class_in_dsac():
@@ -155,6 +155,43 @@ def test_no_long_function_or_class_in_dsac():
                 if length > limit:
                     too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length} lines > {limit})")
     assert not too_long, "\n".join(too_long)
+
+
+def test_no_long_module_in_dsac_and_the_ray_tasks_keep_to_their_transport():
+    """A module has one job; the Ray tasks' module holds the three tasks and what only their
+    transport needs (the parts come from dsac/build.py, the clients from their own modules)."""
+    limits = {"dsac/distributed/tasks.py": 400}
+    too_long = []
+    for path in sorted((ROOT / "dsac").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        lines = len(path.read_text().splitlines())
+        if lines > limits.get(rel, MAX_MODULE_LINES):
+            too_long.append(f"{rel}: {lines} lines > {limits.get(rel, MAX_MODULE_LINES)}")
+    assert not too_long, "\n".join(too_long)
+
+
+# The narrow roles (Acme's actor, learner, variable source): each does one job in a few calls.
+NARROW_ROLES = [("dsac/distributed/actors.py", "ParameterServer")]
+MAX_PUBLIC_METHODS = 8
+
+
+def public_methods(path: pathlib.Path, name: str) -> list[str]:
+    """The public methods and properties ``name`` defines in ``path`` and inherits from classes
+    of the same module."""
+    classes = {n.name: n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef)}
+    found, todo = set(), [name]
+    while todo:
+        node = classes[todo.pop()]
+        found |= {f.name for f in node.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
+                  and not f.name.startswith("_")}
+        todo += [b.id for b in node.bases if isinstance(b, ast.Name) and b.id in classes]
+    return sorted(found)
+
+
+@pytest.mark.parametrize(("rel", "name"), NARROW_ROLES, ids=[n for _, n in NARROW_ROLES])
+def test_the_narrow_roles_have_a_few_public_methods(rel, name):
+    methods = public_methods(ROOT / rel, name)
+    assert len(methods) <= MAX_PUBLIC_METHODS, f"{name}: {len(methods)} public methods {methods}"
 
 
 def test_dsac_never_imports_the_benchmarks_and_neither_edits_sys_path():
