@@ -133,10 +133,11 @@ def games_report(path: str) -> str:
         at = "—" if rec["at_100k_steps"] is None else f"{rec['at_100k_steps']:,.1f}"
         best = "—" if rec["best"] is None else f"{rec['best']:,.1f}"
         error = f" ({rec['error']})" if rec.get("error") else ""
-        lines.append(f"| {game} | {minutes:g} min, {rec['workers']} workers, seed {seed}{' ' + flags if flags else ''}{error} | " + " | ".join(cells)
+        run = f"{minutes:g} min, {rec['workers']} workers, seed {seed}{' ' + flags if flags else ''}{error}"
+        lines.append(f"| {game} | {run} | " + " | ".join(cells)
                      + f" | {at} | {best} | {ref(game, 'random')} | {ref(game, 'der_100k')} | "
-                     f"{ref(game, 'drq_eps_100k')} | {ref(game, 'zoo_dqn_10m')} | {ref(game, 'nature_dqn')} | {ref(game, 'human')} "
-                     f"| {rec['commit']} |")
+                     f"{ref(game, 'drq_eps_100k')} | {ref(game, 'zoo_dqn_10m')} | {ref(game, 'nature_dqn')} "
+                     f"| {ref(game, 'human')} | {rec['commit']} |")
     lines += ["", "Commands: " + "; ".join(sorted({f"`{rec['command']}`" for rec in latest.values()}))]
     if PUBLISHED_SOURCES:
         lines += ["", PUBLISHED_SOURCES]
@@ -168,7 +169,8 @@ def main(argv=None) -> int:
         for game in args.games:
             for seed in harness.seeds_of(args, [0]):
                 tag = "-" + hashlib.sha1(args.flags.encode()).hexdigest()[:8] if args.flags else ""
-                png = os.path.join(os.path.dirname(os.path.abspath(args.out)), f"{game}-seed{seed}-{args.minutes:g}min{tag}.png")
+                png = os.path.join(os.path.dirname(os.path.abspath(args.out)),
+                                   f"{game}-seed{seed}-{args.minutes:g}min{tag}.png")
                 rec = game_record(game, args.minutes, args.workers, seed, png=png, extra=shlex.split(args.flags))
                 harness.append_record(args.out, rec)
                 print(f"{game} seed {seed}: {rec['scores']} at 100k steps {rec['at_100k_steps']} error {rec['error']}",
@@ -213,7 +215,8 @@ def learner_rate(seconds: float, batch_size: int) -> float:
     n = batch_size
     batches = [{
         "obs": rng.integers(0, 256, (n, 4, 84, 84), dtype=np.uint8), "action": rng.integers(0, 6, n),
-        "reward": rng.normal(size=n).astype(np.float32), "next_obs": rng.integers(0, 256, (n, 4, 84, 84), dtype=np.uint8),
+        "reward": rng.normal(size=n).astype(np.float32),
+        "next_obs": rng.integers(0, 256, (n, 4, 84, 84), dtype=np.uint8),
         "terminated": np.zeros(n, np.float32), "discount": np.full(n, 0.99 ** 3, np.float32),
         "weights": np.ones(n, np.float32),
     } for _ in range(config.batches_per_sample)]
@@ -235,7 +238,8 @@ def sac_image_learner_rate(seconds: float, batch_size: int, env_id: str = "CarRa
     rng = np.random.default_rng(0)
     shape, n, act = env.observation_space.shape, batch_size, env.action_space.shape
     batches = [{
-        "obs": rng.integers(0, 256, (n, *shape), dtype=np.uint8), "action": rng.uniform(-1, 1, (n, *act)).astype(np.float32),
+        "obs": rng.integers(0, 256, (n, *shape), dtype=np.uint8),
+        "action": rng.uniform(-1, 1, (n, *act)).astype(np.float32),
         "reward": rng.normal(size=n).astype(np.float32), "next_obs": rng.integers(0, 256, (n, *shape), dtype=np.uint8),
         "terminated": np.zeros(n, np.float32), "discount": np.full(n, 0.99, np.float32),
         "weights": np.ones(n, np.float32),
@@ -294,7 +298,8 @@ def markdown(atari: dict) -> list[str]:
     """Rows for speed.py's table."""
     rows = []
     for w, fps in atari.get("collection_frames_per_s", {}).items():
-        rows.append(f"| Atari collection, {w} worker(s): frames/s (env steps x 4) | {fps:,.0f} | Ape-X: ~140 per actor core |")
+        rows.append(f"| Atari collection, {w} worker(s): frames/s (env steps x 4) | {fps:,.0f} "
+                    "| Ape-X: ~140 per actor core |")
     for n, ms in atari.get("acting_ms_per_batch", {}).items():
         rows.append(f"| Atari acting (numpy Nature encoder), batch {n}: ms | {ms:.1f} | |")
     for b, rate in atari.get("learner_updates_per_s", {}).items():

@@ -139,8 +139,8 @@ MARKERS = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-
 
 def pages() -> list[str]:
     docs = os.path.join(REPO_ROOT, "docs")
-    return [os.path.join(REPO_ROOT, "README.md")] + sorted(
-        os.path.join(root, name) for root, _, names in os.walk(docs) for name in names if name.endswith(".md"))
+    return [os.path.join(REPO_ROOT, "README.md"), *sorted(
+        os.path.join(root, name) for root, _, names in os.walk(docs) for name in names if name.endswith(".md"))]
 
 
 def regenerate(text: str, cache: dict) -> tuple[str, list[str]]:

@@ -178,7 +178,8 @@ def commit() -> str:
     def git(*args):
         return subprocess.run(["git", *args], capture_output=True, text=True, cwd=REPO_ROOT).stdout.strip()
     head = git("rev-parse", "--short", "HEAD") or "?"
-    return head + ("+" if git("status", "--porcelain", "--untracked-files=no", "--", "dsac", "launch.py", "benchmarks") else "")
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "dsac", "launch.py", "benchmarks")
+    return head + ("+" if dirty else "")
 
 
 def provenance(command: list[str]) -> dict:
@@ -237,7 +238,7 @@ def area_under_curve(points: list[dict], budget: float, axis: str = "env_steps")
     if budget <= start:
         return inside[0]["return"]
     area = 0.0
-    for here, after in zip(inside, inside[1:] + [{axis: budget}], strict=True):
+    for here, after in zip(inside, [*inside[1:], {axis: budget}], strict=True):
         area += here["return"] * (min(after[axis], budget) - here[axis])
     return area / (budget - start)
 
@@ -333,7 +334,8 @@ def random_sac_batches(count: int, size: int, obs_dim: int, act_dim: int, action
     return [{
         "obs": rng.normal(size=(size, obs_dim)).astype(np.float32),
         "action": rng.uniform(-action_bound, action_bound, (size, act_dim)).astype(np.float32),
-        "reward": rng.normal(size=size).astype(np.float32), "next_obs": rng.normal(size=(size, obs_dim)).astype(np.float32),
+        "reward": rng.normal(size=size).astype(np.float32),
+        "next_obs": rng.normal(size=(size, obs_dim)).astype(np.float32),
         "terminated": np.zeros(size, np.float32), "discount": np.full(size, 0.99, np.float32),
     } for _ in range(count)]
 

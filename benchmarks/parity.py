@@ -1,4 +1,4 @@
-"""Per-update parity with Stable-Baselines3: dsac and SB3 at equal settings, on the same
+r"""Per-update parity with Stable-Baselines3: dsac and SB3 at equal settings, on the same
 evaluation start states, several seeds; learning curves of the evaluation return against env
 steps and against gradient updates, with 95% confidence bands.
 
@@ -7,7 +7,8 @@ steps and against gradient updates, with 95% confidence bands.
     python -m benchmarks parity --tasks sac-pendulum --variants serial sb3 --num_seeds 3
     python -m benchmarks parity --seeds 3 4      # add seeds 3 and 4 to what parity/ holds
     python -m benchmarks parity --report         # the table and plots of what parity/ holds
-    python -m benchmarks parity --tasks sac-lunar --variants serial sb3 --num_seeds 2 --budget 50000 --out parity-lunar50k
+    python -m benchmarks parity --tasks sac-lunar --variants serial sb3 --num_seeds 2 --budget 50000 \
+        --out parity-lunar50k
 
 The full run is long, so it can be made in sittings: runs already in ``<out>/parity.json`` at the
 same budget and settings are kept and not repeated, and each run records the commit it ran.
@@ -258,7 +259,8 @@ def main(argv=None) -> int:
                 hit = harness.first_reaching(run["points"], task["threshold"])
                 print(f"{name} {variant} seed {seed}: {run['process_s']:.0f} s, final return "
                       f"{run['points'][-1]['return'] if run['points'] else '-'}, threshold at "
-                      f"{hit['env_steps'] if hit else '-'} env steps" + (f" ERROR {run['error']}" if run["error"] else ""),
+                      f"{hit['env_steps'] if hit else '-'} env steps"
+                      + (f" ERROR {run['error']}" if run["error"] else ""),
                       file=sys.stderr, flush=True)
                 with open(path, "w") as f:
                     json.dump(results, f)

@@ -110,7 +110,8 @@ def learning_curve(spec: dict) -> list[dict]:
             return stop is None or mean < stop
 
     model.learn(spec["budget"], callback=Evaluate())
-    if cap is not None and time.time() - STARTED >= cap and (not points or points[-1]["env_steps"] < model.num_timesteps):
+    if (cap is not None and time.time() - STARTED >= cap
+            and (not points or points[-1]["env_steps"] < model.num_timesteps)):
         # Capped between two evaluations: where it got to is the result (dsac's --max_seconds
         # also evaluates once more when it stops).
         points.append({"env_steps": model.num_timesteps, "updates": int(model._n_updates),

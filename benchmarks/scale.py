@@ -339,7 +339,8 @@ def cpu_per_step_ratios(measured: dict, bare: float, bare_cpu: float, seconds: f
     workers = measured["roles"].get("rollout_worker", {}).get("cpu_percent", 0.0)
     everything = sum(u["cpu_percent"] for role, u in measured["roles"].items() if role in DSAC_ROLES)
     per_step = lambda cpu: cpu / 100.0 / max(steps_per_s, 1e-9) / max(bare_per_step, 1e-12)  # noqa: E731
-    return {"cpu_per_step_vs_bare": round(per_step(workers), 3), "cpu_per_step_vs_bare_all": round(per_step(everything), 3)}
+    return {"cpu_per_step_vs_bare": round(per_step(workers), 3),
+            "cpu_per_step_vs_bare_all": round(per_step(everything), 3)}
 
 
 def collection_rows(workers: list[int], step_ms: float, seconds: float, iterations: int, envs_per_worker: int,
@@ -358,7 +359,8 @@ def collection_rows(workers: list[int], step_ms: float, seconds: float, iteratio
         rate = measured.pop("env_steps_per_s")
         row = {
             "workers": w, "nodes": nodes, "env": env_id, "envs_per_worker": envs_per_worker, "env_step_ms": step_ms,
-            "env_steps_per_s": round(rate, 1), "ideal_env_steps_per_s": ideal or bare, "bare_env_steps_per_s": round(bare, 1),
+            "env_steps_per_s": round(rate, 1), "ideal_env_steps_per_s": ideal or bare,
+            "bare_env_steps_per_s": round(bare, 1),
             "efficiency": round(rate / (ideal or bare), 3), "bare_efficiency": round(bare / (ideal or bare), 3),
             "of_bare": round(rate / bare, 3), "bare_cpu_percent": round(bare_cpu, 1),
             "bare_before_after": [[round(r, 1), round(c, 1)] for r, c in (before, after)], **ratios, **measured,
@@ -629,9 +631,10 @@ def collection_markdown(rows: list[dict]) -> str:
             f"{r['updates_per_s']} | {r.get('cpu_per_step_vs_bare')} / {r.get('cpu_per_step_vs_bare_all')} | "
             f"{r.get('ps_pulls_per_version')} | {r.get('cross_node_add_mb')} |")
     roles = [f"- W={r['workers']}, {r['nodes']} node(s): " + ", ".join(
-        f"{role} ×{u['processes']} {u['cpu_percent']:.0f}% CPU {u['rss_mib']:,.0f} MiB" for role, u in r["roles"].items())
+        f"{role} ×{u['processes']} {u['cpu_percent']:.0f}% CPU {u['rss_mib']:,.0f} MiB"
+        for role, u in r["roles"].items())
         for r in rows]
-    return "\n".join(lines + ["", "CPU (% of one core) and RSS per role over the measured windows:", *roles])
+    return "\n".join([*lines, "", "CPU (% of one core) and RSS per role over the measured windows:", *roles])
 
 
 def runs_markdown(runs: dict[str, dict]) -> str:
@@ -659,11 +662,13 @@ def capacity_markdown(rows: list[dict]) -> str:
             out.append(f"| replay add | {r['transition']}, chunk {r['chunk']} | {r['transitions_per_s']:,.0f} "
                        f"transitions/s ({r['calls_per_s']:,.0f} calls/s, {r['mb_per_s']:,.0f} MB/s) |")
         elif r["actor"] == "replay":
-            out.append(f"| replay sample | {r['transition']}, batch {r['batch']} | {r['batches_per_s']:,.0f} batches/s |")
+            out.append(f"| replay sample | {r['transition']}, batch {r['batch']} "
+                       f"| {r['batches_per_s']:,.0f} batches/s |")
         elif r["actor"] == "parameter_server":
             how = {"value": "by value", "reference": "by reference", "board": "on its board"}[
                 r.get("delivery", "reference" if r["by_reference"] else "value")]
-            pulls = "no pulls" if how == "on its board" else f"{r['pulls_per_s']:,.0f} pulls/s ({r['mb_per_s']:,.0f} MB/s)"
+            pulls = ("no pulls" if how == "on its board"
+                     else f"{r['pulls_per_s']:,.0f} pulls/s ({r['mb_per_s']:,.0f} MB/s)")
             out.append(f"| parameter server, {how} | {r['weights']} ({r['weights_mb']} MB), {r['workers']} workers | "
                        f"{pulls}; push to all p50/p95 {r['push_to_all_p50_ms']} / {r['push_to_all_p95_ms']} ms |")
         else:

@@ -65,7 +65,7 @@ def object_store() -> tuple[float, int] | None:
         if not ray.is_initialized():
             ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
         match = PLASMA.search(memory_summary(stats_only=True))
-    except Exception:  # noqa: BLE001 - Ray not up yet, or going down
+    except Exception:  # Ray not up yet, or going down
         return None
     return (float(match.group(1)), int(match.group(2))) if match else None
 
@@ -98,7 +98,8 @@ def main(argv=None) -> int:
             rows = read_progress(os.path.join(out_dir, "run"))
             env_steps = rows[-1]["env_steps"] if rows else None
             sample = {
-                "t_s": round(time.monotonic() - started, 1), "rss_mib": {k: round(v, 1) for k, v in sorted(rss.items())},
+                "t_s": round(time.monotonic() - started, 1),
+                "rss_mib": {k: round(v, 1) for k, v in sorted(rss.items())},
                 "rss_total_mib": round(sum(rss.values()), 1),
                 "object_store_mib": store[0] if store else None, "object_store_objects": store[1] if store else None,
                 "env_steps": env_steps,
@@ -147,7 +148,8 @@ def summarize(samples: list[dict]) -> dict:
 def markdown(report: dict) -> str:
     if not report.get("per_role"):
         return "too few samples for a report"
-    rows = [f"| process | RSS at {report['from_s']:.0f} s (MiB) | RSS at {report['to_s']:.0f} s (MiB) | growth (MiB/h) |",
+    rows = [f"| process | RSS at {report['from_s']:.0f} s (MiB) | RSS at {report['to_s']:.0f} s (MiB) "
+            "| growth (MiB/h) |",
             "|---|---|---|---|"]
     for role, r in report["per_role"].items():
         rows.append(f"| {role} | {r['start_mib']} | {r['end_mib']} | {r['growth_mib_per_hour']} |")

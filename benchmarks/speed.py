@@ -166,7 +166,8 @@ def _naive_worker(index, config, replay, ps, seed):
     from dsac.registry import policy_class_for
 
     env = gym.make(config.env)
-    policy = policy_class_for(config.run)(env.observation_space, env.action_space, config, build_learner=True, seed=seed)
+    policy = policy_class_for(config.run)(env.observation_space, env.action_space, config,
+                                          build_learner=True, seed=seed)
     policy.set_weights(pulled_weights(ray.get(ps.pull.remote(0)).weights))
     learner = policy.learner
     obs, _ = env.reset(seed=seed)
@@ -269,7 +270,8 @@ def sb3_time_to_solve(task: str, seed: int, max_seconds: float | None = None) ->
     --algo), evaluated on dsac's evaluation start states, stopped after ``max_seconds`` if given;
     None when SB3 is not installed."""
     cap = ["--max_seconds", str(max_seconds)] if max_seconds is not None else []
-    result = subprocess.run([sys.executable, "-m", "benchmarks.sb3_baseline", "--algo", task, "--seed", str(seed), *cap],
+    result = subprocess.run([sys.executable, "-m", "benchmarks.sb3_baseline", "--algo", task, "--seed", str(seed),
+                             *cap],
                             capture_output=True, text=True, cwd=REPO_ROOT,
                             timeout=max_seconds + 900 if max_seconds is not None else None)
     if result.returncode == 3:
@@ -331,7 +333,7 @@ def equal_rows(report: dict, args) -> None:
         env_id, threshold, budget = task["env"], task["threshold"], SOLVE[algo][2]
         row = report["equal"][algo] = {"settings": task["settings"], "dsac": [], "sb3": []}
         for seed in harness.seeds_of(args, [0, 1, 2]):
-            flags = harness.dsac_flags(algo, task["settings"]) + ["--num_workers", str(harness.WORKERS[algo])]
+            flags = [*harness.dsac_flags(algo, task["settings"]), "--num_workers", str(harness.WORKERS[algo])]
             row["dsac"].append(harness.run_dsac(flags, env_id, seed, budget, task["eval_every"], threshold))
             if "sb3" not in args.skip:
                 sb3 = harness.run_sb3(algo, env_id, harness.sb3_kwargs(algo, task["settings"]), seed, budget,
@@ -408,7 +410,8 @@ def main(argv=None) -> int:
     parser.add_argument("--lunar_cap", type=float, default=60.0, help="minutes each Lunar run may take at most")
     parser.add_argument("--atari", action="store_true",
                         help="add the Atari part (benchmarks/atari.py; with the Pong run, over an hour)")
-    parser.add_argument("--pong_minutes", type=float, default=60.0, help="length of the Atari part's Pong run (0: none)")
+    parser.add_argument("--pong_minutes", type=float, default=60.0,
+                        help="length of the Atari part's Pong run (0: none)")
     parser.add_argument("--pong_workers", type=int, default=2, help="rollout workers of the Pong run")
     harness.add_seed_flags(parser, "0", prefix="lunar_")  # the Lunar part's seeds
     parser.add_argument("--settings", choices=["defaults", "tuned"], default="defaults",
@@ -552,7 +555,8 @@ def markdown(r: dict, cores: float) -> str:
         if r["lunar"]["sb3"]:
             cells.append(f"SB3 rl-zoo: {'; '.join(map(lunar_cell, r['lunar']['sb3']))}")
             # Medians of the seeds that reached it (the cells say which did not).
-            ours, theirs = (median(x["wall_s"] for x in r["lunar"][side] if x.get("solved")) for side in ("dsac", "sb3"))
+            ours, theirs = (median(x["wall_s"] for x in r["lunar"][side] if x.get("solved"))
+                            for side in ("dsac", "sb3"))
             if ours and theirs:
                 cells[-1] += f" → {ours / theirs:.2f}× (medians of the runs that reached it)"
         rows.append(f"| time to solve SAC {env_id} to {threshold:g}, each capped at {cap_min:g} min | "

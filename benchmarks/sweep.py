@@ -57,7 +57,7 @@ def env_available(env_id: str) -> bool:
     try:
         gym.make(env_id).close()
         return True
-    except Exception as e:  # noqa: BLE001 - any failure to build means: not here
+    except Exception as e:  # any failure to build means: not here
         print(f"skipping {env_id}: {str(e).splitlines()[0]}", file=sys.stderr)
         return False
 

@@ -34,7 +34,8 @@ def main(argv=None) -> int:
             continue
         walls.append(hit["wall_s"])
         steps.append(hit["env_steps"])
-        print(f"| {run} | {hit['env_steps']} | {hit['updates']} | {hit['wall_s']:.1f} | {hit['eval_return_mean']:.1f} |")
+        print(f"| {run} | {hit['env_steps']} | {hit['updates']} | {hit['wall_s']:.1f} "
+              f"| {hit['eval_return_mean']:.1f} |")
     if walls:
         print(f"| median | {statistics.median(steps):.0f} | | {statistics.median(walls):.1f} | |")
     return 0 if len(walls) == len(args.runs) else 1

@@ -45,7 +45,8 @@ def main(argv=None) -> int:
             print(f"{env_id}: no video: {error}")
             continue
         print(f"{env_id}: an evaluation of {args.episodes} episodes {plain:.2f} s, with episode 0 recorded "
-              f"{recorded:.2f} s ({frames_n} frames of {size[1]}x{size[0]}: {1000 * (recorded - plain) / frames_n:.1f} ms "
+              f"{recorded:.2f} s ({frames_n} frames of {size[1]}x{size[0]}: "
+              f"{1000 * (recorded - plain) / frames_n:.1f} ms "
               f"a frame rendered and encoded), best of {args.repeats}")
     return 0
 

@@ -233,7 +233,8 @@ class SerialRun:
         self.checkpoint()
         self.collector.close()
         return self.recorder.summary(reason, self.failure, self.counters, {
-            "mode": "serial", "restarts": self.env_restarts.by_env(), "skipped_updates": self.loop.skipped, "replay_add_calls": self.add_calls,
+            "mode": "serial", "restarts": self.env_restarts.by_env(), "skipped_updates": self.loop.skipped,
+            "replay_add_calls": self.add_calls,
             "transitions_per_add": round(self.storage.added / max(1, self.add_calls), 1),
         })
 

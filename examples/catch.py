@@ -13,6 +13,8 @@ A random policy scores about -0.6; a learned one +1.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import gymnasium as gym
 import numpy as np
 
@@ -20,7 +22,7 @@ import numpy as np
 class Catch(gym.Env):
     """Catch on a ``rows`` x ``columns`` board (default 10 x 5, the bsuite size)."""
 
-    metadata = {"render_modes": []}
+    metadata: ClassVar[dict] = {"render_modes": []}
 
     def __init__(self, rows: int = 10, columns: int = 5):
         self.rows, self.columns = int(rows), int(columns)

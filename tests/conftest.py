@@ -9,8 +9,8 @@ import threading
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
-import gymnasium as gym  # noqa: E402
-import pytest  # noqa: E402
+import gymnasium as gym
+import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,7 +56,8 @@ def small_launch_run(tmp_path_factory):
     result = subprocess.run(
         [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--num_workers", "3", "--total_env_steps",
          str(SMALL_RUN_STEPS), "--eval_every", "500", "--eval_episodes", "2", "--fcnet_hiddens", "32", "32",
-         "--learning_starts", "300", "--start_steps", "300", "--log_every", "1", "--seed", "3", "--output_dir", str(out)],
+         "--learning_starts", "300", "--start_steps", "300", "--log_every", "1", "--seed", "3",
+         "--output_dir", str(out)],
         capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
         env={k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"},
     )

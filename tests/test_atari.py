@@ -23,7 +23,8 @@ def test_any_ale_id_gets_deepmind_preprocessing_from_gymnasium_wrappers():
     assert base.ale.getFloat("repeat_action_probability") == pytest.approx(0.25)  # v5's sticky actions kept
     obs, _ = env.reset(seed=0)
     assert obs.shape == (4, 84, 84)
-    small = make_env("ALE/Breakout-v5", atari=FrameSettings(framestack=2, dim=42, grayscale=False, sticky_actions=False))
+    small = make_env("ALE/Breakout-v5",
+                     atari=FrameSettings(framestack=2, dim=42, grayscale=False, sticky_actions=False))
     assert small.observation_space.shape == (2, 42, 42, 3)
     assert small.unwrapped.ale.getFloat("repeat_action_probability") == 0.0
     names = {type(w).__name__ for w in _wrappers(make_env("ALE/Breakout-v5", training=True))}

@@ -3,6 +3,7 @@ run evaluates on, through the same function (checked without SB3 installed)."""
 
 import importlib
 import os
+import re
 
 import numpy as np
 import pytest
@@ -111,7 +112,8 @@ def test_parity_keeps_stored_runs_and_refuses_to_overwrite_them(tmp_path):
     assert parity.task_results({"sac-pendulum": stored}, "sac-pendulum", task["budget"], str(tmp_path)) is stored
     fresh = parity.task_results({}, "sac-pendulum", 1_000, str(tmp_path))
     assert fresh["budget"] == 1_000 and fresh["variants"] == {}
-    with pytest.raises(parity.StoredRunsDiffer, match="parity.json holds sac-pendulum runs at 15,000 env steps"):
+    stored_at = re.escape("parity.json holds sac-pendulum runs at 15,000 env steps")
+    with pytest.raises(parity.StoredRunsDiffer, match=stored_at):
         parity.task_results({"sac-pendulum": stored}, "sac-pendulum", 1_000, str(tmp_path))
     changed = {**stored, "settings": {**task["settings"], "lr": 3e-4}}
     with pytest.raises(parity.StoredRunsDiffer, match="other settings"):
@@ -185,8 +187,9 @@ def test_a_benchmark_run_leaves_no_run_directory_behind():
     def use_output(path):
         seen["path"], seen["files"] = path, sorted(os.listdir(path))
 
-    run = harness.run_dsac(["--local", "--fcnet_hiddens", "16", "16", "--learning_starts", "100", "--start_steps", "100"],
-                           "Pendulum-v1", 0, 400, 200, timeout=300, use_output=use_output)
+    run = harness.run_dsac(
+        ["--local", "--fcnet_hiddens", "16", "16", "--learning_starts", "100", "--start_steps", "100"],
+        "Pendulum-v1", 0, 400, 200, timeout=300, use_output=use_output)
     assert run["error"] is None and run["points"] and run["points"][-1]["env_steps"] == 400, run
     assert "progress.jsonl" in seen["files"] and "weights.pkl" in seen["files"], seen
     assert not os.path.exists(os.path.dirname(seen["path"]))
@@ -208,7 +211,8 @@ def test_the_mujoco_table_compares_dsac_with_sb3_only_within_one_sitting(tmp_pat
     sb3 = record("sb3", "bbb", [[10_000, 900.0, 30.0, 0], [33_000, 180.0, 900.0, 23_000]])
     same = record("dsac", "bbb", [[1_000, 100.0, 20.0, 700], [2_000, 200.0, 56.0, 1_700]], ["--lr", "3e-4"])
     other = record("dsac", "aaa", [[1_000, 500.0, 40.0, 700]])
-    later = {**record("dsac", "bbb", [[1_000, 500.0, 40.0, 700]], ["--tau", "0.01"]), "date": "2026-11-29T09:00:00+00:00"}
+    later = {**record("dsac", "bbb", [[1_000, 500.0, 40.0, 700]], ["--tau", "0.01"]),
+             "date": "2026-11-29T09:00:00+00:00"}
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in (other, sb3, same, later)))
     rows = {line.split(" | ")[2]: line for line in mujoco.report(str(path)).splitlines() if line.startswith("| Ant")}

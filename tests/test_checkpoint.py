@@ -22,8 +22,9 @@ RNG = np.random.default_rng(0)
 def batch_for(env, n=16):
     obs = RNG.normal(size=(n, *env.observation_space.shape)).astype(np.float32)
     actions = np.stack([env.action_space.sample() for _ in range(n)])
-    return {"obs": obs, "action": actions, "reward": RNG.normal(size=n).astype(np.float32), "next_obs": obs[::-1].copy(),
-            "terminated": np.zeros(n, np.float32), "discount": np.full(n, 0.99, np.float32)}
+    return {"obs": obs, "action": actions, "reward": RNG.normal(size=n).astype(np.float32),
+            "next_obs": obs[::-1].copy(), "terminated": np.zeros(n, np.float32),
+            "discount": np.full(n, 0.99, np.float32)}
 
 
 @pytest.mark.parametrize("algo, env_id, cls", [("sac", "Pendulum-v1", SACPolicy), ("dqn", "CartPole-v1", DQNPolicy)])
@@ -57,14 +58,16 @@ def test_replay_state_round_trip(storage_cls):
     for start in (0, 5):  # 10 transitions into 8 slots: wrapped
         n = 5
         i = np.arange(start, start + n, dtype=np.float32)
-        src.add({"obs": np.repeat(i[:, None], 3, 1), "action": i[:, None], "reward": i, "next_obs": np.repeat(i[:, None], 3, 1),
-                 "terminated": np.zeros(n, np.float32), "discount": np.ones(n, np.float32)})
+        src.add({"obs": np.repeat(i[:, None], 3, 1), "action": i[:, None], "reward": i,
+                 "next_obs": np.repeat(i[:, None], 3, 1), "terminated": np.zeros(n, np.float32),
+                 "discount": np.ones(n, np.float32)})
     src.sample(4, 2)
     dst = storage_cls(specs, capacity=8, seed=2)
     dst.load_state_dict(src.state_dict())
     assert (dst.size, dst.added, dst.next_index, dst.sampled_batches) == (8, 10, 2, 2)
     np.testing.assert_array_equal(dst.data["reward"], src.data["reward"])
-    np.testing.assert_array_equal(dst.sample(4, 3).batches["reward"], src.sample(4, 3).batches["reward"])  # same RNG state
+    # Same RNG state, so the same batch.
+    np.testing.assert_array_equal(dst.sample(4, 3).batches["reward"], src.sample(4, 3).batches["reward"])
 
 
 def test_resume_carries_counters_and_learning_on(ray_local, tmp_path):
@@ -87,5 +90,6 @@ def test_resume_carries_counters_and_learning_on(ray_local, tmp_path):
     # before, up to noise (one of ten episodes that fails to swing up costs ~100; a learner
     # starting over scores about -1200 to -1500 at both). Better is fine: training went on.
     after_resume = [row["eval_return_mean"] for row in resumed]
-    assert len(after_resume) >= 2 and max(after_resume) >= before[-1]["eval_return_mean"] - 150, (before[-1], after_resume)
+    assert (len(after_resume) >= 2
+            and max(after_resume) >= before[-1]["eval_return_mean"] - 150), (before[-1], after_resume)
     assert second["env_steps"] == 6_000 and second["updates"] > first["updates"] + 1_500

@@ -112,7 +112,8 @@ def link_problems(page: pathlib.Path) -> list[str]:
         where = f"{page.relative_to(ROOT)}: ({target})"
         resolved = (page.parent / path).resolve() if path else page
         if not resolved.exists():
-            problems.append(f"{where}: no file {resolved.relative_to(ROOT) if resolved.is_relative_to(ROOT) else resolved}")
+            shown = resolved.relative_to(ROOT) if resolved.is_relative_to(ROOT) else resolved
+            problems.append(f"{where}: no file {shown}")
         elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
             problems.append(f"{where}: no heading with anchor #{anchor} in {resolved.relative_to(ROOT)}")
     return problems

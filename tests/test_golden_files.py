@@ -36,7 +36,8 @@ def test_a_golden_run_loads_with_every_reader(name):
     assert env.action_space.contains(policy(obs))
     env.close()
     checkpoint = read_checkpoint(run_dir)
-    assert checkpoint["meta"]["env_steps"] == 300 and int(checkpoint["state"]["updates"]) == checkpoint["meta"]["updates"]
+    assert checkpoint["meta"]["env_steps"] == 300
+    assert int(checkpoint["state"]["updates"]) == checkpoint["meta"]["updates"]
     assert len(checkpoint["replay"]) == shards and set(checkpoint["weights"]) == set(payload["weights"])
     if shards:
         assert checkpoint["replay"][0]["data/obs"].shape[1:] == obs_shape

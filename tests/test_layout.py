@@ -58,8 +58,8 @@ def test_acting_code_does_not_import_tensorflow_at_module_level():
 def test_ruff_is_clean():
     ruff = shutil.which("ruff")
     assert ruff, "ruff is in requirements-dev.txt"
-    result = subprocess.run([ruff, "check", "dsac", "launch.py", "benchmarks", "scripts", "tests", "examples"], cwd=ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run([ruff, "check", "dsac", "launch.py", "benchmarks", "scripts", "tests", "examples"],
+                            cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -103,10 +103,10 @@ def test_no_import_cycle_among_dsac_modules():
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycle = trail[trail.index(nxt):] + [nxt]
+                cycle = [*trail[trail.index(nxt):], nxt]
                 raise AssertionError("import cycle: " + " -> ".join(cycle))
             if nxt not in state:
-                visit(nxt, trail + [nxt])
+                visit(nxt, [*trail, nxt])
         state[node] = 2
 
     for node in sorted(graph):

@@ -7,6 +7,7 @@ the files and folders the links point at stay as they were; a normal directory r
 import errno
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -145,7 +146,7 @@ def test_a_fifo_planted_for_a_file_dsac_writes_is_refused_not_waited_on(tmp_path
     run = tmp_path / "run"
     run.mkdir()
     os.mkfifo(run / "progress.jsonl")
-    with pytest.raises(DsacError, match="progress.jsonl is not a regular file"):
+    with pytest.raises(DsacError, match=re.escape("progress.jsonl is not a regular file")):
         check_run_dir(str(run), "--resume")
     with pytest.raises(OSError):  # ENXIO: no reader, and O_NONBLOCK does not wait for one
         open_for_writing(str(run / "progress.jsonl"), append=True)

@@ -79,5 +79,6 @@ def test_a_learner_follows_its_schedule_and_a_checkpoint_continues_it(algo, env_
     constant = Config(algo=algo, env=env_id, fcnet_hiddens=[8], lr=5e-4).validate()
     c = cls(env.observation_space, env.action_space, constant, build_learner=True, seed=2)
     older = {**state, **{f"{name}/learning_rate": np.float32(1e-3) for name in ("optimizer", "actor_optimizer")}}
-    LearnerLoop(c, constant.push_every, constant.max_nonfinite_updates).set_state(older)  # an older checkpoint's saved learning rates are not taken
+    # An older checkpoint's saved learning rates are not taken.
+    LearnerLoop(c, constant.push_every, constant.max_nonfinite_updates).set_state(older)
     assert learning_rates(c) == pytest.approx([5e-4] * len(learning_rates(c)))

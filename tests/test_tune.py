@@ -38,8 +38,8 @@ def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weight
     assert last[0].startswith("best config: /") and last[1].startswith("best weights: /"), last
     config_path, weights_path = (line.split(": ", 1)[1] for line in last)
     failed = [line for line in proc.stdout.splitlines() if " failed: " in line]
-    assert len(failed) == 2 and all(line.endswith("failed: --lr must be a positive number (a schedule: start > 0, end >= 0), got -1.0")
-                                   for line in failed)
+    refused = "failed: --lr must be a positive number (a schedule: start > 0, end >= 0), got -1.0"
+    assert len(failed) == 2 and all(line.endswith(refused) for line in failed)
     trials = [d for d in (tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*") if (d / "result.json").exists()]
     assert len(trials) == 2
     seen = set()
@@ -57,7 +57,8 @@ def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weight
     runs = mlflow.search_runs(experiment_names=["dsac"])
     finished = runs[runs.status == "FINISHED"]
     assert len(finished) == 2 and (finished["metrics.env_steps"] >= 2000).all(), runs
-    assert sorted(zip(finished["params.lr"].astype(float), finished["params.seed"].astype(int), strict=True)) == sorted(seen)
+    logged = zip(finished["params.lr"].astype(float), finished["params.seed"].astype(int), strict=True)
+    assert sorted(logged) == sorted(seen)
     assert len(list((tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*/wandb/offline-run-*/run-*.wandb"))) >= 2
     best = yaml.safe_load(open(config_path))
     assert best["lr"] == 1e-3 and best["seed"] in (0, 1) and best["env"] == "CartPole-v1"
@@ -139,7 +140,8 @@ def test_pbt_over_distributed_trials_continues_the_donors_training_state(tmp_pat
             rows = [json.loads(line) for line in progress.read_text().splitlines()] if progress.exists() else []
             record = output_dir / "restored_from.json"  # dsac.tune.trainable.RESTORED_FROM_FILE
             restored = json.loads(record.read_text()) if record.exists() else None
-            processes.append((trial_dir.name[-40:], output_dir.name, restored, [(r["env_steps"], r["updates"]) for r in rows]))
+            processes.append((trial_dir.name[-40:], output_dir.name, restored,
+                              [(r["env_steps"], r["updates"]) for r in rows]))
             if restored is None:
                 assert output_dir.name == "dsac", output_dir  # the trial's first process
                 continue
@@ -171,7 +173,8 @@ def test_distributed_trials_ask_for_all_their_roles_and_wait_when_the_cluster_is
                          "--storage_path", str(tmp_path / "tr")], tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
-    assert "each trial asks for 3.1 CPU(s) (a distributed trial, 4 bundles)" in out and "so 1 at once" in out, out[-3000:]
+    assert "each trial asks for 3.1 CPU(s) (a distributed trial, 4 bundles)" in out, out[-3000:]
+    assert "so 1 at once" in out, out[-3000:]
     spans = []
     for result_file in (tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*/result.json"):
         rows = [json.loads(line) for line in result_file.read_text().splitlines()]
@@ -181,7 +184,7 @@ def test_distributed_trials_ask_for_all_their_roles_and_wait_when_the_cluster_is
         summary = json.loads((result_file.parent / "dsac" / "summary.json").read_text())
         assert summary["placement"].startswith("Tune trial's placement group of 3.1 CPUs"), summary["placement"]
         spans.append((rows[0]["timestamp"] - rows[0]["time_total_s"], rows[-1]["timestamp"]))
-    (first_start, first_end), (second_start, _) = sorted(spans)
+    (_, first_end), (second_start, _) = sorted(spans)
     assert len(spans) == 2 and second_start >= first_end - 1, spans  # one after the other (timestamps in s)
 
     space.write_text(yaml.safe_dump({**flags, "num_workers": 3}))  # 5.1 CPUs: never fits 4

@@ -27,7 +27,8 @@ def frames_of(path):
 def test_pendulum_evaluations_are_recorded_at_the_envs_render_size(tmp_path, capfd, caplog):
     """The serial runner; the distributed evaluator's videos: test_integration's Pendulum run."""
     proc = launch(["--local", "--env", "Pendulum-v1", "--total_env_steps", "1000", "--eval_every", "500",
-                   "--eval_episodes", "1", "--video_every", "2", "--fcnet_hiddens", "16", "16"], tmp_path, capfd, caplog)
+                   "--eval_episodes", "1", "--video_every", "2", "--fcnet_hiddens", "16", "16"],
+                  tmp_path, capfd, caplog)
     assert proc.returncode == 0, proc.stderr[-3000:]
     videos = tmp_path / "run" / "videos"
     names = sorted(os.listdir(videos))
