@@ -55,25 +55,26 @@ class Trainer:
         self.started_at = time.time() - ((_checkpoint or {}).get("meta", {}).get("wall_s", 0.0))
         self.iteration = 0
         self._started_ray = False
-        self._system, self._started_ray = start(self.config, self.started_at, insert_limit=0, checkpoint=_checkpoint)
-        self._start_counts = (self._system.counters["env_steps"], self._system.counters["updates"])
-        # Where a restored Trainer took up its checkpoint's counts (None when it started fresh).
+        self._run, self._started_ray = start(self.config, self.started_at, insert_limit=0, checkpoint=_checkpoint)
+        counters = self._run.counters
+        # Where a restored Trainer took up its checkpoint's counts (None when it started fresh,
+        # from zero); train() counts the warm-up and the updates wanted from there.
         self.restored_counters: dict | None = (
-            {"env_steps": self._start_counts[0], "updates": self._start_counts[1]} if _checkpoint else None)
+            {"env_steps": counters["env_steps"], "updates": counters["updates"]} if _checkpoint else None)
         self._local_policy = None
         self._stopped = False
 
     @property
     def output_dir(self) -> str:
-        return self._system.output_dir
+        return self._run.output_dir
 
     @property
     def actor_handles(self) -> dict:
         """The Ray handles of the running actors (the same across ``train()`` calls; empty
         when local)."""
-        if self.config.local:
+        if self.config.resources.local:
             return {}
-        return {"parameter_server": self._system.ps, "replay_shards": list(self._system.shards)}
+        return {"parameter_server": self._run.ps, "replay_shards": list(self._run.shards)}
 
     def train(self) -> dict:
         """Let the system collect ``config.steps_per_iteration`` more env steps and the learner
@@ -87,68 +88,87 @@ class Trainer:
         """
         if self._stopped:
             raise DsacError("this Trainer is stopped")
-        system, config = self._system, self.config
-        start_steps, start_updates = system.counters["env_steps"], system.counters["updates"]
-        started = time.monotonic()
-        target = start_steps + config.steps_per_iteration
-        system.set_insert_limit(target)
-        # The learner has caught up when its updates reach the ratio, give or take what is in flight.
-        slack = config.batches_per_sample * (config.prefetch + 1) * config.num_replay_shards + config.push_every
+        started_counts, started = dict(self._run.counters), time.monotonic()
+        target = started_counts["env_steps"] + self.config.run.steps_per_iteration
+        self._run.set_insert_limit(target)
+        evaluations, episodes = self._step_until(target)
+        self.iteration += 1
+        result = self._result(started_counts, max(time.monotonic() - started, 1e-9), evaluations, episodes)
+        if self._run.callbacks is not None:
+            self._run.callbacks.on_train_result(trainer=self, result=result)
+        return result
+
+    def _updates_wanted(self, env_steps: int) -> float:
+        """The updates the learner has caught up at, for ``env_steps`` collected: the ratio
+        counted from where this Trainer started (a restored one warms up again, as a resumed
+        run), give or take what is in flight."""
+        flow, algorithm = self.config.flow, self.config.algorithm
+        from_counts = self.restored_counters or {"env_steps": 0, "updates": 0}
+        in_flight = (flow.batches_per_sample * (flow.prefetch + 1) * self.config.resources.num_replay_shards
+                     + flow.push_every)
+        new_steps = env_steps - from_counts["env_steps"] - algorithm.learning_starts
+        return from_counts["updates"] + algorithm.updates_per_step * new_steps - in_flight
+
+    def _step_until(self, target: int) -> tuple[list[dict], list]:
+        """Step the run until it has ``target`` env steps and the learner caught up with them,
+        or nothing moved for :data:`STALL_TIMEOUT_S`; the evaluations and episodes meanwhile.
+
+        Raises:
+            DsacError: the run failed (it is stopped, what was learned saved).
+        """
+        run = self._run
         evaluations, episodes = [], []
-        last_progress, last_seen = time.monotonic(), (start_steps, start_updates)
+        last_progress, last_seen = time.monotonic(), (run.counters["env_steps"], run.counters["updates"])
         while True:
-            step = system.step(POLL_S)
+            step = run.step(POLL_S)
             evaluations += step.lines
             episodes += step.episodes
-            if system.failure:
+            if run.failure:
                 summary = self.stop()
-                raise DsacError(f"run failed: {summary['failure']} (weights so far are in {system.weights_path})")
-            c = system.counters
-            # Counted from where this Trainer started (a restored one warms up again, as a resumed run).
-            new_steps = c["env_steps"] - self._start_counts[0] - config.learning_starts
-            wanted_updates = self._start_counts[1] + config.updates_per_step * new_steps - slack
-            if c["env_steps"] >= target and c["updates"] >= wanted_updates:
-                break
-            if (c["env_steps"], c["updates"]) != last_seen:
-                last_seen, last_progress = (c["env_steps"], c["updates"]), time.monotonic()
+                raise DsacError(f"run failed: {summary['failure']} (weights so far are in {run.weights_path})")
+            seen = (run.counters["env_steps"], run.counters["updates"])
+            if seen[0] >= target and seen[1] >= self._updates_wanted(seen[0]):
+                return evaluations, episodes
+            if seen != last_seen:
+                last_seen, last_progress = seen, time.monotonic()
             elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
-                break  # nothing moves (e.g. the learner cannot catch up): report what there is
-        self.iteration += 1
-        elapsed = max(time.monotonic() - started, 1e-9)
-        c = system.counters
+                return evaluations, episodes  # nothing moves (e.g. the learner cannot catch up): report what there is
+
+    def _result(self, started_counts: dict, elapsed: float, evaluations: list[dict], episodes: list) -> dict:
+        """The result dict of :meth:`train` (see there) for an iteration that took ``elapsed``
+        seconds from ``started_counts``."""
         from dsac.recorder import custom_metric_means
 
+        c = self._run.counters
         result = {
             "iteration": self.iteration,
             "env_steps": c["env_steps"],
             "updates": c["updates"],
             "weights_version": c["version"],
-            "env_steps_per_s": (c["env_steps"] - start_steps) / elapsed,
-            "updates_per_s": (c["updates"] - start_updates) / elapsed,
+            "env_steps_per_s": (c["env_steps"] - started_counts["env_steps"]) / elapsed,
+            "updates_per_s": (c["updates"] - started_counts["updates"]) / elapsed,
             "time_this_iter_s": elapsed,
             "episodes_this_iter": len(episodes),
             "episode_return_mean": float(np.mean([e.episode_return for e in episodes])) if episodes else None,
-            **{k: v for k, v in system.learner_stats.items() if isinstance(v, int | float)},
+            **{k: v for k, v in self._run.learner_stats.items() if isinstance(v, int | float)},
             **custom_metric_means([e.custom_metrics for e in episodes if e.custom_metrics]),
         }
         if evaluations:
             result["eval_return_mean"] = evaluations[-1]["eval_return_mean"]
             result["eval_return_std"] = evaluations[-1]["eval_return_std"]
-        if system.callbacks is not None:
-            system.callbacks.on_train_result(trainer=self, result=result)
         return result
 
     def get_policy(self):
         """A local (driver-side, numpy) policy with the latest weights."""
         deadline = time.monotonic() + STALL_TIMEOUT_S
-        latest = self._system.latest()
+        latest = self._run.latest()
         while latest.weights is None:  # the learner's first push comes once TensorFlow is up
-            if self._system.failure:
-                raise DsacError(f"no weights: {self._system.failure}")
+            if self._run.failure:
+                raise DsacError(f"no weights: {self._run.failure}")
             if time.monotonic() > deadline:
                 raise DsacError("no weights yet: the learner has not pushed any")
-            self._system.check_tasks(POLL_S)
-            latest = self._system.latest()
+            self._run.check_tasks(POLL_S)
+            latest = self._run.latest()
         policy = self._policy_for_names()
         policy.set_weights(latest.weights)
         return policy
@@ -167,25 +187,25 @@ class Trainer:
         Raises:
             DsacError: nothing to save yet (call :meth:`train` first), or the learner failed.
         """
-        system = self._system
+        run = self._run
         checkpoint_dir = checkpoint_dir or os.path.join(self.output_dir, f"checkpoint-{self.iteration:06d}")
         check_writable_dir(checkpoint_dir, "Trainer.save")
         check_run_dir(checkpoint_dir, "Trainer.save")
-        if system.latest().weights is None:
+        if run.latest().weights is None:
             raise DsacError("no weights to save yet: call train() first")
-        taken = system.full_state()
-        state, latest = taken.state, system.latest()
+        taken = run.full_state()
+        state, latest = taken.state, run.latest()
         # The acting weights as of that state (the state holds them by the same names).
         names = list(self._policy_for_names().weight_shapes() or ())
         weights = {n: state[n] for n in names} if names and all(n in state for n in names) else latest.weights
-        counters = {**system.counters, "updates": int(taken.report.updates)}
-        return system.recorder.saved_state(checkpoint_dir, state, weights, latest.version, counters)
+        counters = {**run.counters, "updates": int(taken.report.updates)}
+        return run.recorder.saved_state(checkpoint_dir, state, weights, latest.version, counters)
 
     def _policy_for_names(self):
         """A local acting policy (numpy; no weights needed) that knows its weight names."""
         if self._local_policy is None:
             self._local_policy = policy_class_for(self.config.run)(
-                self._system.observation_space, self._system.action_space, self.config, seed=self.config.seed
+                self._run.observation_space, self._run.action_space, self.config, seed=self.config.run.seed
             )
         return self._local_policy
 
@@ -223,7 +243,7 @@ class Trainer:
         if self._stopped:
             return self._summary
         self._stopped = True
-        self._summary = self._system.stop("trainer.stop")
+        self._summary = self._run.stop("trainer.stop")
         if self._started_ray:
             import ray
 
