@@ -70,6 +70,25 @@ def play_episodes(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs:
     ``PROGRESS_EVERY_S`` seconds: a long evaluation says it is alive (the distributed stop
     waits for it).
     """
+    build = _env_builder(env_id, env_kwargs, flatten_obs, atari, frames)
+    playing = _SideBySide(build, episodes, seed, frames, on_env_crash)
+    said = time.monotonic()
+    while playing.active.any():
+        if on_progress is not None and time.monotonic() - said >= PROGRESS_EVERY_S:
+            on_progress(int(playing.lengths.sum()))
+            said = time.monotonic()
+        idx = np.flatnonzero(playing.active)
+        actions = act(playing.obs[idx])
+        for k, j in enumerate(idx):
+            playing.step(int(j), actions[k])
+    playing.close()
+    return Episodes(playing.returns, playing.lengths, playing.truncations)
+
+
+def _env_builder(env_id: str, env_kwargs: dict | None, flatten_obs: bool, atari: FrameSettings | None,
+                 frames) -> Callable[[int], object]:
+    """``build(j)``: a new env for episode ``j``; episode 0's renders for ``frames`` while it
+    can (an env that cannot render sets ``frames.error`` and is made without rendering)."""
     def build(j: int):
         if frames is None or j != 0 or frames.error is not None:
             return make_env(env_id, env_kwargs, flatten_obs, atari)
@@ -79,40 +98,60 @@ def play_episodes(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs:
             frames.fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
             return make_env(env_id, env_kwargs, flatten_obs, atari)
 
-    envs = [build(j) for j in range(episodes)]
-    obs = np.stack([env.reset(seed=seed + j)[0] for j, env in enumerate(envs)])
-    if frames is not None:
-        frames.take(envs[0])
-    returns = np.zeros(episodes, dtype=np.float64)
-    lengths = np.zeros(episodes, dtype=np.int64)
-    truncations = np.zeros(episodes, dtype=bool)
-    active = np.ones(episodes, dtype=bool)
-    said = time.monotonic()
-    while active.any():
-        if on_progress is not None and time.monotonic() - said >= PROGRESS_EVERY_S:
-            on_progress(int(lengths.sum()))
-            said = time.monotonic()
-        idx = np.flatnonzero(active)
-        actions = act(obs[idx])
-        for k, j in enumerate(idx):
-            try:
-                next_obs, reward, terminated, truncated, _ = envs[j].step(actions[k])
-            except Exception as exc:  # the episode starts again on a new env
-                rebuild_or_raise(on_env_crash, envs[j], exc)
-                envs[j] = build(int(j))
-                obs[j], returns[j], lengths[j] = envs[j].reset(seed=seed + int(j))[0], 0.0, 0
-                if frames is not None and j == 0 and frames.error is None:
-                    frames.images.clear()  # the episode starts again
-                    frames.take(envs[0])
-                continue
-            returns[j] += reward
-            lengths[j] += 1
-            obs[j] = next_obs
-            if frames is not None and j == 0:
-                frames.take(envs[0])
-            if terminated or truncated:
-                active[j] = False
-                truncations[j] = bool(truncated) and not terminated
-    for env in envs:
-        env.close()
-    return Episodes(returns, lengths, truncations)
+    return build
+
+
+class _SideBySide:
+    """The episodes of :func:`play_episodes` in play: one env each, their latest observations
+    as one batch, and what each gave so far.
+
+    Args:
+        build: ``build(j)`` makes episode ``j``'s env (:func:`_env_builder`).
+        episodes: how many; episode ``j`` resets with ``seed + j``.
+        seed: episode 0's reset seed.
+        frames: a :class:`dsac.video.Frames` taking episode 0's frames, or None.
+        on_env_crash: asked when an env raised (see :func:`dsac.rollout.rebuild_or_raise`).
+    """
+
+    def __init__(self, build: Callable[[int], object], episodes: int, seed: int, frames,
+                 on_env_crash: CrashFn | None):
+        self.build, self.seed, self.frames, self.on_env_crash = build, seed, frames, on_env_crash
+        self.envs = [build(j) for j in range(episodes)]
+        self.obs = np.stack([env.reset(seed=seed + j)[0] for j, env in enumerate(self.envs)])
+        if frames is not None:
+            frames.take(self.envs[0])
+        self.returns = np.zeros(episodes, dtype=np.float64)
+        self.lengths = np.zeros(episodes, dtype=np.int64)
+        self.truncations = np.zeros(episodes, dtype=bool)
+        self.active = np.ones(episodes, dtype=bool)
+
+    def step(self, j: int, action) -> None:
+        """Step episode ``j`` with ``action``; an env that raised starts its episode again on a
+        new env (or raises :class:`dsac.envs.EnvCrashed`)."""
+        env, frames = self.envs[j], self.frames
+        try:
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+        except Exception as exc:
+            self._restart(j, exc)
+            return
+        self.returns[j] += reward
+        self.lengths[j] += 1
+        self.obs[j] = next_obs
+        if frames is not None and j == 0:
+            frames.take(env)
+        if terminated or truncated:
+            self.active[j] = False
+            self.truncations[j] = bool(truncated) and not terminated
+
+    def _restart(self, j: int, exc: BaseException) -> None:
+        """Episode ``j`` from its start state again, on a new env (its frames too)."""
+        rebuild_or_raise(self.on_env_crash, self.envs[j], exc)
+        self.envs[j] = self.build(j)
+        self.obs[j], self.returns[j], self.lengths[j] = self.envs[j].reset(seed=self.seed + j)[0], 0.0, 0
+        if self.frames is not None and j == 0 and self.frames.error is None:
+            self.frames.images.clear()
+            self.frames.take(self.envs[0])
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

@@ -64,7 +64,7 @@ class EnvCollector:
         atari: preprocessing of Atari envs (default: :class:`dsac.atari.FrameSettings`).
         env_step_ms, env_reset_ms: each step / reset takes at least this wall time, sleeping
             (:class:`dsac.envs.SimulatedCost`; 0: the env as it is). The envs are stepped one
-            after another, so ``num_envs`` envs of 10 ms take 10·``num_envs`` ms a batch.
+            after another, so a batch costs ``num_envs`` times a step.
         on_env_crash: asked when an env's ``step`` or ``reset`` raised: True rebuilds it (its
             episode is dropped), False (or None) raises :class:`dsac.envs.EnvCrashed`.
     """
@@ -147,17 +147,7 @@ class EnvCollector:
         """
         n_envs = self.num_envs
         steps = max(1, -(-max_transitions // n_envs))
-        obs_shape = self.observation_space.shape
-        act_shape = self.action_space.shape
-        cap = (steps + self.n_step) * n_envs
-        chunk = {
-            "obs": np.empty((cap, *obs_shape), dtype=self.obs.dtype),
-            "action": np.empty((cap, *act_shape), dtype=self.action_space.dtype),
-            "reward": np.empty(cap, dtype=np.float32),
-            "next_obs": np.empty((cap, *obs_shape), dtype=self.obs.dtype),
-            "terminated": np.empty(cap, dtype=np.float32),
-            "discount": np.empty(cap, dtype=np.float32),
-        }
+        chunk = self._new_chunk((steps + self.n_step) * n_envs)
         n = taken = 0
         for _ in range(steps):
             actions = act(self.obs)
@@ -179,35 +169,54 @@ class EnvCollector:
                 pending = self.pending[i]
                 pending.append((self.obs[i].copy(), actions[i], float(reward)))
                 if terminated or truncated:
-                    # Flush every pending start: each sums the rewards up to the episode's end
-                    # and ends at the real final observation (never the reset's).
-                    while pending:
-                        n = self._emit(chunk, n, pending, next_obs, bool(terminated))
-                        pending.popleft()
-                elif len(pending) == self.n_step:
+                    n = self._end(i, chunk, n, next_obs, bool(terminated), bool(truncated), info)
+                    continue
+                if len(pending) == self.n_step:
                     n = self._emit(chunk, n, pending, next_obs, False)
                     pending.popleft()
-                if terminated and info.get(EPISODE_CONTINUES):  # a lost life: the game goes on
-                    rebuilds = self.env_rebuilds
-                    self.obs[i] = self._reset(i)
-                    if self.env_rebuilds != rebuilds:  # the game's reset crashed: a new game
-                        self.episodes[i] = self._start_episode(i)
-                elif terminated or truncated:
-                    if self.callbacks is not None:
-                        self.callbacks.on_episode_end(
-                            episode=episode, terminated=bool(terminated), truncated=bool(truncated)
-                        )
-                    self.finished_episodes.append(FinishedEpisode(episode.total_reward, episode.length, episode.custom_metrics))
-                    self.obs[i] = self._reset(i)
-                    self.episodes[i] = self._start_episode(i)
-                else:
-                    self.obs[i] = next_obs
+                self.obs[i] = next_obs
             if on_step is not None:
                 on_step(n_envs)
             if deadline is not None and time.monotonic() >= deadline:
                 break
         self.total_steps += taken
         return {key: chunk[key][:n] for key in FIELDS}
+
+    def _new_chunk(self, capacity: int) -> dict[str, np.ndarray]:
+        """Room for ``capacity`` transitions, a column per field."""
+        obs_shape, act_shape = self.observation_space.shape, self.action_space.shape
+        return {
+            "obs": np.empty((capacity, *obs_shape), dtype=self.obs.dtype),
+            "action": np.empty((capacity, *act_shape), dtype=self.action_space.dtype),
+            "reward": np.empty(capacity, dtype=np.float32),
+            "next_obs": np.empty((capacity, *obs_shape), dtype=self.obs.dtype),
+            "terminated": np.empty(capacity, dtype=np.float32),
+            "discount": np.empty(capacity, dtype=np.float32),
+        }
+
+    def _end(self, i: int, chunk: dict, n: int, next_obs, terminated: bool, truncated: bool, info: dict) -> int:
+        """Env ``i``'s step ended its episode, or (``info["episode_continues"]``) a life the
+        same game goes on after: write every pending transition into ``chunk`` from row ``n``
+        and start what comes next. Returns the next free row."""
+        pending = self.pending[i]
+        # Each pending start sums the rewards up to the episode's end and ends at the real
+        # final observation (never the reset's).
+        while pending:
+            n = self._emit(chunk, n, pending, next_obs, terminated)
+            pending.popleft()
+        if terminated and info.get(EPISODE_CONTINUES):  # a lost life: the game goes on
+            rebuilds = self.env_rebuilds
+            self.obs[i] = self._reset(i)
+            if self.env_rebuilds != rebuilds:  # the game's reset crashed: a new game
+                self.episodes[i] = self._start_episode(i)
+            return n
+        episode = self.episodes[i]
+        if self.callbacks is not None:
+            self.callbacks.on_episode_end(episode=episode, terminated=terminated, truncated=truncated)
+        self.finished_episodes.append(FinishedEpisode(episode.total_reward, episode.length, episode.custom_metrics))
+        self.obs[i] = self._reset(i)
+        self.episodes[i] = self._start_episode(i)
+        return n
 
     def drain_episodes(self) -> list[FinishedEpisode]:
         """Episodes finished since the last call, as (return, length, custom metrics)."""
