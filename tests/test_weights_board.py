@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import pickle
+import secrets
 import subprocess
 import sys
 import time
@@ -22,6 +23,8 @@ import pytest
 import ray
 from conftest import REPO_ROOT
 
+from dsac.distributed import board_files
+from dsac.distributed import board_format as fmt
 from dsac.distributed import weights_board as wb
 from dsac.distributed.actors import ParameterServer
 from dsac.distributed.tasks import BOARD_CHECK_EVERY, WeightsClient, open_board
@@ -36,7 +39,7 @@ def name():
 
 
 def data_path(name: str, generation: int) -> str:
-    return os.path.join(wb.board_dir(), wb._data_file(name, generation))
+    return os.path.join(wb.board_dir(), board_files.data_file(name, generation))
 
 
 def weights(value: float, size: int = 1000) -> dict:
@@ -81,7 +84,7 @@ def test_a_write_in_progress_is_never_read(name):
     reader = wb.BoardReader.open(name)
     writer.publish(1, weights(1.0), None)
     writer.seq += 1  # as a writer that stopped half-way: the counter is odd
-    wb.SEQ.pack_into(writer.board, wb.SEQ_AT, writer.seq)
+    fmt.SEQ.pack_into(writer.board, fmt.SEQ_AT, writer.seq)
     assert reader.newer(0) is None
     restarted = wb.BoardWriter(name, num_slots=1)  # its restart: the counter goes on, even
     assert restarted.seq > writer.seq and restarted.seq % 2 == 0
@@ -110,7 +113,7 @@ def test_boards_whose_writer_died_long_ago_are_swept(name):
     writer = wb.BoardWriter(name, num_slots=1)
     writer.publish(1, weights(1.0), None)
     data = data_path(name, writer.generation)
-    wb.BEAT.pack_into(writer.board, wb.BEAT_AT, time.monotonic() - 3600)  # killed an hour ago
+    fmt.BEAT.pack_into(writer.board, fmt.BEAT_AT, time.monotonic() - 3600)  # killed an hour ago
     writer.close(unlink=False)
     wb.sweep_stale(max_age_s=600)
     assert not os.path.exists(wb.board_path(name)) and not os.path.exists(data)
@@ -121,7 +124,7 @@ def test_stop_flag_heartbeat_and_no_board_here(name):
     writer = wb.BoardWriter(name, num_slots=1)
     reader = wb.BoardReader.open(name, slot=0)
     assert reader.heartbeat_age() < 5 and not reader.stopped()
-    wb.BEAT.pack_into(writer.board, wb.BEAT_AT, time.monotonic() - 60)  # a writer that died a minute ago
+    fmt.BEAT.pack_into(writer.board, fmt.BEAT_AT, time.monotonic() - 60)  # a writer that died a minute ago
     assert reader.heartbeat_age() > wb.STALE_S
     writer.stop()
     writer.close(unlink=True)  # unlinked: the reader's mapping still says stop
@@ -163,7 +166,7 @@ def test_a_reader_whose_board_stopped_beating_pulls_the_server(ray_local, name):
     ps = ParameterServer.options(num_cpus=0).remote(0)
     ray.get(ps.push.remote(weights(1.0)))
     writer = wb.BoardWriter(name, num_slots=1)  # a board nobody writes any more
-    wb.BEAT.pack_into(writer.board, wb.BEAT_AT, time.monotonic() - 60)
+    fmt.BEAT.pack_into(writer.board, fmt.BEAT_AT, time.monotonic() - 60)
     client = WeightsClient(ps, _Policy(), worker=0, board=name).start()
     client._board_checked -= 2  # its next check looks at the heartbeat
     client.poll()
@@ -209,7 +212,7 @@ def test_a_data_file_planted_under_its_name_is_never_opened_and_never_unpickled(
     bait = pickle.dumps({"weights": _Marker(marker)}) + b"\0" * 4096
     writer = wb.BoardWriter(name, num_slots=1)
     ids = iter([0x1234, 0x5678])  # the writer's next data file ids: the first guessed by whoever planted it
-    monkeypatch.setattr(wb.secrets, "randbits", lambda bits: next(ids) - 1)
+    monkeypatch.setattr(secrets, "randbits", lambda bits: next(ids) - 1)
     trap = data_path(name, 0x1234)
     planted(trap, bait, 0o666)  # world-writable, there before the writer makes its data file
     writer.publish(1, weights(1.0), LearnerReport(updates=1, stats={"loss": 0.5}))
@@ -219,9 +222,9 @@ def test_a_data_file_planted_under_its_name_is_never_opened_and_never_unpickled(
     version, got, report = reader.newer(0)
     assert version == 1 and report.stats == {"loss": 0.5} and got["pi/w"][0] == 1.0
     # A header that names the planted file: a reader refuses it (world-writable) without decoding it.
-    wb.FIELDS.pack_into(writer.board, wb.FIELDS_AT, 2, 0x1234, len(bait))
+    fmt.FIELDS.pack_into(writer.board, fmt.FIELDS_AT, 2, 0x1234, len(bait))
     writer.seq += 2
-    wb.SEQ.pack_into(writer.board, wb.SEQ_AT, writer.seq)
+    fmt.SEQ.pack_into(writer.board, fmt.SEQ_AT, writer.seq)
     assert reader.newer(1) is None and "lets others in" in reader.refused
     # Even a file of ours, 0600, holding a pickle: decoded without pickle, refused.
     os.chmod(trap, 0o600)
@@ -237,7 +240,7 @@ def test_a_data_file_planted_under_its_name_is_never_opened_and_never_unpickled(
 def test_a_planted_or_foreign_board_is_skipped_with_one_line_then_replaced_by_its_writer(name, how, caplog, tmp_path):
     path = wb.board_path(name)
     os.makedirs(wb.board_dir(), mode=0o700, exist_ok=True)
-    header = wb.HEADER.pack(wb.MAGIC, 2, 5, 0x1234, 64, time.monotonic(), 0) + b"\xff" * wb.SLOT.size
+    header = fmt.HEADER.pack(fmt.MAGIC, 2, 5, 0x1234, 64, time.monotonic(), 0) + b"\xff" * fmt.SLOT.size
     if how == "symlink":
         target = tmp_path / "elsewhere"
         planted(target, header, 0o600)
@@ -279,7 +282,7 @@ def test_a_folder_not_ours_turns_boards_off_for_the_run_and_nothing_in_it_is_tou
         os.mkdir(folder)
         os.chmod(folder, 0o700 if how == "foreign" else 0o770)
         stale = os.path.join(folder, f"wb-{name}")  # a long-dead board: a sweep would remove one of ours
-        planted(stale, wb.HEADER.pack(wb.MAGIC, 2, 1, 0, 0, time.monotonic() - 3600, 0), 0o600)
+        planted(stale, fmt.HEADER.pack(fmt.MAGIC, 2, 1, 0, 0, time.monotonic() - 3600, 0), 0o600)
         if how == "foreign":
             os.chown(folder, FOREIGN_UID, -1)
     with caplog.at_level(logging.WARNING, logger="dsac"):
@@ -301,7 +304,7 @@ def test_a_folder_not_ours_turns_boards_off_for_the_run_and_nothing_in_it_is_tou
 def test_sweeps_touch_only_our_own_files_in_our_own_folder(name, tmp_path):
     folder = wb.board_dir()
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    dead = wb.HEADER.pack(wb.MAGIC, 2, 1, 0x1234, 0, time.monotonic() - 3600, 0)
+    dead = fmt.HEADER.pack(fmt.MAGIC, 2, 1, 0x1234, 0, time.monotonic() - 3600, 0)
     theirs = os.path.join(folder, f"wb-{name}")
     planted(theirs, dead, 0o600, FOREIGN_UID)  # a dead board, but not ours
     their_data = data_path(name, 0x1234)
@@ -324,13 +327,13 @@ def test_an_altered_payload_is_refused_and_a_torn_copy_is_read_again(name, caplo
     writer.publish(1, weights(1.0), None)
     assert reader.newer(0)[0] == 1
     writer.publish(2, weights(2.0), None)
-    length = wb.FIELDS.unpack_from(writer.board, wb.FIELDS_AT)[2]
+    length = fmt.FIELDS.unpack_from(writer.board, fmt.FIELDS_AT)[2]
     writer.data[length - 4] ^= 0xFF  # as a copy that mixed two writes: not the bytes the checksum is of
     assert reader.newer(1) is None and reader.refused is None  # a torn copy: read again at the next check
     writer.publish(3, weights(3.0), None)  # the next write: read as it is
     version, got, _ = reader.newer(1)
     assert version == 3 and got["pi/w"][-1] == 3.0 and got["pi/w"].flags.writeable
-    at = wb.DATA_HEAD.size + 40  # inside the JSON header
+    at = fmt.DATA_HEAD.size + 40  # inside the JSON header
     writer.publish(4, weights(4.0), None)
     with open(data_path(name, writer.generation), "r+b") as f:  # changed in the file, after the writer published
         f.seek(at)
@@ -349,7 +352,7 @@ def test_a_reader_whose_board_is_refused_pulls_the_server(ray_local, name):
     ray.get(ps.push.remote(weights(1.0), LearnerReport(updates=5)))
     (data,) = [e for e in os.listdir(wb.board_dir()) if e.startswith(f"wb-{name}.")]
     with open(os.path.join(wb.board_dir(), data), "r+b") as f:  # its payload altered after it was published
-        f.seek(wb.DATA_HEAD.size + 200)
+        f.seek(fmt.DATA_HEAD.size + 200)
         f.write(b"\0" * 8)
     client = WeightsClient(ps, _Policy(), worker=0, board=name).start()
     assert client.board is not None
@@ -401,7 +404,7 @@ def test_a_coherent_payload_with_a_malformed_header_is_refused_not_raised():
     import zlib
 
     header = json.dumps({"version": 1, "arrays": [["a", ["x"], [1]]], "report": None}).encode()
-    payload = bytearray(wb.DATA_HEAD.size) + header
-    wb.DATA_HEAD.pack_into(payload, 0, wb.DATA_MAGIC, len(header), zlib.crc32(payload[wb.DATA_HEAD.size:]), 0)
+    payload = bytearray(fmt.DATA_HEAD.size) + header
+    fmt.DATA_HEAD.pack_into(payload, 0, fmt.DATA_MAGIC, len(header), zlib.crc32(payload[fmt.DATA_HEAD.size:]), 0)
     with pytest.raises(wb.BoardRefused, match="is not \\[new name, numeric dtype, shape\\]"):
-        wb._decode(payload, 1)
+        fmt.decode(payload, 1)

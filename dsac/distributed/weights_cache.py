@@ -11,7 +11,7 @@ sync and lag figures mean what they mean without caches.
 
 A cache is restarted by Ray when its process dies (the new one opens the same board and
 publishes the server's latest weights); the driver says so in one line. Readers whose board
-stopped beating for :data:`~dsac.distributed.weights_board.STALE_S` pull the server instead.
+stopped beating for :data:`~dsac.distributed.board_format.STALE_S` pull the server instead.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import logging
 import ray
 
 from dsac.distributed.actors import MAX_PULL_WAIT_S, process_id
+from dsac.distributed.board_writer import BoardLoop
 from dsac.distributed.topology import describe_process
-from dsac.distributed.weights_board import BoardLoop
 from dsac.envs import one_line
 
 log = logging.getLogger("dsac")
