@@ -240,7 +240,7 @@ def cross_node_add_bytes(trainer) -> int:
     """Bytes of chunks the rollout workers sent to a replay shard on another node."""
     import ray
 
-    system = trainer._system
+    system = trainer._run
     nodes = {role: node for role, node in system.placements.items()}
     total = 0
     for shard in trainer.actor_handles["replay_shards"]:
@@ -305,7 +305,7 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
             sync = np.asarray(ray.get(ps.sync_latencies.remote()))
             lag = ray.get(ps.weights_lag.remote())
             delivered = delivering(trainer)
-            per_node = trainer._system.workers_per_node() if hasattr(trainer._system, "workers_per_node") else {}
+            per_node = trainer._run.workers_per_node() if hasattr(trainer._run, "workers_per_node") else {}
             running.join()
         finally:
             trainer.stop()
