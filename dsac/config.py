@@ -1,8 +1,14 @@
 """A run's configuration: :class:`Config`, composed of one section per concern
-(:mod:`dsac.settings`, and :class:`dsac.atari.FrameSettings` for frames). Every field is also a
-flat ``launch.py`` flag and a flat attribute (``config.buffer_size`` is
+(:mod:`dsac.settings`, :class:`dsac.atari.FrameSettings` for frames, and for the ``algorithm``
+section the chosen algorithm's own dataclass, ``dsac/algorithms/<name>/config.py``). Every field
+is also a flat ``launch.py`` flag and a flat attribute (``config.buffer_size`` is
 ``config.replay.buffer_size``), so ``Config(env=..., lr=...)``, ``--config`` files, RLlib-style
 dicts and the ``config.json`` of older runs read as they always did.
+
+This module is where flat names become sections (:data:`SECTION_OF`); the rest of dsac reads
+sections. A setting of another algorithm than the config's (``--dueling`` with ``--algo sac``)
+is accepted and left out, as a config.json of an older run holds every algorithm's settings;
+one given with a value of its own is named in the log (:func:`ignored_settings`).
 """
 
 from __future__ import annotations
@@ -16,7 +22,14 @@ from dsac.atari import FrameSettings, is_atari_id
 from dsac.errors import DsacError, did_you_mean
 from dsac.files import read_text
 from dsac.models.catalog import registered_models, resolve_builder
-from dsac.registry import algorithm, load_object, load_subclass, refuse_untrusted_code
+from dsac.registry import (
+    ALGOS,
+    algorithm,
+    algorithm_settings,
+    load_object,
+    load_subclass,
+    refuse_untrusted_code,
+)
 from dsac.settings import (
     AlgorithmSettings,
     FlowSettings,
@@ -28,19 +41,41 @@ from dsac.settings import (
     coerce_field,
 )
 
-# The sections, in the order of ``--help`` and docs/guide.md.
+# The sections, in the order of ``--help`` and docs/guide.md. The algorithm section is the
+# chosen algorithm's subclass of AlgorithmSettings (ALGORITHM_SETTINGS).
 SECTIONS: dict[str, type] = {
     "run": RunSettings, "resources": ResourceSettings, "algorithm": AlgorithmSettings, "model": ModelSettings,
     "replay": ReplaySettings, "flow": FlowSettings, "frames": FrameSettings, "output": OutputSettings,
 }
-# Each flat field name -> the section that holds it.
-SECTION_OF: dict[str, str] = {f.name: name for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
-assert not set(SECTION_OF) & set(SECTIONS), "a field may not share a section's name"
+# --algo name -> the dataclass of its algorithm section (dsac/algorithms/<name>/config.py).
+ALGORITHM_SETTINGS: dict[str, type] = {name: algorithm_settings(name) for name in ALGOS}
+
+
+def section_fields(name: str) -> list[dataclasses.Field]:
+    """The fields (flags) of section ``name``; the algorithm section's are every algorithm's,
+    the shared ones first."""
+    if name != "algorithm":
+        return list(dataclasses.fields(SECTIONS[name]))
+    fields: dict[str, dataclasses.Field] = {}
+    for cls in (AlgorithmSettings, *ALGORITHM_SETTINGS.values()):
+        for f in dataclasses.fields(cls):
+            fields.setdefault(f.name, f)
+    return list(fields.values())
 
 
 def config_fields() -> list[dataclasses.Field]:
     """Every flat field of :class:`Config`, section by section (the flags, in order)."""
-    return [f for cls in SECTIONS.values() for f in dataclasses.fields(cls)]
+    return [f for name in SECTIONS for f in section_fields(name)]
+
+
+# Each flat field name -> the section that holds it.
+SECTION_OF: dict[str, str] = {f.name: name for name in SECTIONS for f in section_fields(name)}
+assert not set(SECTION_OF) & set(SECTIONS), "a field may not share a section's name"
+# Each setting of only some algorithms -> those algorithms.
+ALGORITHMS_OF: dict[str, tuple[str, ...]] = {
+    f.name: tuple(algo for algo, cls in ALGORITHM_SETTINGS.items() if f.name in {g.name for g in dataclasses.fields(cls)})
+    for f in section_fields("algorithm") if f.name not in {g.name for g in dataclasses.fields(AlgorithmSettings)}
+}
 
 
 # What RLlib and Stable-Baselines3 call some of dsac's keys, for "did you mean" — only where the
@@ -171,8 +206,12 @@ class Config:
             else:
                 raise TypeError(f"Config() got an unexpected keyword argument '{key}'")
         for name, cls in SECTIONS.items():
+            if name == "algorithm":
+                continue
             section = dataclasses.replace(given[name], **changes[name]) if name in given else cls(**changes[name])
             object.__setattr__(self, name, section)
+        object.__setattr__(self, "algorithm",
+                           algorithm_section(self.run.algo, given.get("algorithm"), changes["algorithm"]))
         object.__setattr__(self, "defaulted", list(defaulted))
 
     def __setattr__(self, name, value):
@@ -180,19 +219,25 @@ class Config:
 
     def replace(self, **changes) -> Config:
         """A copy with some fields (flat names or whole sections) changed."""
-        return Config(**{name: getattr(self, name) for name in SECTIONS},
-                      defaulted=changes.pop("defaulted", self.defaulted), **changes)
+        defaulted = changes.pop("defaulted", self.defaulted)
+        return Config(**{**{name: getattr(self, name) for name in SECTIONS}, **changes}, defaulted=defaulted)
+
+    def fields(self) -> list[dataclasses.Field]:
+        """This config's fields, section by section: :func:`config_fields` less the settings of
+        other algorithms than its own."""
+        return [f for name in SECTIONS for f in dataclasses.fields(getattr(self, name))]
 
     def to_dict(self) -> dict:
         """Plain dict (JSON-safe) of every field, flat (one key per flag, as ``config.json`` holds
         it); classes and builders as ``module:Name``."""
-        out = {f.name: getattr(self, f.name) for f in config_fields() if f.name != "trust_code"}
-        out["callbacks"] = _qualified(self.callbacks)
-        out["policy_class"] = _qualified(self.policy_class)
-        out["custom_models"] = {name: _qualified(b) for name, b in self.custom_models.items()}
+        out = {f.name: getattr(getattr(self, SECTION_OF[f.name]), f.name) for f in self.fields()
+               if f.name != "trust_code"}
+        out["callbacks"] = _qualified(self.run.callbacks)
+        out["policy_class"] = _qualified(self.run.policy_class)
+        out["custom_models"] = {name: _qualified(b) for name, b in self.model.custom_models.items()}
         from dsac.trackers import redact_uri  # the URI's credentials never leave the process in it
 
-        out["mlflow"] = redact_uri(self.mlflow)
+        out["mlflow"] = redact_uri(self.output.mlflow)
         return out
 
     def record(self) -> dict:
@@ -258,39 +303,48 @@ class Config:
                 raise DsacError(f"config keys must be strings, got {key!r}")
             if key not in names:
                 raise DsacError(f"unknown config key '{key}'{suggest_key(key, names)}")
+        ignored = ignored_settings(values)
+        if ignored:
+            log.warning("--algo %s ignores %s: %s", values.get("algo", RunSettings().algo),
+                        "another algorithm's setting" if len(ignored) == 1 else "other algorithms' settings",
+                        ", ".join(f"--{key} ({'/'.join(ALGORITHMS_OF[key])})" for key in ignored))
         return cls(**values)
 
     def resolved(self) -> Config:
         """A copy with every "algorithm default" (None) filled in from the algorithm's
         :attr:`dsac.algorithms.Algorithm.defaults`."""
-        spec = algorithm(self.algo)
-        defaults = {**spec.defaults, **(spec.atari_defaults if is_atari_id(self.env) else {})}
-        fills = {k: v for k, v in defaults.items() if getattr(self, k) is None}
-        if self.num_replay_shards is None:  # one per learner, and one per 64 rollout workers (a plan of
-            # several nodes may add some: dsac.distributed.topology.shards_for_nodes)
-            fills["num_replay_shards"] = max(self.num_learners, -(-self.num_workers // WORKERS_PER_REPLAY_SHARD))
+        run, resources, model = self.run, self.resources, self.model
+        spec = algorithm(run.algo)
+        defaults = {**spec.defaults, **(spec.atari_defaults if is_atari_id(run.env) else {})}
+        fills = {key: value for key, value in defaults.items()
+                 if key in SECTION_OF and getattr(getattr(self, SECTION_OF[key]), key, False) is None}
+        if resources.num_replay_shards is None:  # one per learner, and one per 64 rollout workers (a plan
+            # of several nodes may add some: dsac.distributed.topology.shards_for_nodes)
+            fills["num_replay_shards"] = max(resources.num_learners,
+                                             -(-resources.num_workers // WORKERS_PER_REPLAY_SHARD))
         fills["defaulted"] = sorted({*self.defaulted, *fills})
-        if self.num_workers == 0:  # RLlib's num_env_runners=0: everything in the driver
+        if resources.num_workers == 0:  # RLlib's num_env_runners=0: everything in the driver
             fills["local"] = True
         # Ship the custom model this run names (registered, or module:builder) with the config,
         # and no other: every process unpickles what it is sent, and a builder's module (with
         # the TensorFlow it imports) would load in every rollout worker of every later run.
-        models = {**registered_models(), **self.custom_models}
-        if self.custom_model and self.custom_model not in models:
-            if ":" in self.custom_model:
-                builder = load_object(self.custom_model, "custom_model")
+        models = {**registered_models(), **model.custom_models}
+        name = model.custom_model
+        if name and name not in models:
+            if ":" in name:
+                builder = load_object(name, "custom_model")
                 if not callable(builder):
-                    raise DsacError(f"custom_model {self.custom_model} is a {type(builder).__name__}, not a callable "
+                    raise DsacError(f"custom_model {name} is a {type(builder).__name__}, not a callable "
                                     "that builds a Keras model")
-                models[self.custom_model] = builder
+                models[name] = builder
             else:
-                resolve_builder(self.custom_model, models)  # raises with close matches
-        fills["custom_models"] = {self.custom_model: models[self.custom_model]} if self.custom_model else {}
+                resolve_builder(name, models)  # raises with close matches
+        fills["custom_models"] = {name: models[name]} if name else {}
         # Load "module:Name" here, in the driver, so workers get the objects themselves
         # (shipped by value when their module is not importable there).
-        for key, kind in (("callbacks", "callbacks"), ("policy_class", "policy_class")):
-            if isinstance(getattr(self, key), str):
-                fills[key] = load_object(getattr(self, key), kind)
+        for key in ("callbacks", "policy_class"):
+            if isinstance(getattr(run, key), str):
+                fills[key] = load_object(getattr(run, key), key)
         return self.replace(**fills)
 
     def validate(self) -> Config:
@@ -300,7 +354,8 @@ class Config:
 
     def coerced(self) -> Config:
         """A copy with every field of its declared type (see :func:`dsac.settings.coerce_field`)."""
-        return self.replace(**{f.name: coerce_field(f.name, f.type, getattr(self, f.name)) for f in config_fields()})
+        return self.replace(**{f.name: coerce_field(f.name, f.type, getattr(getattr(self, SECTION_OF[f.name]), f.name))
+                               for f in self.fields()})
 
     def _check(self) -> Config:
         for name in SECTIONS:
@@ -362,8 +417,52 @@ def flat_values(values: dict) -> dict:
     return flat
 
 
+def algorithm_section(algo, given: AlgorithmSettings | None, changes: dict) -> AlgorithmSettings:
+    """The algorithm section of a config of ``--algo algo``, of that algorithm's own dataclass:
+    ``given`` (of another algorithm: its shared settings) changed by ``changes``; settings of
+    other algorithms are left out. An unknown ``algo`` gets the shared settings only (resolving
+    the config says what is wrong with it)."""
+    cls = ALGORITHM_SETTINGS.get(algo, AlgorithmSettings) if isinstance(algo, str) else AlgorithmSettings
+    names = {f.name for f in dataclasses.fields(cls)}
+    own = {key: value for key, value in changes.items() if key in names}
+    if type(given) is cls:
+        return dataclasses.replace(given, **own)
+    carried = {f.name: getattr(given, f.name) for f in dataclasses.fields(given) if f.name in names} if given else {}
+    return cls(**{**carried, **own})
+
+
+def ignored_settings(values: dict) -> list[str]:
+    """The keys of flat ``values`` that are settings of other algorithms than ``values``'s
+    ``algo`` and say something of their own: not their field's default, nor an algorithm's
+    default (a config.json of an older run holds them all)."""
+    algo = values.get("algo", RunSettings().algo)
+    if not isinstance(algo, str) or algo not in ALGORITHM_SETTINGS:
+        return []
+    ignored = []
+    for key, value in values.items():
+        owners = ALGORITHMS_OF.get(key, (algo,))
+        if algo in owners or value is None:
+            continue
+        fields = {f.name: f for f in dataclasses.fields(ALGORITHM_SETTINGS[owners[0]])}
+        known = [fields[key].default] + [getattr(algorithm(owner), kind).get(key) for owner in owners
+                                          for kind in ("defaults", "atari_defaults", "image_defaults")]
+        if value not in known:
+            ignored.append(key)
+    return ignored
+
+
 def _flat(section: str, name: str, help: str | None) -> property:
-    return property(lambda self: getattr(getattr(self, section), name), doc=help)
+    if section != "algorithm" or name not in ALGORITHMS_OF:
+        return property(lambda self: getattr(getattr(self, section), name), doc=help)
+
+    def read(self):
+        try:
+            return getattr(self.algorithm, name)
+        except AttributeError:
+            raise AttributeError(f"'{name}' is a setting of --algo {' and '.join(ALGORITHMS_OF[name])}, not of "
+                                 f"--algo {self.run.algo}") from None
+
+    return property(read, doc=help)
 
 
 for _field in config_fields():
@@ -372,34 +471,34 @@ for _field in config_fields():
 
 def check_relations(config: Config) -> None:
     """Fields of different sections that must agree."""
-    if config.batch_size > config.buffer_size:
+    algorithm, buffer_size = config.algorithm, config.replay.buffer_size
+    if algorithm.batch_size > buffer_size:
         raise DsacError(
-            f"--batch_size {config.batch_size} is larger than the replay capacity "
-            f"--buffer_size {config.buffer_size}"
+            f"--batch_size {algorithm.batch_size} is larger than the replay capacity --buffer_size {buffer_size}"
         )
-    if config.learning_starts > config.buffer_size:
-        raise DsacError(
-            f"--learning_starts {config.learning_starts} exceeds --buffer_size {config.buffer_size}"
-        )
-    if config.num_learners > 1:
+    if algorithm.learning_starts > buffer_size:
+        raise DsacError(f"--learning_starts {algorithm.learning_starts} exceeds --buffer_size {buffer_size}")
+    num_learners = config.resources.num_learners
+    if num_learners > 1:
         from dsac.policy import Policy
         from dsac.registry import policy_class_for
 
         policy = policy_class_for(config.run)
         if policy.compute_gradients is Policy.compute_gradients:
             raise DsacError(
-                f"--num_learners {config.num_learners}: policy_class {policy.__name__} does not implement "
+                f"--num_learners {num_learners}: policy_class {policy.__name__} does not implement "
                 "compute_gradients/apply_gradients"
             )
 
 
 def check_named_code(config: Config) -> None:
     """Callbacks and policy classes named by the config are what they must be."""
-    if config.callbacks is not None:
+    run = config.run
+    if run.callbacks is not None:
         from dsac.callbacks import Callbacks
 
-        load_subclass(config.callbacks, Callbacks, "callbacks")
-    if config.policy_class is not None:
+        load_subclass(run.callbacks, Callbacks, "callbacks")
+    if run.policy_class is not None:
         from dsac.policy import Policy
 
-        load_subclass(config.policy_class, Policy, "policy_class")
+        load_subclass(run.policy_class, Policy, "policy_class")

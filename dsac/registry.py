@@ -12,7 +12,7 @@ import importlib
 from dsac.errors import DsacError
 
 # name -> "package:attribute" of its :class:`dsac.algorithms.Algorithm`. A third algorithm is
-# a folder under dsac/algorithms/ and one line here.
+# a folder under dsac/algorithms/ (its settings in its config.py) and one line here.
 ALGORITHMS = {
     "sac": "dsac.algorithms.sac:ALGORITHM",
     "dqn": "dsac.algorithms.dqn:ALGORITHM",
@@ -26,6 +26,15 @@ def algorithm(name: str):
         raise DsacError(f"--algo must be one of {', '.join(ALGOS)}, got {name!r}")
     module_name, attribute = ALGORITHMS[name].split(":")
     return getattr(importlib.import_module(module_name), attribute)
+
+
+def algorithm_settings(name: str) -> type:
+    """The dataclass of the ``algorithm`` section of algorithm ``name``: ``SETTINGS`` of
+    ``dsac/algorithms/<name>/config.py`` (a subclass of :class:`dsac.settings.AlgorithmSettings`)."""
+    if name not in ALGORITHMS:
+        raise DsacError(f"--algo must be one of {', '.join(ALGOS)}, got {name!r}")
+    package = ALGORITHMS[name].split(":")[0]
+    return importlib.import_module(f"{package}.config").SETTINGS
 
 
 def split_spec(spec: str, kind: str) -> tuple[str, str]:

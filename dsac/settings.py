@@ -188,6 +188,13 @@ def in_unit_interval(section, *names: str) -> None:
             raise DsacError(f"--{name} must be in [0, 1], got {value!r}")
 
 
+def in_half_open_unit_interval(section, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        if not (isinstance(value, int | float) and 0.0 < value <= 1.0):
+            raise DsacError(f"--{name} must be in (0, 1], got {value!r}")
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """What to train and when to stop: the algorithm, the env, the seed, the budgets, what to start from."""
@@ -316,58 +323,32 @@ class ResourceSettings:
 class AlgorithmSettings:
     """The learning algorithm's settings, SAC's and DQN's.
 
-    A setting marked (sac) or (dqn) is only theirs; ``None`` is the algorithm's default
-    (:attr:`dsac.algorithms.Algorithm.defaults`).
+    This class holds what every algorithm takes; each algorithm's subclass, in
+    ``dsac/algorithms/<name>/config.py``, adds its own (their help says whose). ``None`` is the
+    algorithm's default (:attr:`dsac.algorithms.Algorithm.defaults`).
     """
 
-    # Both algorithms (SAC: Haarnoja et al. 2018)
     gamma: float = setting(0.99, "discount factor")
-    tau: float = setting(0.005, "polyak averaging coefficient of the target critics (sac)")
     lr: float | str | None = setting(None, "Adam learning rate of every network: a number or a schedule, "
                                 "'linear(start, end[, fraction])' or rl-zoo's 'lin_<start>' (algorithm default)")
     batch_size: int | None = setting(None, "transitions per gradient update (algorithm default)")
-    init_alpha: float = setting(1.0, "initial entropy coefficient (sac)")
-    target_entropy: float | None = setting(None, "entropy target (sac; default: -|A|)")
     start_steps: int | None = setting(None, "uniform random actions for this many env steps, all workers together (algorithm default)")
     learning_starts: int | None = setting(None, "env steps in replay before the first update (algorithm default)")
     updates_per_step: float | None = setting(None, "gradient updates per env step, enforced by the replay rate limiter (algorithm default)")
     max_nonfinite_updates: int = setting(
         100, "updates in a row with a non-finite loss or gradient (each skipped) that stop the run"
     )
-    # DQN (Mnih et al. 2015; Ape-X, Horgan et al. 2018; C51, Bellemare et al. 2017)
-    dueling: bool = setting(True, "dueling value/advantage heads (dqn)")
-    double_q: bool = setting(True, "double Q-learning targets (dqn)")
-    target_update_every: int | None = setting(None, "hard target-network copy every this many updates (dqn; algorithm "
-                                         "default)")
-    grad_clip: float = setting(10.0, "global gradient-norm clip (dqn)")
-    num_atoms: int = setting(1, "C51 atoms of the return distribution; 1 = expected Q (dqn)")
-    v_min: float = setting(-10.0, "lowest C51 atom (dqn)")
-    v_max: float = setting(10.0, "highest C51 atom (dqn)")
-    epsilon: float = setting(0.4, "Ape-X base exploration: worker i uses epsilon^(1 + epsilon_alpha*i/(N-1)) (dqn)")
-    epsilon_alpha: float = setting(7.0, "Ape-X exploration spread across workers (dqn)")
-    exploration_fraction: float = setting(0.1, "one worker: epsilon decays linearly over this fraction of the run (dqn)")
-    final_epsilon: float = setting(0.02, "one worker: epsilon at the end of its decay (dqn)")
 
     def check(self) -> None:
-        positive_ints(self, "batch_size", "target_update_every", "num_atoms", "max_nonfinite_updates")
+        positive_ints(self, "batch_size", "max_nonfinite_updates")
         non_negative_ints(self, "start_steps", "learning_starts")
         for name in SCHEDULED:
             value = schedules.parse(name, getattr(self, name))
             ends = (value,) if isinstance(value, float) else (value.start, value.end)
             if not (math.isfinite(ends[0]) and ends[0] > 0 and all(math.isfinite(v) and v >= 0 for v in ends)):
                 raise DsacError(f"--{name} must be a positive number (a schedule: start > 0, end >= 0), got {value}")
-        positive_numbers(self, "updates_per_step", "init_alpha", "grad_clip")
-        for name in ("gamma", "tau", "epsilon", "exploration_fraction"):
-            value = getattr(self, name)
-            if not (0.0 < value <= 1.0):
-                raise DsacError(f"--{name} must be in (0, 1], got {value!r}")
-        in_unit_interval(self, "final_epsilon")
-        if not (math.isfinite(self.epsilon_alpha) and self.epsilon_alpha >= 0):
-            raise DsacError(f"--epsilon_alpha must be >= 0, got {self.epsilon_alpha!r}")
-        if self.target_entropy is not None and not math.isfinite(self.target_entropy):
-            raise DsacError(f"--target_entropy must be a finite number, got {self.target_entropy!r}")
-        if not (math.isfinite(self.v_min) and math.isfinite(self.v_max) and self.v_min < self.v_max):
-            raise DsacError(f"--v_min {self.v_min!r} must be below --v_max {self.v_max!r}")
+        positive_numbers(self, "updates_per_step")
+        in_half_open_unit_interval(self, "gamma")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from dsac.config import RECORD_EXCLUDED_KEYS, RETIRED, SECTION_OF, SECTIONS, Config, config_fields
+from dsac.config import (
+    ALGORITHMS_OF,
+    RECORD_EXCLUDED_KEYS,
+    RETIRED,
+    SECTION_OF,
+    SECTIONS,
+    Config,
+    config_fields,
+)
 from dsac.errors import DsacError
 from dsac.settings import ReplaySettings
 
@@ -18,12 +26,17 @@ BEFORE = Path(__file__).parent / "data" / "config_json_before_sections"
 @pytest.mark.parametrize("path", sorted(BEFORE.glob("*.json")), ids=lambda p: p.stem)
 def test_a_config_json_written_before_sections_loads_with_every_value(path):
     """Files written by dsac 358bd1a (2026-11-23) and 1645b82 (the last flat Config) load into
-    the sections with every value they hold, and validate."""
+    the sections with every value they hold, and validate; they hold every algorithm's settings,
+    and those of the other algorithm than the run's are left out."""
     saved = json.loads(path.read_text())
     # A run's record: where it connects and writes comes from the command line, as --resume gives them.
     typed = {key: saved[key] for key in RECORD_EXCLUDED_KEYS if key in saved and key != "resume"}
     config = Config.load(str(path), typed)
-    skipped = {"custom_models", "defaulted", *RETIRED}
+    others = {key for key, owners in ALGORITHMS_OF.items() if saved["algo"] not in owners}
+    assert others and others <= saved.keys()
+    for key in others:
+        assert not hasattr(config, key) and not hasattr(config.algorithm, key), key
+    skipped = {"custom_models", "defaulted", *RETIRED, *others}
     for key, value in saved.items():
         if key in skipped:
             continue
@@ -41,6 +54,32 @@ def test_every_flag_lives_in_exactly_one_section_and_reads_flat():
     assert config.buffer_size == 5_000 and config.run.env == "CartPole-v1"
     for name in SECTIONS:
         assert dataclasses.is_dataclass(getattr(config, name))
+
+
+def test_the_algorithm_section_holds_the_chosen_algorithms_settings_only(caplog):
+    """SAC's section has no DQN key and DQN's no SAC key; flat construction, replace and a
+    change of algorithm keep the shared settings; another algorithm's flag is accepted, left
+    out and, when it says something of its own, named in the log."""
+    import logging
+
+    from dsac.algorithms.dqn.config import DQNSettings
+    from dsac.algorithms.sac.config import SACSettings
+
+    sac = Config(algo="sac", lr=3e-4, tau=0.01, dueling=False).validate()
+    assert type(sac.algorithm) is SACSettings and (sac.algorithm.lr, sac.lr, sac.tau) == (3e-4, 3e-4, 0.01)
+    assert not hasattr(sac.algorithm, "target_update_every") and "target_update_every" not in sac.to_dict()
+    with pytest.raises(AttributeError, match="'dueling' is a setting of --algo dqn, not of --algo sac"):
+        sac.dueling  # noqa: B018
+    dqn = sac.replace(algo="dqn", num_atoms=11)
+    assert type(dqn.algorithm) is DQNSettings and (dqn.lr, dqn.num_atoms, dqn.dueling) == (3e-4, 11, True)
+    assert dqn.validate().target_update_every == 100 and "tau" not in dqn.to_dict()
+    with caplog.at_level(logging.WARNING, logger="dsac"):
+        caplog.clear()
+        Config.from_dict({"algo": "sac", "dueling": True, "target_update_every": 100})  # defaults: quiet
+        assert not caplog.text
+        config = Config.from_dict({"algo": "sac", "dueling": False, "num_atoms": 51})
+    assert "--algo sac ignores other algorithms' settings: --dueling (dqn), --num_atoms (dqn)" in caplog.text
+    assert config == Config(algo="sac")
 
 
 def test_sections_and_flat_names_build_the_same_config_and_a_config_never_changes():
