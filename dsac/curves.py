@@ -83,10 +83,15 @@ def read_run(path: str) -> Run:
 
 def experiment_key(run: Run) -> str:
     """Runs with the same key are the same experiment with different seeds. A run without
-    a config.json is an experiment of its own."""
+    a config.json is an experiment of its own. Settings of another algorithm than the run's,
+    which a config.json of an older run holds and a newer one does not, are left out."""
+    from dsac.config import ALGORITHMS_OF
+
     if not run.config:
         return f"run:{run.name}"
-    return json.dumps({k: v for k, v in run.config.items() if k not in NOT_THE_EXPERIMENT}, sort_keys=True)
+    algo = run.config.get("algo")
+    return json.dumps({k: v for k, v in run.config.items() if k not in NOT_THE_EXPERIMENT
+                       and algo in ALGORITHMS_OF.get(k, (algo,))}, sort_keys=True)
 
 
 def group_label(names: list[str]) -> str:

@@ -32,7 +32,7 @@ log = logging.getLogger("dsac")
 def network_keys(config: Config) -> tuple[str, ...]:
     """The settings that shape the networks: the MLP's and the algorithm's own. A weights
     file records them and must match them."""
-    return (*MODEL_KEYS, *algorithm(config.algo).model_keys)
+    return (*MODEL_KEYS, *algorithm(config.run.algo).model_keys)
 
 
 def custom_metric_means(metrics: list[dict]) -> dict:
@@ -75,7 +75,7 @@ class Recorder:
         self.video_warned = False
         self.best_video_return = meta.get("best_video_return", -math.inf)
         write_json(os.path.join(output_dir, "config.json"), config.record())
-        self.tensorboard = TensorBoardLog(os.path.join(output_dir, "tb")) if config.tensorboard else None
+        self.tensorboard = TensorBoardLog(os.path.join(output_dir, "tb")) if config.output.tensorboard else None
         self.trackers = Trackers(config, output_dir)
 
     def wall_s(self) -> float:
@@ -86,20 +86,20 @@ class Recorder:
 
     def payload(self, weights: dict, version: int, counters: dict) -> dict:
         """What a weights file holds: plain values and numpy arrays only."""
-        config = self.config
+        config, run = self.config, self.config.run
         values = config.to_dict()
         return {
-            "algo": config.algo,
-            "env": config.env,
-            "env_kwargs": dict(config.env_kwargs),
-            "flatten_obs": config.flatten_obs,
+            "algo": run.algo,
+            "env": run.env,
+            "env_kwargs": dict(run.env_kwargs),
+            "flatten_obs": run.flatten_obs,
             "atari": config.frames.as_dict(),
             "observation_space": describe_space(self.observation_space),
             "action_space": describe_space(self.action_space),
             "model": {key: values[key] for key in network_keys(config)},
             "policy_class": values["policy_class"],
             "eval_seed": self.eval_seed,
-            "eval_episodes": config.eval_episodes,
+            "eval_episodes": config.output.eval_episodes,
             "weights": weights,
             "version": version,
             "env_steps": counters.get("env_steps", 0),
@@ -154,7 +154,7 @@ class Recorder:
         warning, once."""
         if ev.video_error and not self.video_warned:
             self.video_warned = True
-            log.warning("no evaluation video: %s (%s); the run goes on", ev.video_error, self.config.env)
+            log.warning("no evaluation video: %s (%s); the run goes on", ev.video_error, self.config.run.env)
         if not ev.video:
             return
         folder = os.path.join(self.output_dir, "videos")

@@ -198,11 +198,16 @@ def check_mlflow_uri(uri: str) -> None:
     check_writable_dir(directory, f"--mlflow {shown}:")
 
 
-def check_trackers(config) -> None:
-    """Before Ray starts: each tracker asked for can start (one line, exit 2, otherwise)."""
-    if config.wandb is not None:
-        if not str(config.wandb).strip() or "/" in config.wandb:
-            raise DsacError(f"--wandb takes a W&B project name, got {config.wandb!r}")
+def check_trackers(output) -> None:
+    """Before Ray starts: each tracker asked for can start (one line, exit 2, otherwise).
+
+    Args:
+        output: the output section (:class:`dsac.settings.OutputSettings`), or anything with
+            its ``wandb`` and ``mlflow``.
+    """
+    if output.wandb is not None:
+        if not str(output.wandb).strip() or "/" in output.wandb:
+            raise DsacError(f"--wandb takes a W&B project name, got {output.wandb!r}")
         wandb = _import("wandb", "--wandb")
         mode = os.environ.get("WANDB_MODE", "").lower()
         if mode not in ("offline", "disabled", "dryrun") and not os.environ.get("WANDB_API_KEY"):
@@ -213,9 +218,9 @@ def check_trackers(config) -> None:
             if not logged_in:
                 raise DsacError("--wandb: not logged in to W&B: run `wandb login`, set WANDB_API_KEY, "
                                 "or WANDB_MODE=offline to log to files (wandb sync later)")
-    if config.mlflow is not None:
+    if output.mlflow is not None:
         _import("mlflow", "--mlflow")
-        check_mlflow_uri(config.mlflow)
+        check_mlflow_uri(output.mlflow)
 
 
 def numbers(row: dict) -> dict:
@@ -359,7 +364,8 @@ class Trackers:
         self.output_dir = output_dir
         self.active: list[Tracker] = []
         self.uri = None
-        if config.wandb is None and config.mlflow is None:
+        output = config.output
+        if output.wandb is None and output.mlflow is None:
             return
         ids_path = os.path.join(output_dir, IDS_FILE)
         ids = {}
@@ -370,9 +376,9 @@ class Trackers:
             except (OSError, ValueError):
                 pass
             ids = ids if isinstance(ids, dict) else {}
-        self.uri = config.mlflow  # its secrets are hidden in warnings (to_dict gives it redacted)
+        self.uri = output.mlflow  # its secrets are hidden in warnings (to_dict gives it redacted)
         values = config.to_dict()
-        starts = [("wandb", config.wandb, WandbTracker), ("mlflow", config.mlflow, MLflowTracker)]
+        starts = [("wandb", output.wandb, WandbTracker), ("mlflow", output.mlflow, MLflowTracker)]
         for key, target, cls in starts:
             if target is None:
                 continue
@@ -380,7 +386,7 @@ class Trackers:
                 tracker = cls(target, values, output_dir, ids.get(key) if isinstance(ids.get(key), str) else None)
             except Exception as exc:  # noqa: BLE001 - a tracker must not cost the run
                 log.warning("%s: could not start a run (%s); the run goes on without it", cls.name,
-                            redact_text(one_line(exc), config.mlflow))
+                            redact_text(one_line(exc), output.mlflow))
                 continue
             ids[key] = tracker.run_id
             self.active.append(tracker)

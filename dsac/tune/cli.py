@@ -164,7 +164,7 @@ def warn_default_step_budget(space: dict) -> None:
     from dsac.tune.space import first_values
 
     if "max_seconds" in space and "total_env_steps" not in space:
-        steps = Config.from_dict(first_values(space)).validate().total_env_steps
+        steps = Config.from_dict(first_values(space)).validate().run.total_env_steps
         log.warning("dsac-tune: each trial stops at max_seconds or at the algorithm's default total_env_steps "
                     "(%d env steps), whichever comes first: set total_env_steps to lift it", steps)
 

@@ -87,11 +87,11 @@ class DsacTrainable(tune.Trainable):
 
     def _finished(self, result: dict) -> bool:
         """The trial's own budget (``total_env_steps``, ``max_seconds``, ``stop_return``) is spent."""
-        config = self.trainer.config
+        run = self.trainer.config.run
         return bool(
-            (config.total_env_steps and result["env_steps"] >= config.total_env_steps)
-            or (config.max_seconds and time.time() - self.trainer.started_at >= config.max_seconds)
-            or (config.stop_return is not None and self.last_eval.get(METRIC, -math.inf) >= config.stop_return)
+            (run.total_env_steps and result["env_steps"] >= run.total_env_steps)
+            or (run.max_seconds and time.time() - self.trainer.started_at >= run.max_seconds)
+            or (run.stop_return is not None and self.last_eval.get(METRIC, -math.inf) >= run.stop_return)
         )
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
@@ -132,4 +132,4 @@ def resource_bundles(flags: dict) -> list[dict]:
         config = Config.from_dict(dict(flags)).validate()
     except Exception:  # noqa: BLE001 - reported by the trial's own setup, in one line
         return [{"CPU": TRIAL_DRIVER_CPUS}]
-    return [{"CPU": TRIAL_DRIVER_CPUS}] if config.local else trial_bundles(config)
+    return [{"CPU": TRIAL_DRIVER_CPUS}] if config.resources.local else trial_bundles(config)
