@@ -119,7 +119,9 @@ def main(argv=None) -> int:
 
         from dsac.runner import run
 
-        if not config.local:
+        if not config.resources.local:
+            import ray  # noqa: F401 - Ray's log handlers exist once it is imported
+
             # Ray's own start-up messages go where dsac's log goes; stderr is kept for the error line.
             for handler in logging.getLogger("ray").handlers:
                 if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stderr:

@@ -39,6 +39,7 @@ from dsac.settings import (
     ResourceSettings,
     RunSettings,
     coerce_field,
+    suggest_key,
 )
 
 # The sections, in the order of ``--help`` and docs/guide.md. The algorithm section is the
@@ -78,29 +79,6 @@ ALGORITHMS_OF: dict[str, tuple[str, ...]] = {
 }
 
 
-# What RLlib and Stable-Baselines3 call some of dsac's keys, for "did you mean" — only where the
-# foreign key means the same thing.
-ALIASES = {
-    "learning_rate": "lr", "train_batch_size": "batch_size", "num_env_runners": "num_workers",
-    "num_rollout_workers": "num_workers", "num_envs_per_env_runner": "envs_per_worker",
-    "num_envs_per_worker": "envs_per_worker", "replay_buffer_capacity": "buffer_size",
-    "num_steps_sampled_before_learning_starts": "learning_starts", "total_timesteps": "total_env_steps",
-    "timesteps_total": "total_env_steps", "initial_alpha": "init_alpha", "n_step_return": "n_step",
-    "evaluation_duration": "eval_episodes", "env_config": "env_kwargs",
-    "max_failures": "max_restarts",
-}
-# Foreign keys that mean something close but different: what to write instead.
-FOREIGN_MEANINGS = {
-    "train_freq": "--updates_per_step: SB3's train_freq is env steps between updates; train_freq k with "
-                  "gradient_steps g is --updates_per_step g/k",
-    "gradient_steps": "--updates_per_step: SB3's gradient_steps g per train_freq k env steps is --updates_per_step g/k",
-    "training_intensity": "--updates_per_step: RLlib's training_intensity counts replayed transitions per sampled "
-                          "one, which is --updates_per_step times --batch_size",
-    "ent_coef": "--init_alpha: dsac always tunes the entropy coefficient; SB3's ent_coef 'auto_0.1' is "
-                "--init_alpha 0.1",
-    "evaluation_interval": "--eval_every: RLlib counts training iterations, --eval_every env steps",
-    "checkpoint_freq": "--checkpoint_every: Tune counts training iterations, --checkpoint_every seconds",
-}
 # dsac's own flags renamed since: the old name still loads (flags, dicts, config.json of older runs).
 RENAMED = {"snapshot_every": "checkpoint_every"}
 # Keys of older versions that no longer mean anything (a config.json that has them still loads):
@@ -123,17 +101,6 @@ log = logging.getLogger("dsac")
 # send it ~200 (a chunk every 0.32 s each, dsac.distributed.topology.SHARD_ADD_CALLS_PER_S), so
 # shards are added past 64 workers before chunks grow past a third of a second (docs/scaling.md).
 WORKERS_PER_REPLAY_SHARD = 64
-
-
-def suggest_key(key: str, names) -> str:
-    """`` (did you mean x?)`` for a misspelt or foreign config key / flag."""
-    bare = key.lstrip("-").split("=")[0]
-    dashes = key[: len(key) - len(key.lstrip("-"))]
-    if bare in ALIASES:
-        return f" (did you mean {dashes}{ALIASES[bare]}?)"
-    if bare in FOREIGN_MEANINGS:
-        return f" (did you mean {FOREIGN_MEANINGS[bare]})"
-    return did_you_mean(key, names)
 
 
 # Keys of RLlib's ``config["model"]`` that dsac understands (the model section's fields).
@@ -350,14 +317,17 @@ class Config:
     def validate(self) -> Config:
         """Fill algorithm defaults and check ranges and relations that need no environment or
         Ray; returns the resolved config."""
-        return self.coerced().resolved()._check()
+        return self.coerced().resolved().check()
 
     def coerced(self) -> Config:
         """A copy with every field of its declared type (see :func:`dsac.settings.coerce_field`)."""
         return self.replace(**{f.name: coerce_field(f.name, f.type, getattr(getattr(self, SECTION_OF[f.name]), f.name))
                                for f in self.fields()})
 
-    def _check(self) -> Config:
+    def check(self) -> Config:
+        """Check every section's ranges and the relations between sections, and the code the
+        config names; returns the config. For a resolved config (no algorithm default left):
+        :meth:`validate` resolves and checks."""
         for name in SECTIONS:
             getattr(self, name).check()
         check_relations(self)

@@ -50,67 +50,107 @@ def default_output_dir(config: Config) -> str:
     the runs go to ``~/dsac_runs`` on the driver's node, not into the job's working directory
     (a temporary copy Ray may delete)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    root = config.storage_path or (os.path.expanduser("~/dsac_runs") if in_ray_job() else "runs")
-    name = f"{config.algo}-{config.env.replace('/', '_').replace(':', '_')}-{stamp}"
+    run = config.run
+    root = config.output.storage_path or (os.path.expanduser("~/dsac_runs") if in_ray_job() else "runs")
+    name = f"{run.algo}-{run.env.replace('/', '_').replace(':', '_')}-{stamp}"
     return os.path.join(root, name)
 
 
 def prepare(config: Config, local: bool = False) -> Prepared:
-    """Validate the config, the env and its spaces, the replay's memory and the output dir;
-    for a run on a local Ray (not ``local``: the serial runner starts none), that its roles
-    fit the Ray it will start."""
+    """Check the user's settings (:meth:`Config.validate`: types, algorithm defaults, ranges),
+    build the env once for its spaces, resolve the config for them (:func:`resolve_for_spaces`),
+    then check what the run would start with: warm-start weights and the output directory. For
+    a run on a local Ray (not ``local``: the serial runner starts none), its roles must fit the
+    Ray it will start."""
     config = config.validate()
-    check_training_env_kwargs(config.env_kwargs)
-    check_trackers(config)
-    if not local and not (config.address or os.environ.get("RAY_ADDRESS")):
-        import ray
-
-        from dsac.distributed.topology import local_cluster_resources, plan_resources
-
-        if not ray.is_initialized():  # a local Ray's size is known before it starts
-            plan_resources(config, local_cluster_resources())
-    env = make_env(config.env, config.env_kwargs, config.flatten_obs, config.frames)
-    try:
-        env.reset(seed=config.seed)
-    except Exception as exc:  # the env's own reset raised
-        raise DsacError(f"environment '{config.env}' failed to reset: {one_line(exc)}") from None
-    finally:
-        env.close()
-    observation_space, action_space = env.observation_space, env.action_space
-    say_image_preprocessing(config, env)
-    algorithm(config.algo).check_spaces(config.env, observation_space, action_space)
-    obs = obs_input(observation_space)
-    if obs.is_image:
-        config = with_image_defaults(config, obs.shape)
-        # every conv layer must fit its input: one line now, not a learner's traceback later
-        conv_output_shape(obs.shape, config.conv_filters or default_conv_filters(obs.shape))
+    run = config.run
+    check_training_env_kwargs(run.env_kwargs)
+    check_trackers(config.output)
+    if not local and not (config.resources.address or os.environ.get("RAY_ADDRESS")):
+        check_local_ray_fits(config)
+    observation_space, action_space = env_spaces(config)
+    config = resolve_for_spaces(config, observation_space, action_space)
     say_budget(config)
     initial_weights = None
-    if config.init_weights:
-        initial_weights = fitting_weights(config, config.init_weights, observation_space, action_space)
+    if run.init_weights:
+        initial_weights = fitting_weights(config, run.init_weights, observation_space, action_space)
+    output_dir, created = checked_output_dir(config)
+    return Prepared(config, observation_space, action_space, output_dir, created, initial_weights)
+
+
+def check_local_ray_fits(config: Config) -> None:
+    """The run's roles fit the local Ray it will start (its size is known before it starts)."""
+    import ray
+
+    from dsac.distributed.topology import local_cluster_resources, plan_resources
+
+    if not ray.is_initialized():
+        plan_resources(config, local_cluster_resources())
+
+
+def env_spaces(config: Config) -> tuple:
+    """The observation and action spaces of the run's env (built, reset once and closed), which
+    its algorithm must take; one log line when its frames are preprocessed."""
+    run = config.run
+    env = make_env(run.env, run.env_kwargs, run.flatten_obs, config.frames)
+    try:
+        env.reset(seed=run.seed)
+    except Exception as exc:  # the env's own reset raised
+        raise DsacError(f"environment '{run.env}' failed to reset: {one_line(exc)}") from None
+    finally:
+        env.close()
+    say_image_preprocessing(config, env)
+    algorithm(run.algo).check_spaces(run.env, env.observation_space, env.action_space)
+    return env.observation_space, env.action_space
+
+
+def resolve_for_spaces(config: Config, observation_space, action_space, available: int | None = None) -> Config:
+    """The second half of resolving a config, the one that needs the env's spaces (the first,
+    :meth:`Config.validate`, needs none): for large images, the algorithm's image defaults of
+    the fields no flag set, and a default replay capacity that fits in memory; checked once
+    more if that changed it. The conv encoder must fit the frames and the replay this machine's
+    memory (``available`` bytes: what is free now).
+
+    Raises:
+        DsacError: one line, before anything starts.
+    """
+    available = psutil.virtual_memory().available if available is None else available
+    obs = obs_input(observation_space)
+    fills = image_fills(config, obs.shape) if obs.is_image else {}
+    resolved = config.replace(**fills) if fills else config
     specs, frames = replay_specs(observation_space, action_space)
-    if frames is not None and "buffer_size" in config.defaulted:
-        config = image_buffer_size(config, specs, frames, psutil.virtual_memory().available)
-    check_fits_in_memory(
-        storage_bytes(config.buffer_size, specs, frames), psutil.virtual_memory().available, "this machine"
-    )
-    output_dir = config.resume or config.output_dir or default_output_dir(config)
+    if frames is not None and "buffer_size" in resolved.defaulted:
+        fills.update(buffer_fills(resolved, specs, frames, available))
+    if fills:
+        resolved = config.replace(**fills).check()
+    if obs.is_image:  # every conv layer must fit its input: one line now, not a learner's traceback later
+        conv_output_shape(obs.shape, resolved.model.conv_filters or default_conv_filters(obs.shape))
+    check_fits_in_memory(storage_bytes(resolved.replay.buffer_size, specs, frames), available, "this machine")
+    return resolved
+
+
+def checked_output_dir(config: Config) -> tuple[str, bool]:
+    """The run's directory (``--resume``'s, ``--output_dir`` or a new one) and whether it is yet
+    to be made; refused when it cannot be written, holds a symlink dsac would follow, or holds
+    another run."""
+    resume = config.run.resume
+    output_dir = resume or config.output.output_dir or default_output_dir(config)
     created = not os.path.exists(output_dir)
     check_writable_dir(output_dir, "--output_dir")
-    check_run_dir(output_dir, "--resume" if config.resume else "--output_dir")
-    if not config.resume and os.path.exists(os.path.join(output_dir, "progress.jsonl")):
+    check_run_dir(output_dir, "--resume" if resume else "--output_dir")
+    if not resume and os.path.exists(os.path.join(output_dir, "progress.jsonl")):
         raise DsacError(f"--output_dir {output_dir} already holds a run: choose another directory")
-    return Prepared(config, observation_space, action_space, output_dir, created, initial_weights)
+    return output_dir, created
 
 
 def say_image_preprocessing(config: Config, env) -> None:
     """One log line when a non-ALE env's frames are preprocessed (:func:`dsac.atari.wrap_image`)."""
-    raw = env.unwrapped.observation_space
-    if is_atari_id(config.env) or raw == env.observation_space or not is_large_frame(raw):
+    raw, run, frames = env.unwrapped.observation_space, config.run, config.frames
+    if raw == env.observation_space or not is_large_frame(raw) or is_atari_id(run.env):
         return
     log.info("%s's %s frames are preprocessed as ALE's: %s (--preprocess_images false for the raw frames)",
-             config.env, "x".join(map(str, raw.shape)),
-             f"{config.dim}x{config.dim}, {'gray' if config.grayscale else 'colour'}, {config.framestack} stacked "
+             run.env, "x".join(map(str, raw.shape)),
+             f"{frames.dim}x{frames.dim}, {'gray' if frames.grayscale else 'colour'}, {frames.framestack} stacked "
              f"-> observations {'x'.join(map(str, env.observation_space.shape))}")
 
 
@@ -118,47 +158,53 @@ def say_budget(config: Config) -> None:
     """A warning when ``--max_seconds`` comes with the algorithm's default env-step budget for
     small vector envs, which may end the run long before the seconds do (SAC's 20,000 steps:
     ~1 minute of HalfCheetah on 2 cores); Atari's and large images' budgets are not meant."""
-    vector_default = algorithm(config.algo).defaults.get("total_env_steps")
-    if config.max_seconds and "total_env_steps" in config.defaulted and config.total_env_steps == vector_default:
+    run = config.run
+    vector_default = algorithm(run.algo).defaults.get("total_env_steps")
+    if run.max_seconds and "total_env_steps" in config.defaulted and run.total_env_steps == vector_default:
         log.warning("--max_seconds %g with %s's default budget of %s env steps: the run stops at whichever comes "
-                    "first (--total_env_steps to raise the budget)", config.max_seconds, config.algo,
-                    f"{config.total_env_steps:,}")
+                    "first (--total_env_steps to raise the budget)", run.max_seconds, run.algo,
+                    f"{run.total_env_steps:,}")
 
 
-def with_image_defaults(config: Config, shape) -> Config:
+def image_fills(config: Config, shape) -> dict:
     """Large image observations (not an ALE game, which has its own defaults): the algorithm's
     ``image_defaults`` for the fields no flag set, said in the log."""
-    spec = algorithm(config.algo)
-    if not spec.image_defaults or is_atari_id(config.env) or not is_large_image(shape):
-        return config
+    run = config.run
+    spec = algorithm(run.algo)
+    if not spec.image_defaults or not is_large_image(shape) or is_atari_id(run.env):
+        return {}
     fills = {key: value for key, value in spec.image_defaults.items() if key in config.defaulted}
-    if not fills:
-        return config
-    log.info("image observations %s: %s's defaults for large images %s (flags override them)",
-             "x".join(map(str, shape)), config.algo,
-             ", ".join(f"--{key} {' '.join(map(str, v)) if isinstance(v, list) else v}" for key, v in fills.items()))
-    return config.replace(**fills).validate()
+    if fills:
+        log.info("image observations %s: %s's defaults for large images %s (flags override them)",
+                 "x".join(map(str, shape)), run.algo,
+                 ", ".join(f"--{key} {' '.join(map(str, v)) if isinstance(v, list) else v}" for key, v in fills.items()))
+    return fills
 
 
 # Share of the available memory a default-sized replay of images may take.
 IMAGE_REPLAY_MEMORY_SHARE = 0.5
 
 
-def image_buffer_size(config: Config, specs: dict, frames, available: int) -> Config:
+def buffer_fills(config: Config, specs: dict, frames, available: int) -> dict:
     """With image observations and no --buffer_size, the replay's capacity follows from the
     frames' size and the memory available: the algorithm's default if it fits in half of
-    it, else what does (said in the log)."""
+    it (no fills), else what does (said in the log), and warm-up no longer than it."""
+    buffer_size, algorithm_section = config.replay.buffer_size, config.algorithm
     per_transition = storage_bytes(10_000, specs, frames) / 10_000
     fits = int(IMAGE_REPLAY_MEMORY_SHARE * available / per_transition) // 1000 * 1000
-    if fits >= config.buffer_size:
-        return config
-    capacity = max(fits, config.batch_size, 1000)
+    if fits >= buffer_size:
+        return {}
+    capacity = max(fits, algorithm_section.batch_size, 1000)
     log.info("replay buffer: the default %d transitions of %s frames would need %.1f GiB; %d transitions fit in "
-             "half of the %.1f GiB available (set --buffer_size to choose)", config.buffer_size,
-             "x".join(map(str, frames.frame_shape)), storage_bytes(config.buffer_size, specs, frames) / 2**30,
+             "half of the %.1f GiB available (set --buffer_size to choose)", buffer_size,
+             "x".join(map(str, frames.frame_shape)), storage_bytes(buffer_size, specs, frames) / 2**30,
              capacity, available / 2**30)
-    return config.replace(buffer_size=capacity,
-                               learning_starts=min(config.learning_starts, capacity))
+    return {"buffer_size": capacity, "learning_starts": min(algorithm_section.learning_starts, capacity)}
+
+
+def image_buffer_size(config: Config, specs: dict, frames, available: int) -> Config:
+    """``config`` with the replay capacity of :func:`buffer_fills`."""
+    return config.replace(**buffer_fills(config, specs, frames, available))
 
 
 def fitting_weights(config: Config, path: str, observation_space, action_space) -> dict:
@@ -166,20 +212,20 @@ def fitting_weights(config: Config, path: str, observation_space, action_space) 
     array's name, shape, dtype and values are checked against the policy the config builds."""
     payload = load_weights(path)
     model = payload.get("model") or {}
-    if not config.trust_code:
-        typed = {"env": config.env, "policy_class": config.to_dict()["policy_class"],
-                 "custom_model": config.custom_model}
+    run, values = config.run, config.to_dict()  # flat: as the weights file names its settings
+    if not run.trust_code:
+        typed = {key: values[key] for key in ("env", "policy_class", "custom_model")}
         refuse_untrusted_code(code_names(payload), f"--init_weights {path}", typed)
-    if payload.get("algo") != config.algo:
-        raise DsacError(f"--init_weights {path} holds {payload.get('algo')} weights, this run is --algo {config.algo}")
+    if payload.get("algo") != run.algo:
+        raise DsacError(f"--init_weights {path} holds {payload.get('algo')} weights, this run is --algo {run.algo}")
     for name, space in (("observation", observation_space), ("action", action_space)):
         if payload.get(f"{name}_space") != describe_space(space):
             raise DsacError(
                 f"--init_weights {path} was trained on {payload.get('env')} whose {name} space differs from "
-                f"{config.env}'s"
+                f"{run.env}'s"
             )
     for key in network_keys(config):
-        ours = getattr(config, key)
+        ours = values[key]
         ours = list(ours) if isinstance(ours, tuple | list) else ours
         if key in model and model[key] != ours:
             raise DsacError(f"--init_weights {path} has {key} {model[key]!r}, this run {ours!r}: pass --{key} to match")
@@ -226,13 +272,14 @@ def resume_config(run_dir: str, overrides: dict) -> Config:
 def resume_checkpoint(config: Config, started_at: float) -> tuple[dict | None, float]:
     """The checkpoint ``--resume`` continues from (None without ``--resume``), and the start
     time that makes ``wall_s`` carry on from it."""
-    if not config.resume:
+    run = config.run
+    if not run.resume:
         return None, started_at
-    checkpoint = read_checkpoint(config.resume)
+    checkpoint = read_checkpoint(run.resume)
     done = checkpoint["meta"]["env_steps"]
-    if done >= config.total_env_steps:
+    if done >= run.total_env_steps:
         raise DsacError(
-            f"--resume {config.resume}: the run already has {done} env steps; "
+            f"--resume {run.resume}: the run already has {done} env steps; "
             f"raise --total_env_steps above {done} to continue it"
         )
     return checkpoint, time.time() - checkpoint["meta"].get("wall_s", 0.0)
