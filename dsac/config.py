@@ -316,8 +316,13 @@ class Config:
 
     def validate(self) -> Config:
         """Fill algorithm defaults and check ranges and relations that need no environment or
-        Ray; returns the resolved config."""
-        return self.coerced().resolved().check()
+        Ray; returns the resolved config. A config this returned is returned as it is: the
+        command line, the runner and the preparation each ask, and the work is done once."""
+        if self.__dict__.get("_validated"):
+            return self
+        config = self.coerced().resolved().check()
+        object.__setattr__(config, "_validated", True)  # not a field: equality and replace() ignore it
+        return config
 
     def coerced(self) -> Config:
         """A copy with every field of its declared type (see :func:`dsac.settings.coerce_field`)."""

@@ -19,7 +19,7 @@ from dsac.config import Config
 from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_line
 from dsac.errors import DsacError
 from dsac.files import check_run_dir, check_writable_dir, code_names, load_weights, read_checkpoint
-from dsac.models.vision import conv_output_shape, default_conv_filters, is_large_image, obs_input
+from dsac.models.vision import conv_output_shape, is_large_image, obs_input
 from dsac.recorder import network_keys
 from dsac.registry import algorithm, policy_class_for, refuse_untrusted_code
 from dsac.replay import check_fits_in_memory, replay_specs, storage_bytes
@@ -124,7 +124,7 @@ def resolve_for_spaces(config: Config, observation_space, action_space, availabl
     if fills:
         resolved = config.replace(**fills).check()
     if obs.is_image:  # every conv layer must fit its input: one line now, not a learner's traceback later
-        conv_output_shape(obs.shape, resolved.model.conv_filters or default_conv_filters(obs.shape))
+        conv_output_shape(obs.shape, resolved.model.conv_filters)
     check_fits_in_memory(storage_bytes(resolved.replay.buffer_size, specs, frames), available, "this machine")
     return resolved
 

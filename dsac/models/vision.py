@@ -77,8 +77,10 @@ def default_conv_filters(shape) -> list[list[int]]:
     return [[16, 3, 1], [32, 3, 1]]
 
 
-def conv_output_shape(shape, filters) -> tuple[int, int, int]:
-    """(H, W, C) after the 'valid' conv layers; a one-line error if a layer does not fit."""
+def conv_output_shape(shape, filters=None) -> tuple[int, int, int]:
+    """(H, W, C) after the 'valid' conv layers (``filters``, or by default
+    :func:`default_conv_filters`); a one-line error if a layer does not fit."""
+    filters = filters or default_conv_filters(shape)
     height, width, channels = image_layout(shape)[1]
     for i, (out, kernel, stride) in enumerate(filters):
         if kernel > height or kernel > width:
