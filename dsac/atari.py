@@ -5,7 +5,7 @@ Any ALE id (``ALE/Pong-v5``, ``PongNoFrameskip-v4``, ...) is made with ALE's own
 off and wrapped, innermost first, in:
 
 1. ``AtariPreprocessing``: up to ``noop_max`` no-op starts, ``frame_skip`` repeats with the last
-   two frames max-pooled, ``dim``×``dim``, grayscale (or RGB);
+   two frames max-pooled, ``dim`` x ``dim``, grayscale (or RGB);
 2. for training only, :class:`EpisodicLife`: losing a life ends the episode *for learning*
    (no bootstrap through it) while the game goes on (Stable-Baselines3's ``EpisodicLifeEnv``);
 3. :class:`FireOnLifeStart` for games that wait for FIRE: FIRE is pressed at the start of
@@ -186,7 +186,9 @@ def wrap_image(env: gym.Env, settings: FrameSettings) -> gym.Env:
         if (height, width) != (settings.dim, settings.dim):
             env = gym.wrappers.ResizeObservation(env, (settings.dim, settings.dim))
     except gym.error.DependencyNotInstalled as exc:
-        raise DsacError(f"resizing image observations needs OpenCV: pip install opencv-python-headless ({exc})") from None
+        raise DsacError(
+            f"resizing image observations needs OpenCV: pip install opencv-python-headless ({exc})"
+        ) from None
     if settings.grayscale and env.observation_space.shape[-1:] == (3,) and len(env.observation_space.shape) == 3:
         env = gym.wrappers.GrayscaleObservation(env)
     if settings.framestack > 1:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from dsac.atari import FrameSettings, is_atari_id
 from dsac.errors import DsacError, did_you_mean
 from dsac.files import read_text
+from dsac.foreign_keys import suggest_key
 from dsac.models.catalog import registered_models, resolve_builder
 from dsac.registry import (
     ALGOS,
@@ -39,7 +40,6 @@ from dsac.settings import (
     ResourceSettings,
     RunSettings,
     coerce_field,
-    suggest_key,
 )
 
 # The sections, in the order of ``--help`` and docs/guide.md. The algorithm section is the
@@ -74,7 +74,8 @@ SECTION_OF: dict[str, str] = {f.name: name for name in SECTIONS for f in section
 assert not set(SECTION_OF) & set(SECTIONS), "a field may not share a section's name"
 # Each setting of only some algorithms -> those algorithms.
 ALGORITHMS_OF: dict[str, tuple[str, ...]] = {
-    f.name: tuple(algo for algo, cls in ALGORITHM_SETTINGS.items() if f.name in {g.name for g in dataclasses.fields(cls)})
+    f.name: tuple(algo for algo, cls in ALGORITHM_SETTINGS.items()
+                  if f.name in {g.name for g in dataclasses.fields(cls)})
     for f in section_fields("algorithm") if f.name not in {g.name for g in dataclasses.fields(AlgorithmSettings)}
 }
 
@@ -375,7 +376,9 @@ def flat_values(values: dict) -> dict:
             continue
         group = values[name]
         if not isinstance(group, dict):
-            raise DsacError(f"config key '{name}' must be a mapping (of its section's keys), got {type(group).__name__}")
+            raise DsacError(
+                f"config key '{name}' must be a mapping (of its section's keys), got {type(group).__name__}"
+            )
         for key, value in group.items():
             if name == "model":  # RLlib's model dict
                 known = (*MODEL_KEYS, *MODEL_PREPROCESSING_KEYS)

@@ -98,7 +98,7 @@ def group_label(names: list[str]) -> str:
     """The runs' common name without a trailing seed (``sac-s0``, ``sac-s1`` -> ``sac``)."""
     if len(names) == 1:
         return names[0]
-    prefix = os.path.commonprefix(names)
+    prefix = os.path.commonprefix(names)  # noqa: RUF071 - the names' common characters, not a path
     prefix = re.sub(r"[-_.]*(seed|s)?[-_.=]*\d*$", "", prefix) or names[0]
     return f"{prefix} ({len(names)} seeds)"
 

@@ -170,7 +170,8 @@ def check_training_env_kwargs(env_kwargs: dict) -> None:
     if mode not in TRAINING_RENDER_MODES:
         raise DsacError(
             f"--env_kwargs render_mode {mode!r} is not for training (every rollout worker would draw each step); "
-            "train with render_mode null or 'rgb_array', and watch the result with python -m dsac.infer <weights> --render"
+            "train with render_mode null or 'rgb_array', and watch the result with "
+            "python -m dsac.infer <weights> --render"
         )
 
 

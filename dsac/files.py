@@ -84,7 +84,8 @@ RUN_FOLDERS = ("checkpoint", "checkpoint.old", "tb", "videos", "wandb")
 def check_run_dir(path: str, what: str) -> None:
     """Refuse a run directory (one line naming the path) where a file or folder dsac writes or
     reads — or a file inside its checkpoint or videos — is a symlink, a folder is not a
-    directory, or a file is not a regular file. Checked before anything is read or written (``lstat``: nothing is followed)."""
+    directory, or a file is not a regular file. Checked before anything is read or written (``lstat``:
+    nothing is followed)."""
     names = [*RUN_FILES, *RUN_FOLDERS]
     for folder in (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old", "videos"):
         inside = os.path.join(path, folder)
@@ -459,7 +460,8 @@ def read_npz(path: str, what: str, budget: list[int] | None = None,
                 # zipfile inflates a bzip2 or LZMA chunk whole before cutting it to the declared
                 # length: only numpy's own methods (stored, deflate) keep the bounds below.
                 if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or info.flag_bits & 1:
-                    raise DsacError(f"{what}: member {info.filename} is {'encrypted' if info.flag_bits & 1 else 'compressed'}"
+                    kind = "encrypted" if info.flag_bits & 1 else "compressed"
+                    raise DsacError(f"{what}: member {info.filename} is {kind}"
                                     f"{'' if info.flag_bits & 1 else f' with method {info.compress_type}'}, "
                                     "not as numpy writes it (stored or deflate)")
                 if info.file_size > DEFLATE_MAX_RATIO * info.compress_size + 4096:

@@ -47,7 +47,8 @@ def plot(paths: list[str], out: str, group: bool = True, title: str | None = Non
 
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="dsac-plot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="dsac-plot", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run directories (with progress.jsonl)")
     parser.add_argument("--out", default="curves.png", help="image to write (.png, .svg, .pdf)")
     parser.add_argument("--no-group", dest="group", action="store_false",

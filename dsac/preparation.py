@@ -177,7 +177,8 @@ def image_fills(config: Config, shape) -> dict:
     if fills:
         log.info("image observations %s: %s's defaults for large images %s (flags override them)",
                  "x".join(map(str, shape)), run.algo,
-                 ", ".join(f"--{key} {' '.join(map(str, v)) if isinstance(v, list) else v}" for key, v in fills.items()))
+                 ", ".join(f"--{key} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+                           for key, v in fills.items()))
     return fills
 
 

@@ -38,7 +38,7 @@ def format_duration(seconds: float | None) -> str:
     """``42s``, ``3m05s``, ``1h02m``; ``?`` when unknown."""
     if seconds is None or not math.isfinite(seconds):
         return "?"
-    seconds = int(round(seconds))
+    seconds = int(round(seconds))  # noqa: RUF046 - round() of a numpy float is a float
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:

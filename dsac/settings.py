@@ -16,48 +16,12 @@ import math
 from dataclasses import dataclass, field
 
 from dsac import schedules
-from dsac.errors import DsacError, did_you_mean
+from dsac.errors import DsacError
 from dsac.models.catalog import ACTIVATIONS
 from dsac.registry import ALGOS
 
 # Settings that take a schedule (dsac.schedules) as well as a number.
 SCHEDULED = ("lr",)
-
-
-# What RLlib and Stable-Baselines3 call some of dsac's keys, for "did you mean" — only where the
-# foreign key means the same thing.
-ALIASES = {
-    "learning_rate": "lr", "train_batch_size": "batch_size", "num_env_runners": "num_workers",
-    "num_rollout_workers": "num_workers", "num_envs_per_env_runner": "envs_per_worker",
-    "num_envs_per_worker": "envs_per_worker", "replay_buffer_capacity": "buffer_size",
-    "num_steps_sampled_before_learning_starts": "learning_starts", "total_timesteps": "total_env_steps",
-    "timesteps_total": "total_env_steps", "initial_alpha": "init_alpha", "n_step_return": "n_step",
-    "evaluation_duration": "eval_episodes", "env_config": "env_kwargs",
-    "max_failures": "max_restarts",
-}
-# Foreign keys that mean something close but different: what to write instead.
-FOREIGN_MEANINGS = {
-    "train_freq": "--updates_per_step: SB3's train_freq is env steps between updates; train_freq k with "
-                  "gradient_steps g is --updates_per_step g/k",
-    "gradient_steps": "--updates_per_step: SB3's gradient_steps g per train_freq k env steps is --updates_per_step g/k",
-    "training_intensity": "--updates_per_step: RLlib's training_intensity counts replayed transitions per sampled "
-                          "one, which is --updates_per_step times --batch_size",
-    "ent_coef": "--init_alpha: dsac always tunes the entropy coefficient; SB3's ent_coef 'auto_0.1' is "
-                "--init_alpha 0.1",
-    "evaluation_interval": "--eval_every: RLlib counts training iterations, --eval_every env steps",
-    "checkpoint_freq": "--checkpoint_every: Tune counts training iterations, --checkpoint_every seconds",
-}
-
-
-def suggest_key(key: str, names) -> str:
-    """`` (did you mean x?)`` for a misspelt or foreign config key / flag."""
-    bare = key.lstrip("-").split("=")[0]
-    dashes = key[: len(key) - len(key.lstrip("-"))]
-    if bare in ALIASES:
-        return f" (did you mean {dashes}{ALIASES[bare]}?)"
-    if bare in FOREIGN_MEANINGS:
-        return f" (did you mean {FOREIGN_MEANINGS[bare]})"
-    return did_you_mean(key, names)
 
 
 def setting(default, help: str, **kw):
@@ -243,16 +207,20 @@ class RunSettings:
         0.0, "rollout envs: each step takes at least this many milliseconds of wall time, sleeping, not computing "
         "(a stand-in for an expensive simulator, a robot or a remote service: benchmarks/scale.py)"
     )
-    env_reset_ms: float = setting(0.0, "rollout envs: each reset takes at least this many milliseconds (as --env_step_ms)")
+    env_reset_ms: float = setting(
+        0.0, "rollout envs: each reset takes at least this many milliseconds (as --env_step_ms)"
+    )
     seed: int = setting(0, "random seed (envs, networks, replay sampling)")
-    total_env_steps: int | None = setting(None, "stop after this many env steps, all workers together (algorithm default)")
+    total_env_steps: int | None = setting(
+        None, "stop after this many env steps, all workers together (algorithm default)"
+    )
     stop_return: float | None = setting(None, "stop when the evaluation mean return reaches this")
     max_seconds: float | None = setting(None, "stop after this many wall-clock seconds")
     steps_per_iteration: int = setting(1_000, "env steps one Trainer.train() call collects")
     resume: str | None = setting(None, "continue the run in this directory from its checkpoint")
     init_weights: str | None = setting(
-        None, "start acting from a weights.pkl dsac wrote (e.g. a best_weights.pkl), the target networks of what it holds "
-        "copied from it; critics and optimizer start fresh"
+        None, "start acting from a weights.pkl dsac wrote (e.g. a best_weights.pkl), the target networks of what it "
+        "holds copied from it; critics and optimizer start fresh"
     )
     trust_code: bool = setting(
         False, "import code that a file names: the env module, policy_class, callbacks or custom_model of an "
@@ -260,7 +228,9 @@ class RunSettings:
         "consent); never saved"
     )
     callbacks: object = setting(None, "a dsac.Callbacks subclass, or module:Class", cli_type=str)
-    policy_class: object = setting(None, "a dsac.Policy subclass replacing the algorithm's, or module:Class", cli_type=str)
+    policy_class: object = setting(
+        None, "a dsac.Policy subclass replacing the algorithm's, or module:Class", cli_type=str
+    )
 
     def check(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**31:
@@ -324,10 +294,8 @@ class ResourceSettings:
         positive_ints(self, "envs_per_worker", "num_learners", "num_replay_shards")
         optional_positive(self, "worker_cpus", "stop_timeout")
         non_negative_ints(self, "max_restarts", "env_restarts")
-        if self.learner_threads is not None and (
-            isinstance(self.learner_threads, bool) or not isinstance(self.learner_threads, int) or self.learner_threads <= 0
-        ):
-            raise DsacError(f"--learner_threads must be a positive integer, got {self.learner_threads!r}")
+        if self.learner_threads is not None:
+            positive_ints(self, "learner_threads")
         if self.learner_gpus is not None and not (math.isfinite(self.learner_gpus) and self.learner_gpus >= 0):
             raise DsacError(f"--learner_gpus must be >= 0, got {self.learner_gpus!r}")
         if self.num_replay_shards < self.num_learners:
@@ -368,9 +336,13 @@ class AlgorithmSettings:
     lr: float | str | None = setting(None, "Adam learning rate of every network: a number or a schedule, "
                                 "'linear(start, end[, fraction])' or rl-zoo's 'lin_<start>' (algorithm default)")
     batch_size: int | None = setting(None, "transitions per gradient update (algorithm default)")
-    start_steps: int | None = setting(None, "uniform random actions for this many env steps, all workers together (algorithm default)")
+    start_steps: int | None = setting(
+        None, "uniform random actions for this many env steps, all workers together (algorithm default)"
+    )
     learning_starts: int | None = setting(None, "env steps in replay before the first update (algorithm default)")
-    updates_per_step: float | None = setting(None, "gradient updates per env step, enforced by the replay rate limiter (algorithm default)")
+    updates_per_step: float | None = setting(
+        None, "gradient updates per env step, enforced by the replay rate limiter (algorithm default)"
+    )
     max_nonfinite_updates: int = setting(
         100, "updates in a row with a non-finite loss or gradient (each skipped) that stop the run"
     )
@@ -405,7 +377,10 @@ class ModelSettings:
         None, "a model registered with dsac.register_custom_model, or module:builder (replaces the MLPs)"
     )
     custom_model_config: dict = setting({}, "keyword settings passed to the custom model builder", cli=False)
-    custom_models: dict = setting({}, "name -> builder of the custom_model the run uses; filled from the registry when the config is resolved", cli=False)
+    custom_models: dict = setting(
+        {}, "name -> builder of the custom_model the run uses; filled from the registry when the config is resolved",
+        cli=False
+    )
 
     def check(self) -> None:
         if not isinstance(self.custom_model_config, dict):
@@ -446,7 +421,9 @@ class FlowSettings:
     # workers) and Pendulum-v1 (SAC, 2 workers) on 2 cores, with the same env steps.
     batches_per_sample: int = setting(16, "batches one replay sample call returns")
     prefetch: int = setting(2, "replay sample calls the learner keeps in flight")
-    push_every: int = setting(20, "learner pushes weights every this many updates (after the sample call's batches that pass it)")
+    push_every: int = setting(
+        20, "learner pushes weights every this many updates (after the sample call's batches that pass it)"
+    )
     chunk_seconds: float = setting(0.1, "a rollout worker sends what it gathered this often, or once it holds 128 "
                                     "transitions if that takes longer (at most 1 s)")
     max_chunk: int = setting(1024, "most transitions in one replay add call")
@@ -472,12 +449,18 @@ class OutputSettings:
         "or ~/dsac_runs inside a Ray job)"
     )
     log_every: float = setting(10.0, "seconds between progress lines when stdout is not a terminal")
-    progress_bar: bool = setting(True, "a live progress bar when stdout is a terminal (else a line every --log_every s)")
+    progress_bar: bool = setting(
+        True, "a live progress bar when stdout is a terminal (else a line every --log_every s)"
+    )
     tensorboard: bool = setting(True, "write TensorBoard event files to <output_dir>/tb")
-    wandb: str | None = setting(None, "also log the config, each progress row, the videos and the final weights to this "
-                                 "Weights & Biases project (pip install -e \".[wandb]\"; WANDB_MODE=offline: files only)")
-    mlflow: str | None = setting(None, "also log them to this MLflow tracking URI (http://host:5000, sqlite:///runs.db, a "
-                                  "directory; pip install -e \".[mlflow]\"; experiment: MLFLOW_EXPERIMENT_NAME, else dsac)")
+    wandb: str | None = setting(
+        None, "also log the config, each progress row, the videos and the final weights to this Weights & Biases "
+        "project (pip install -e \".[wandb]\"; WANDB_MODE=offline: files only)"
+    )
+    mlflow: str | None = setting(
+        None, "also log them to this MLflow tracking URI (http://host:5000, sqlite:///runs.db, a directory; pip "
+        "install -e \".[mlflow]\"; experiment: MLFLOW_EXPERIMENT_NAME, else dsac)"
+    )
     checkpoint_every: float | None = setting(
         30.0, "seconds between checkpoints of the full training state (networks, optimizer, targets, entropy "
         "coefficient, counters) into <output_dir>/checkpoint; a restarted learner or parameter server resumes from "

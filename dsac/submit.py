@@ -75,7 +75,8 @@ def main(argv=None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, launch_args = argv[:cut], argv[cut + 1:]
-    parser = argparse.ArgumentParser(prog="dsac-submit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="dsac-submit", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
                         help="the cluster's dashboard, e.g. http://<head>:8265 (default: RAY_ADDRESS)")
     parser.add_argument("--no-wait", action="store_true", help="return once submitted (then: ray job logs -f <id>)")

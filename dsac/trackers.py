@@ -213,7 +213,7 @@ def check_trackers(output) -> None:
         if mode not in ("offline", "disabled", "dryrun") and not os.environ.get("WANDB_API_KEY"):
             try:
                 logged_in = bool(wandb.login(prompt=False))  # a stored key; no network
-            except Exception:  # noqa: BLE001 - wandb's own settings could not be read
+            except Exception:  # wandb's own settings could not be read
                 logged_in = False
             if not logged_in:
                 raise DsacError("--wandb: not logged in to W&B: run `wandb login`, set WANDB_API_KEY, "
@@ -384,7 +384,7 @@ class Trackers:
                 continue
             try:
                 tracker = cls(target, values, output_dir, ids.get(key) if isinstance(ids.get(key), str) else None)
-            except Exception as exc:  # noqa: BLE001 - a tracker must not cost the run
+            except Exception as exc:  # a tracker must not cost the run
                 log.warning("%s: could not start a run (%s); the run goes on without it", cls.name,
                             redact_text(one_line(exc), output.mlflow))
                 continue
@@ -397,7 +397,7 @@ class Trackers:
         for tracker in list(self.active):
             try:
                 getattr(tracker, method)(*args)
-            except Exception as exc:  # noqa: BLE001 - a tracker must not cost the run
+            except Exception as exc:  # a tracker must not cost the run
                 log.warning("%s stopped logging this run: %s (the run and its files go on)", tracker.name,
                             redact_text(one_line(exc), self.uri))
                 self.active.remove(tracker)

@@ -37,7 +37,7 @@ class Frames:
             return
         try:
             image = env.render()
-        except Exception as exc:  # noqa: BLE001 - any renderer failure: no video, one line
+        except Exception as exc:  # any renderer failure: no video, one line
             self.fail(f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}")
             return
         if not (isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] in (3, 4)):
@@ -71,7 +71,8 @@ def encode_mp4(images: list[np.ndarray], fps: float) -> bytes:
             return f.read()
 
 
-def small_gif(images: list[np.ndarray], fps: float, max_side: int = 160, max_frames: int = 250) -> tuple[bytes, int, int]:
+def small_gif(images: list[np.ndarray], fps: float, max_side: int = 160,
+              max_frames: int = 250) -> tuple[bytes, int, int]:
     """A small animated GIF of an episode for TensorBoard (its Images tab plays GIFs, as
     tensorboardX's ``add_video`` writes them): at most ``max_frames`` frames, evenly picked, of
     at most ``max_side`` pixels. Returns (gif, height, width)."""
@@ -103,6 +104,6 @@ def finish(frames: Frames | None, gif: bool = False) -> tuple[bytes | None, str 
     try:
         return (encode_mp4(frames.images, frames.fps), None,
                 small_gif(frames.images, frames.fps) if gif else None)
-    except Exception as exc:  # noqa: BLE001 - an encoder failure costs the video, not the run
+    except Exception as exc:  # an encoder failure costs the video, not the run
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return None, f"encoding failed: {type(exc).__name__}: {first}", None

@@ -101,7 +101,7 @@ def test_a_file_may_group_its_keys_by_section(tmp_path):
     config = Config.load(str(path))
     assert (config.buffer_size, config.lr, config.fcnet_hiddens) == (9_000, 5e-4, [32])
     path.write_text(json.dumps({"replay": {"buffer_sise": 9_000}}))
-    with pytest.raises(DsacError, match="unknown config key 'buffer_sise'.*buffer_size"):
+    with pytest.raises(DsacError, match=r"unknown config key 'buffer_sise'.*buffer_size"):
         Config.load(str(path))
 
 
@@ -129,7 +129,7 @@ def test_each_section_checks_its_own_fields_in_one_line(flags, message):
 def test_code_named_inside_a_group_of_an_untrusted_file_is_refused_like_a_flat_key(tmp_path, saved):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(saved))
-    with pytest.raises(DsacError, match="names code to import: .*nothing was imported"):
+    with pytest.raises(DsacError, match=r"names code to import: .*nothing was imported"):
         Config.load(str(path))
     assert Config.load(str(path), trusted=True) is not None  # the user's own --config file may
 

@@ -41,7 +41,8 @@ def _entry(name: str, value):
 def parse_space(values: dict) -> dict:
     """``{flag: (kind, argument)}`` (kind None: fixed), checked against dsac's flags."""
     space = {name: _entry(name, value) for name, value in values.items()}
-    config = Config.from_dict(first_values(space)).validate()  # unknown flags and bad values: dsac's own one-line errors
+    # unknown flags and bad values: dsac's own one-line errors
+    config = Config.from_dict(first_values(space)).validate()
     run = config.run
     make_env(run.env, run.env_kwargs, run.flatten_obs).close()  # an unknown env, before any trial
     return space

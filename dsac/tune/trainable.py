@@ -130,6 +130,6 @@ def resource_bundles(flags: dict) -> list[dict]:
 
     try:
         config = Config.from_dict(dict(flags)).validate()
-    except Exception:  # noqa: BLE001 - reported by the trial's own setup, in one line
+    except Exception:  # reported by the trial's own setup, in one line
         return [{"CPU": TRIAL_DRIVER_CPUS}]
     return [{"CPU": TRIAL_DRIVER_CPUS}] if config.resources.local else trial_bundles(config)

@@ -32,7 +32,9 @@ class DQNSettings(AlgorithmSettings):
     v_max: float = setting(10.0, "highest C51 atom (dqn)")
     epsilon: float = setting(0.4, "Ape-X base exploration: worker i uses epsilon^(1 + epsilon_alpha*i/(N-1)) (dqn)")
     epsilon_alpha: float = setting(7.0, "Ape-X exploration spread across workers (dqn)")
-    exploration_fraction: float = setting(0.1, "one worker: epsilon decays linearly over this fraction of the run (dqn)")
+    exploration_fraction: float = setting(
+        0.1, "one worker: epsilon decays linearly over this fraction of the run (dqn)"
+    )
     final_epsilon: float = setting(0.02, "one worker: epsilon at the end of its decay (dqn)")
 
     def check(self) -> None:
