@@ -143,12 +143,16 @@ def read_mapping(path: str, source: str) -> dict:
 class Config:
     """Everything a run needs, by concern: ``run``, ``resources``, ``algorithm``, ``model``,
     ``replay``, ``flow``, ``frames`` and ``output`` (each a frozen dataclass with its defaults and
-    its check). Defaults follow Stable-Baselines3 / rl-zoo where they exist; a ``None`` is the
-    algorithm's default, filled by :meth:`resolved`.
+    its check). ``algorithm`` is the chosen algorithm's own dataclass (``SACSettings``,
+    ``DQNSettings``: :data:`ALGORITHM_SETTINGS`), so it holds that algorithm's settings only.
+    Defaults follow Stable-Baselines3 / rl-zoo where they exist; a ``None`` is the algorithm's
+    default, filled by :meth:`resolved`.
 
     Built from flat names (``Config(env="CartPole-v1", algo="dqn", lr=1e-3)``), sections
-    (``Config(replay=ReplaySettings(buffer_size=10_000))``) or both; every field reads flat too
-    (``config.lr``). A config never changes: :meth:`replace` makes a changed copy.
+    (``Config(replay=ReplaySettings(buffer_size=10_000))``) or both; every field of the config
+    reads flat too (``config.lr``; another algorithm's setting raises AttributeError). A config
+    never changes: :meth:`replace` makes a changed copy (a change of ``algo`` keeps the shared
+    algorithm settings).
     """
 
     run: RunSettings
