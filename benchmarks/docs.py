@@ -26,14 +26,14 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def flags_table() -> str:
     """One Markdown row per flag: name, default (per algorithm where it differs), help."""
-    from dsac.config import SECTIONS
+    from dsac.config import SECTIONS, section_fields
     from dsac.registry import ALGOS, algorithm
 
     algo_defaults = {name: algorithm(name).defaults for name in ALGOS}
     rows = ["| flag | default | what |", "|---|---|---|"]
     for name, section in SECTIONS.items():
         rows.append(f"| **{name}** | | {section.__doc__.splitlines()[0]} |")
-        rows.extend(_flag_rows(dataclasses.fields(section), algo_defaults))
+        rows.extend(_flag_rows(section_fields(name), algo_defaults))
     return "\n".join(rows)
 
 
@@ -43,8 +43,8 @@ def _flag_rows(fields, algo_defaults: dict) -> list[str]:
         if f.metadata.get("cli") is False:
             continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        if default is None and f.name in algo_defaults["sac"]:
-            default = ", ".join(f"{algo} {values[f.name]}" for algo, values in algo_defaults.items())
+        if default is None and any(f.name in values for values in algo_defaults.values()):
+            default = ", ".join(f"{algo} {values[f.name]}" for algo, values in algo_defaults.items() if f.name in values)
         elif isinstance(default, list):
             default = " ".join(map(str, default))
         flag = f"--[no-]{f.name}" if f.type.startswith("bool") else f"--{f.name}"

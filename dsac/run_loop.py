@@ -67,11 +67,11 @@ def stop_reason(run: Run, lines: list[dict], signals: Signals) -> str | None:
         return "failed"
     if signals.received is not None:
         return "sigterm"
-    if config.stop_return is not None and any(line["eval_return_mean"] >= config.stop_return for line in lines):
+    if config.run.stop_return is not None and any(line["eval_return_mean"] >= config.run.stop_return for line in lines):
         return "stop_return"
-    if status["env_steps"] >= config.total_env_steps:
+    if status["env_steps"] >= config.run.total_env_steps:
         return "total_env_steps"
-    if config.max_seconds is not None and status["wall_s"] >= config.max_seconds:
+    if config.run.max_seconds is not None and status["wall_s"] >= config.run.max_seconds:
         return "max_seconds"
     return None
 
@@ -85,8 +85,8 @@ def run_until_stopped(run: Run) -> dict:
     """
     config = run.config
     reason = None
-    progress = ProgressDisplay(config.total_env_steps, config.log_every, log.info,
-                               use_bar=None if config.progress_bar else False)
+    progress = ProgressDisplay(config.run.total_env_steps, config.output.log_every, log.info,
+                               use_bar=None if config.output.progress_bar else False)
     with Signals() as signals:
         try:
             while reason is None:

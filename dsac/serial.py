@@ -49,10 +49,10 @@ class SerialRun:
         obs_space, act_space = self.observation_space, self.action_space = (
             prepared.observation_space, prepared.action_space)
         meta = (checkpoint or {}).get("meta", {})
-        seeds = role_seeds(config.seed, 1)  # those of rollout worker 0 and the evaluator of a distributed run
+        seeds = role_seeds(config.run.seed, 1)  # those of rollout worker 0 and the evaluator of a distributed run
         self.eval_seed = seeds.evaluator
         self.callbacks = callbacks_for(config.run)
-        self.env_restarts = EnvRestartBudget(config.env_restarts)
+        self.env_restarts = EnvRestartBudget(config.resources.env_restarts)
         self.collector = build.collector(config, seeds.workers[0], 0, self.callbacks,
                                          self._env_crash_handler("rollout_worker_0"))
         self.actor = build.acting_policy(config, obs_space, act_space, seeds.workers[0], 0, 1)
@@ -63,18 +63,18 @@ class SerialRun:
         self.encoder = build.frame_encoder(config, frames)
         replay = (checkpoint or {}).get("replay") or []
         self.storage, warmup = build.replay_storage(
-            specs, config.buffer_size, seed=config.seed, prioritized=config.prioritized,
-            priority_alpha=config.priority_alpha, frames=frames, learning_starts=config.learning_starts,
+            specs, config.replay.buffer_size, seed=config.run.seed, prioritized=config.replay.prioritized,
+            priority_alpha=config.replay.priority_alpha, frames=frames, learning_starts=config.algorithm.learning_starts,
             restore=replay[0] if len(replay) == 1 else None, start_added=int(meta.get("env_steps", 0)))
-        self.limiter = RateLimiter(config.updates_per_step, warmup, config.max_steps_ahead)
-        self.insert_limit = config.total_env_steps if insert_limit is None else insert_limit
+        self.limiter = RateLimiter(config.algorithm.updates_per_step, warmup, config.flow.max_steps_ahead)
+        self.insert_limit = config.run.total_env_steps if insert_limit is None else insert_limit
         self.version = int(meta.get("version", 0))
         self.recorder = Recorder(config, prepared.output_dir, obs_space, act_space, started_at, self.eval_seed, meta)
         self.weights_path = self.recorder.weights_path
-        self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
+        self.next_eval = (self.storage.added // config.output.eval_every + 1) * config.output.eval_every
         self.evaluated_version = -1
         self.evaluations = 0  # this process's, for --video_every
-        if config.video_every:
+        if config.output.video_every:
             video.prepare_headless_rendering()
         self.last_checkpoint = time.monotonic()
         self.add_calls = 0
@@ -105,17 +105,17 @@ class SerialRun:
         """One chunk of env steps, as far as the rate limiter lets collection run ahead."""
         config, storage = self.config, self.storage
         headroom = self.limiter.insert_headroom(storage.added, storage.sampled_batches, 0)
-        room = min(headroom, config.max_chunk, self.insert_limit - storage.added)
+        room = min(headroom, config.flow.max_chunk, self.insert_limit - storage.added)
         if room <= 0:
             return []
-        if storage.added < config.start_steps:
+        if storage.added < config.algorithm.start_steps:
             act = lambda obs: self.actor.random_actions(len(obs))  # noqa: E731
         else:
             self.actor.set_env_steps(storage.added)  # schedules follow the run's (checkpointed) count
             act = lambda obs: self.actor.compute_actions(obs, explore=True)  # noqa: E731
         chunk = build.make_chunk(self.collector.collect(act, room), self.actor, self.callbacks, self.encoder, 0)
         if chunk.size:
-            if self.config.prioritized:
+            if self.config.replay.prioritized:
                 storage.add(chunk.transitions, chunk.priorities)
             else:
                 storage.add(chunk.transitions)
@@ -125,12 +125,12 @@ class SerialRun:
     def learn(self) -> None:
         """Every sample call the update ratio allows now, each through the learner's loop."""
         config, storage = self.config, self.storage
-        while self.limiter.can_sample(storage.added, storage.sampled_batches, config.batches_per_sample):
-            if config.prioritized:
-                beta = annealed_beta(config.priority_beta, storage.added, config.total_env_steps)
-                sampled = storage.sample(config.batch_size, config.batches_per_sample, beta)
+        while self.limiter.can_sample(storage.added, storage.sampled_batches, config.flow.batches_per_sample):
+            if config.replay.prioritized:
+                beta = annealed_beta(config.replay.priority_beta, storage.added, config.run.total_env_steps)
+                sampled = storage.sample(config.algorithm.batch_size, config.flow.batches_per_sample, beta)
             else:
-                sampled = storage.sample(config.batch_size, config.batches_per_sample)
+                sampled = storage.sample(config.algorithm.batch_size, config.flow.batches_per_sample)
             step = self.loop.step(sampled.batches)
             if step.priorities is not None and sampled.indices is not None:
                 storage.update_priorities(sampled.indices, sampled.generations, step.priorities)
@@ -148,7 +148,7 @@ class SerialRun:
         evaluation = build.evaluate(config, self.evaluator, self.eval_seed, self.evaluations, final,
                                     (self.storage.added, self.loop.updates, self.version),
                                     self._env_crash_handler("evaluator"))
-        self.next_eval = (self.storage.added // config.eval_every + 1) * config.eval_every
+        self.next_eval = (self.storage.added // config.output.eval_every + 1) * config.output.eval_every
         self.evaluated_version = self.version
         restarts = self.env_restarts.by_env()
         line = self.recorder.evaluation(evaluation, {
@@ -161,7 +161,7 @@ class SerialRun:
 
     def checkpoint(self) -> None:
         """The full training state, as the distributed run's checkpoint holds it."""
-        replay = [self.storage.state_dict()] if self.config.checkpoint_replay else None
+        replay = [self.storage.state_dict()] if self.config.output.checkpoint_replay else None
         self.recorder.checkpoint(self.loop.state(), self.weights, self.version, self.counters, replay)
         self.last_checkpoint = time.monotonic()
 
@@ -181,13 +181,13 @@ class SerialRun:
         return LearnerState(self.loop.state(), self.loop.report(self.storage.added))
 
     def set_insert_limit(self, total_env_steps: int | None) -> None:
-        self.insert_limit = self.config.total_env_steps if total_env_steps is None else total_env_steps
+        self.insert_limit = self.config.run.total_env_steps if total_env_steps is None else total_env_steps
 
     def status(self) -> dict:
         """Counters for the progress display and TensorBoard."""
         last = self.recorder.last_eval.get("eval_return_mean")
         return {
-            **self.counters, "total_env_steps": self.config.total_env_steps, "version_lag": 0,
+            **self.counters, "total_env_steps": self.config.run.total_env_steps, "version_lag": 0,
             "replay_size": self.storage.size, "replay_fill": self.storage.size / self.storage.capacity,
             "learner_wait_s": 0.0, "wall_s": self.recorder.wall_s(), "last_eval_return": last,
             "recent_episode_return": statistics.fmean(self.recent_returns) if self.recent_returns else None,
@@ -215,7 +215,7 @@ class SerialRun:
             self.failure = f"evaluator: {exc}"
             return Step([], episodes)
         self.recorder.system(self.status(), episodes, self.loop.stats)
-        every = self.config.checkpoint_every
+        every = self.config.output.checkpoint_every
         if every is not None and time.monotonic() - self.last_checkpoint >= every:
             self.checkpoint()
         return Step(lines, episodes)
@@ -244,5 +244,5 @@ def start_serial(config: Config, started_at: float, insert_limit: int | None = N
     """Check the input and build the serial run (:func:`dsac.distributed.driver.start`'s twin)."""
     prepared = prepare(config, local=True)
     if checkpoint is not None:
-        check_resume_state(prepared, checkpoint["state"], config.resume or "the checkpoint")
+        check_resume_state(prepared, checkpoint["state"], config.run.resume or "the checkpoint")
     return SerialRun(prepared, started_at, insert_limit, checkpoint)
