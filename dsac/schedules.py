@@ -79,13 +79,13 @@ def as_config_value(name: str, value):
 
 def horizon_updates(config) -> int:
     """The run's updates a schedule spans."""
-    return max(1, round((config.total_env_steps - (config.learning_starts or 0)) * config.updates_per_step))
+    return max(1, round((config.run.total_env_steps - (config.algorithm.learning_starts or 0)) * config.algorithm.updates_per_step))
 
 
 def keras_learning_rate(config):
     """``config.lr`` for a Keras optimizer: a float, or a schedule stepped by the optimizer's
     own update count (its ``iterations``, which the checkpoint keeps)."""
-    schedule = parse("lr", config.lr)
+    schedule = parse("lr", config.algorithm.lr)
     if isinstance(schedule, float):
         return schedule
     import keras

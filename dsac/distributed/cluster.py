@@ -34,7 +34,7 @@ def connect_ray(config: Config) -> bool:
     Returns whether this call started Ray (and so should shut it down)."""
     if ray.is_initialized():
         return False
-    address = config.address or os.environ.get("RAY_ADDRESS")
+    address = config.resources.address or os.environ.get("RAY_ADDRESS")
     try:
         if address:
             check_reachable(address)
@@ -48,7 +48,7 @@ def connect_ray(config: Config) -> bool:
             start_local_ray(pythonpath)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
         raise DsacError(f"cannot join a Ray cluster at {address}: {ray_error_line(exc)}") from None
-    if not config.verbose:
+    if not config.output.verbose:
         quiet_ray_death_notices()
     return True
 
@@ -101,9 +101,9 @@ def code_for_the_cluster(config: Config) -> dict | None:
 def user_env_modules(config: Config) -> list:
     """The top-level package of a ``module:Name`` env that is the user's own code (not an
     installed package): every Ray worker must be able to import it."""
-    if ":" not in config.env:
+    if ":" not in config.run.env:
         return []
-    top = sys.modules.get(config.env.split(":", 1)[0].split(".")[0])
+    top = sys.modules.get(config.run.env.split(":", 1)[0].split(".")[0])
     path = getattr(top, "__file__", None) or ""
     if top is None or top is dsac or not path or "-packages" + os.sep in path:
         return []
@@ -134,7 +134,7 @@ def ship_user_code(config: Config) -> None:
     worker: their modules (unless part of dsac or installed packages) travel by value."""
     import ray.cloudpickle
 
-    objects = [config.callbacks, config.policy_class, *config.custom_models.values()]
+    objects = [config.run.callbacks, config.run.policy_class, *config.model.custom_models.values()]
     for obj in objects:
         if obj is None or isinstance(obj, str):
             continue

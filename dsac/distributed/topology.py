@@ -163,16 +163,16 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
     total_gpus = float(cluster.get("GPU", 0))
     if total_cpus <= 0:
         raise DsacError("the Ray cluster has no CPUs")
-    if config.learner_gpus is not None and config.learner_gpus * config.num_learners > total_gpus:
+    if config.resources.learner_gpus is not None and config.resources.learner_gpus * config.resources.num_learners > total_gpus:
         raise DsacError(
-            f"--learner_gpus {config.learner_gpus:g} asked for {config.num_learners} learner(s), but the Ray "
+            f"--learner_gpus {config.resources.learner_gpus:g} asked for {config.resources.num_learners} learner(s), but the Ray "
             f"cluster has {total_gpus:g} GPUs: drop --learner_gpus to train on CPU"
         )
-    if config.learner_gpus is not None:
-        learner_gpus = float(config.learner_gpus)
+    if config.resources.learner_gpus is not None:
+        learner_gpus = float(config.resources.learner_gpus)
     else:
-        learner_gpus = 1.0 if total_gpus >= config.num_learners else 0.0
-    learners = config.num_learners
+        learner_gpus = 1.0 if total_gpus >= config.resources.num_learners else 0.0
+    learners = config.resources.num_learners
     # A whole CPU per learner when there is room for it and the rollout workers; on a
     # laptop the learners and the workers share what there is.
     learner_cpus = 1.0 if total_cpus >= learners + 1 else _floor4(total_cpus / (learners + 1))
@@ -180,26 +180,26 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
     alive = [n for n in nodes or [] if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
     reserve = SOFT_ACTORS_RESERVE * len(alive) if len(alive) > 1 else 0.0
     left = total_cpus - learner_cpus * learners - evaluator_cpus - reserve
-    if config.worker_cpus is not None:
-        worker_cpus = float(config.worker_cpus)
+    if config.resources.worker_cpus is not None:
+        worker_cpus = float(config.resources.worker_cpus)
     else:
-        worker_cpus = min(1.0, _floor4(left / config.num_workers))
-    if worker_cpus <= 0 or worker_cpus * config.num_workers > left + 1e-9:
+        worker_cpus = min(1.0, _floor4(left / config.resources.num_workers))
+    if worker_cpus <= 0 or worker_cpus * config.resources.num_workers > left + 1e-9:
         raise DsacError(
-            f"{config.num_workers} rollout workers x {worker_cpus:g} CPU do not fit the "
+            f"{config.resources.num_workers} rollout workers x {worker_cpus:g} CPU do not fit the "
             f"{left:g} CPUs the cluster has left after the learner(s) and evaluator: lower "
             "--num_workers or --worker_cpus"
         )
     memory = cluster.get("memory")
-    needed = config.num_workers * WORKER_PROCESS_BYTES + learners * LEARNER_PROCESS_BYTES
+    needed = config.resources.num_workers * WORKER_PROCESS_BYTES + learners * LEARNER_PROCESS_BYTES
     if memory and needed > memory:
         raise DsacError(
-            f"{config.num_workers} rollout workers (~{WORKER_PROCESS_BYTES / 2**20:.0f} MiB each) and {learners} "
+            f"{config.resources.num_workers} rollout workers (~{WORKER_PROCESS_BYTES / 2**20:.0f} MiB each) and {learners} "
             f"learner(s) (~{LEARNER_PROCESS_BYTES / 2**20:.0f} MiB each) need ~{needed / 2**30:.1f} GiB, the Ray "
             f"cluster has {memory / 2**30:.1f} GiB for tasks: lower --num_workers"
         )
     plan = ResourcePlan(total_cpus, total_gpus, learner_cpus, learner_gpus, worker_cpus, evaluator_cpus,
-                        config.num_workers, learners, chunk_period(config), num_shards=config.num_replay_shards)
+                        config.resources.num_workers, learners, chunk_period(config), num_shards=config.resources.num_replay_shards)
     if len(alive) > 1:  # one node: nothing to decide
         _place(plan, alive)
         head = [n["NodeID"] for n in alive if "node:__internal_head__" in n.get("Resources", {})]
@@ -231,13 +231,13 @@ def trial_plan(config, placement_group=None) -> ResourcePlan:
     ``--learner_gpus`` GPUs (none unless given), a rollout worker ``--worker_cpus`` (1 unless
     given), the evaluator ``EVALUATOR_CPUS``; the shared actors ask for none. Everything is
     placed in ``placement_group`` (made from :func:`trial_bundles`)."""
-    learners, workers = config.num_learners, config.num_workers
-    learner_gpus = float(config.learner_gpus or 0.0)
-    worker_cpus = float(config.worker_cpus) if config.worker_cpus is not None else 1.0
+    learners, workers = config.resources.num_learners, config.resources.num_workers
+    learner_gpus = float(config.resources.learner_gpus or 0.0)
+    worker_cpus = float(config.resources.worker_cpus) if config.resources.worker_cpus is not None else 1.0
     return ResourcePlan(
         TRIAL_DRIVER_CPUS + learners + worker_cpus * workers + EVALUATOR_CPUS, learner_gpus * learners, 1.0,
         learner_gpus, worker_cpus, EVALUATOR_CPUS, workers, learners, chunk_period(config),
-        num_shards=config.num_replay_shards, placement_group=placement_group,
+        num_shards=config.resources.num_replay_shards, placement_group=placement_group,
     )
 
 
@@ -257,8 +257,8 @@ def shards_for_nodes(config, plan: ResourcePlan) -> int:
     write beside them."""
     nodes = len({node for node in plan.worker_nodes if node is not None})
     if "num_replay_shards" not in config.defaulted or nodes <= 1:
-        return config.num_replay_shards
-    return min(config.num_workers, max(config.num_replay_shards, nodes))
+        return config.resources.num_replay_shards
+    return min(config.resources.num_workers, max(config.resources.num_replay_shards, nodes))
 
 
 def place_shards(plan: ResourcePlan, num_shards: int) -> None:
@@ -295,8 +295,8 @@ def chunk_period(config, writers: int | None = None) -> float:
     """Seconds between a rollout worker's chunks at least: ``--chunk_seconds``, or longer so
     that the ``writers`` sharing a replay shard (default: an even share of the workers) send it
     at most ``SHARD_ADD_CALLS_PER_S`` calls/s."""
-    writers = writers or per_shard(config.num_workers, config.num_replay_shards)
-    return max(float(config.chunk_seconds), round(writers / SHARD_ADD_CALLS_PER_S, 3))
+    writers = writers or per_shard(config.resources.num_workers, config.resources.num_replay_shards)
+    return max(float(config.flow.chunk_seconds), round(writers / SHARD_ADD_CALLS_PER_S, 3))
 
 
 def local_cluster_resources() -> dict:
