@@ -98,9 +98,9 @@ RECORD_EXCLUDED_KEYS = ("address", "mlflow", "wandb", "storage_path", "init_weig
 
 log = logging.getLogger("dsac")
 
-# Rollout workers per replay shard by default: a shard takes ~1,000 add calls/s, and 64 workers
-# send it ~200 (a chunk every 0.32 s each, dsac.distributed.topology.SHARD_ADD_CALLS_PER_S), so
-# shards are added past 64 workers before chunks grow past a third of a second (docs/scaling.md).
+# Rollout workers per replay shard by default: a shard's add calls stay within what one core
+# answers (dsac.distributed.topology.SHARD_ADD_CALLS_PER_S), and past this many writers a second
+# shard comes before the workers' chunk periods grow (docs/scaling.md).
 WORKERS_PER_REPLAY_SHARD = 64
 
 

@@ -160,7 +160,7 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
-# render_mode values that training accepts: a window ("human") would slow collection ~100x.
+# render_mode values that training accepts: a window ("human") would slow collection.
 TRAINING_RENDER_MODES = (None, "rgb_array")
 
 

@@ -416,9 +416,8 @@ class FlowSettings:
     """How data moves between the roles: chunks from rollout workers, sample calls, weight pushes."""
 
     max_steps_ahead: int = setting(128, "env steps collection may run ahead of the update ratio")
-    # 16 batches per sample call and a push every 20 updates: the replay actor's cost is per
-    # call, not per batch; against 4 and 10, a third fewer seconds to solve CartPole-v1 (DQN, 4
-    # workers) and Pendulum-v1 (SAC, 2 workers) on 2 cores, with the same env steps.
+    # Many batches per sample call and a push every 20 updates: the replay actor's cost is per
+    # call, not per batch, so fewer, larger calls (docs/benchmarks.md).
     batches_per_sample: int = setting(16, "batches one replay sample call returns")
     prefetch: int = setting(2, "replay sample calls the learner keeps in flight")
     push_every: int = setting(

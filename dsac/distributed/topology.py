@@ -15,14 +15,13 @@ from dsac.errors import DsacError
 
 # What the evaluator asks for: it runs a few numpy episodes every --eval_every steps.
 EVALUATOR_CPUS = 0.1
-# Resident memory of one rollout worker process (Ray's worker runtime, numpy, gymnasium: ~100 MB
-# measured with Pendulum) and of a learner (TensorFlow: ~600 MB), to refuse plans that cannot fit.
+# Resident memory of one rollout worker process (Ray's worker runtime, numpy, gymnasium) and of
+# a learner (TensorFlow), with a margin, to refuse plans that cannot fit.
 WORKER_PROCESS_BYTES = 120 * 2**20
 LEARNER_PROCESS_BYTES = 700 * 2**20
-# A replay shard answers ~1,000 add calls/s on a core (``benchmarks/scale.py --only capacity``).
-# The rollout workers writing to one send chunks no more often than keeps it at this many calls
-# a second, so that many workers of a fast-stepping env leave it room to sample
-# (docs/scaling.md): 64 workers on a shard send every 0.32 s instead of every 0.1 s.
+# At most this many add calls a second reach one replay shard: the rollout workers writing to
+# it send chunks no more often, so that many workers of a fast-stepping env leave the shard
+# room to sample (its capacity: docs/scaling.md, ``benchmarks/scale.py --only capacity``).
 SHARD_ADD_CALLS_PER_S = 200
 # What a replay shard or weights cache placed beside a node's workers asks for: Ray ignores a
 # soft node affinity of an actor that asks for no resources at all (it lands on any node), so
