@@ -44,7 +44,8 @@ def _flag_rows(fields, algo_defaults: dict) -> list[str]:
             continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         if default is None and any(f.name in values for values in algo_defaults.values()):
-            default = ", ".join(f"{algo} {values[f.name]}" for algo, values in algo_defaults.items() if f.name in values)
+            default = ", ".join(f"{algo} {values[f.name]}" for algo, values in algo_defaults.items()
+                                if f.name in values)
         elif isinstance(default, list):
             default = " ".join(map(str, default))
         flag = f"--[no-]{f.name}" if f.type.startswith("bool") else f"--{f.name}"

@@ -23,7 +23,8 @@ class _Format1Unpickler(pickle.Unpickler):
 
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="dsac-convert-weights", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="dsac-convert-weights", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a format-1 weights file you trust")
     parser.add_argument("--out", default=None, help="where to write the converted file (default: in place)")
     args = parser.parse_args(argv)

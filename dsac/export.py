@@ -49,7 +49,8 @@ def export_savedmodel(weights_path: str, out_dir: str, trust_code: bool = False)
 
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="dsac-export", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="dsac-export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")
     parser.add_argument("--savedmodel", required=True, help="output directory of the SavedModel")
     parser.add_argument("--trust_code", action="store_true",

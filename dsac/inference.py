@@ -51,7 +51,8 @@ class LoadedPolicy:
             self.action_space = space_from_description(payload["action_space"])
             spec = algorithm(self.algo)
             keys = (*MODEL_KEYS, *spec.model_keys)
-            self.config = Config(algo=self.algo, env=self.env_id, **{k: model[k] for k in keys if k in model}).validate()
+            settings = {k: model[k] for k in keys if k in model}
+            self.config = Config(algo=self.algo, env=self.env_id, **settings).validate()
             if named["policy_class"]:
                 cls = load_subclass(named["policy_class"], Policy, "policy_class")
             else:

@@ -79,7 +79,8 @@ def as_config_value(name: str, value):
 
 def horizon_updates(config) -> int:
     """The run's updates a schedule spans."""
-    return max(1, round((config.run.total_env_steps - (config.algorithm.learning_starts or 0)) * config.algorithm.updates_per_step))
+    learning_steps = config.run.total_env_steps - (config.algorithm.learning_starts or 0)
+    return max(1, round(learning_steps * config.algorithm.updates_per_step))
 
 
 def keras_learning_rate(config):

@@ -64,7 +64,8 @@ class SerialRun:
         replay = (checkpoint or {}).get("replay") or []
         self.storage, warmup = build.replay_storage(
             specs, config.replay.buffer_size, seed=config.run.seed, prioritized=config.replay.prioritized,
-            priority_alpha=config.replay.priority_alpha, frames=frames, learning_starts=config.algorithm.learning_starts,
+            priority_alpha=config.replay.priority_alpha, frames=frames,
+            learning_starts=config.algorithm.learning_starts,
             restore=replay[0] if len(replay) == 1 else None, start_added=int(meta.get("env_steps", 0)))
         self.limiter = RateLimiter(config.algorithm.updates_per_step, warmup, config.flow.max_steps_ahead)
         self.insert_limit = config.run.total_env_steps if insert_limit is None else insert_limit

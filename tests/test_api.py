@@ -107,7 +107,8 @@ def test_custom_keras_model_trains_sac_in_remote_workers(ray_local, tmp_path):
               "model": {"custom_model": "tanh_mlp", "custom_model_config": {"width": 24}}}
     with Trainer(config) as trainer:
         before = trainer.get_policy().get_weights()
-        assert set(before) == {"actor/my_hidden/kernel", "actor/my_hidden/bias", "actor/my_out/kernel", "actor/my_out/bias"}
+        assert set(before) == {"actor/my_hidden/kernel", "actor/my_hidden/bias",
+                               "actor/my_out/kernel", "actor/my_out/bias"}
         assert before["actor/my_hidden/kernel"].shape == (3, 24)
         first, second = trainer.train(), trainer.train()
         after = trainer.get_policy().get_weights()

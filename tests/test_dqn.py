@@ -1,6 +1,7 @@
 """DQN: numpy acting agrees with Keras, the double-Q n-step loss by hand, Ape-X's ε."""
 
 import functools
+import itertools
 
 import gymnasium as gym
 import numpy as np
@@ -143,7 +144,7 @@ def test_apex_epsilon_schedule():
     eps = [apex_epsilon(i, 8, 0.4, 7.0) for i in range(8)]
     assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4**8)
     assert eps[3] == pytest.approx(0.4 ** (1 + 7 * 3 / 7))
-    assert all(a > b for a, b in zip(eps, eps[1:], strict=False))
+    assert all(a > b for a, b in itertools.pairwise(eps))
     assert apex_epsilon(0, 1, 0.4, 7.0) == 0.4
     assert linear_epsilon(0, 1000, 0.02) == 1.0
     assert linear_epsilon(500, 1000, 0.02) == pytest.approx(0.51)

@@ -86,7 +86,7 @@ def test_a_rebuilt_env_drops_its_broken_episode_and_no_transition_crosses_the_cr
 def test_without_restarts_a_crash_is_env_crashed_naming_the_envs_error():
     collector = EnvCollector("CountingCrash-v0", 1, seed=0)
     Counting.steps = 0
-    with pytest.raises(EnvCrashed, match="^RuntimeError: crash at 7$"):
+    with pytest.raises(EnvCrashed, match=r"^RuntimeError: crash at 7$"):
         collector.collect(lambda obs: np.zeros((len(obs), 1), np.float32), 40)
     Counting.steps = 0
     allowed = iter([True, False])
@@ -120,7 +120,7 @@ def test_a_crash_past_the_budget_ends_the_run_with_one_line_and_the_weights_save
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("dsac: run failed: rollout_worker_") or lines[0].startswith("dsac: run failed: evaluator")
+    assert lines[0].startswith(("dsac: run failed: rollout_worker_", "dsac: run failed: evaluator"))
     assert ": RuntimeError: simulator exploded at step 400 (weights so far are saved)" in lines[0], lines[0]
     assert summary["stop_reason"] == "failed" and os.path.exists(summary["weights_path"])
 

@@ -77,7 +77,8 @@ def test_apex_dqn_with_prioritized_replay_learns_cartpole(ray_local, tmp_path):
     assert summary["transitions_per_add"] >= 8, summary
     best = load_weights(str(tmp_path / "run" / "best_weights.pkl"))
     assert best["eval_return_mean"] == max(returns)
-    assert best["weights"]["q/advantage/kernel"].shape == (config.validate().fcnet_hiddens[-1], 2)  # dueling head by default
+    # a dueling head by default
+    assert best["weights"]["q/advantage/kernel"].shape == (config.validate().fcnet_hiddens[-1], 2)
 
 
 def test_two_data_parallel_learners_add_up(ray_local, tmp_path):

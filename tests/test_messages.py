@@ -29,7 +29,7 @@ def test_every_array_of_a_typed_message_travels_out_of_band():
     array_bytes = sum(a.nbytes for a in batches.values()) + typed.indices.nbytes + typed.generations.nbytes
     assert sum(memoryview(b).nbytes for b in buffers) == array_bytes  # every array byte, once
     assert len(data) < 2_000  # in band: names and headers only
-    plain_data, plain_buffers = _out_of_band({"batches": batches, "env_steps": 1234})
+    plain_data, _ = _out_of_band({"batches": batches, "env_steps": 1234})
     assert len(data) - len(plain_data) < 600  # the type's name and two more array headers
     back = pickle.loads(data, buffers=buffers)
     assert isinstance(back, SampledBatches) and back.env_steps == 1234

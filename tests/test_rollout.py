@@ -75,7 +75,7 @@ def test_n_step_returns_across_truncation():
         # Starts 0, 1, 2 of the episode: full 3-step windows; 3 and 4 meet the time limit.
         for t, k in ((0, 3), (1, 3), (2, 3), (3, 2), (4, 1)):
             i = episode + t
-            row = [j for j in range(len(got["reward"])) if np.array_equal(got["obs"][j], ref["obs"][i])][0]
+            row = next(j for j in range(len(got["reward"])) if np.array_equal(got["obs"][j], ref["obs"][i]))
             expected = sum(gamma**m * r[i + m] for m in range(k))
             assert got["reward"][row] == pytest.approx(expected, rel=1e-5)
             assert got["discount"][row] == pytest.approx(gamma**k)

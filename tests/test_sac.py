@@ -144,7 +144,8 @@ def test_actions_scale_to_asymmetric_bounds_in_several_dimensions():
     np.testing.assert_allclose(env_actions, [0.0, -1.0] + (np.tanh(mean) + 1) * [2.0, 2.0], atol=1e-5)
     # The learner maps the stored env actions back to the actor's [-1, 1] space.
     unit = trainer.learner.to_tensors({
-        "obs": obs, "action": env_actions, "reward": np.zeros(16), "next_obs": obs, "terminated": np.zeros(16), "discount": np.full(16, 0.99),
+        "obs": obs, "action": env_actions, "reward": np.zeros(16), "next_obs": obs, "terminated": np.zeros(16),
+        "discount": np.full(16, 0.99),
     })["action"]
     np.testing.assert_allclose(unit, np.tanh(mean), atol=1e-5)
     assert trainer.learner.target_entropy == -2.0

@@ -201,7 +201,8 @@ def planted(path, content: bytes, mode: int, uid: int | None = None) -> None:
 
 
 def refusals(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if "not used" in r.getMessage() or "pulls the parameter" in r.getMessage()]
+    messages = [r.getMessage() for r in caplog.records]
+    return [m for m in messages if "not used" in m or "pulls the parameter" in m]
 
 
 FOREIGN_UID = 65534  # nobody
@@ -248,7 +249,8 @@ def test_a_planted_or_foreign_board_is_skipped_with_one_line_then_replaced_by_it
     elif how == "fifo":
         os.mkfifo(path, 0o600)  # an open for reading would block on it
     else:
-        mode, uid = {"world-writable": (0o666, None), "group-readable": (0o640, None), "foreign": (0o600, FOREIGN_UID)}[how]
+        modes = {"world-writable": (0o666, None), "group-readable": (0o640, None), "foreign": (0o600, FOREIGN_UID)}
+        mode, uid = modes[how]
         planted(path, header, mode, uid)
     with caplog.at_level(logging.WARNING, logger="dsac"):
         assert all(wb.BoardReader.open(name, slot=0) is None for _ in range(3))
@@ -365,7 +367,8 @@ def test_a_reader_whose_board_is_refused_pulls_the_server(ray_local, name):
     while client.version < 1 and time.monotonic() < deadline:
         client.poll()
         time.sleep(0.02)
-    assert client.version == 1 and client.report.updates == 5 and ray.get(ps.weights_lag.remote())["pulls_answered"] >= 1
+    assert client.version == 1 and client.report.updates == 5
+    assert ray.get(ps.weights_lag.remote())["pulls_answered"] >= 1
     ray.get(ps.stop.remote())
     client.close()
     ray.kill(ps)
