@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import importlib
 import importlib.util
 import os
 import pathlib
@@ -126,6 +127,51 @@ def test_pages_exist():
 def test_links_and_anchors_resolve():
     problems = [problem for page in PAGES for problem in link_problems(page)]
     assert not problems, "\n".join(problems)
+
+
+
+# --- docs/architecture.md: the map of the code, and the paths through it -------------------------
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def architecture_section(title: str) -> str:
+    text = ARCHITECTURE.read_text()
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else len(text)]
+
+
+def test_the_code_map_lists_every_module_once_and_only_modules_that_exist():
+    """A newcomer's map: every ``dsac/**/*.py`` has its one line, and no line names a module that is gone."""
+    rows = re.findall(r"^\| `(dsac/[\w/]+\.py)` \| (.+) \|$", architecture_section("Code map"), re.MULTILINE)
+    listed = [path for path, _ in rows]
+    modules = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "dsac").rglob("*.py"))
+    assert sorted(set(listed)) == sorted(listed), "a module is listed twice"
+    assert not sorted(set(modules) - set(listed)), f"not in the code map: {sorted(set(modules) - set(listed))}"
+    assert not sorted(set(listed) - set(modules)), f"in the code map but gone: {sorted(set(listed) - set(modules))}"
+    assert all(job.strip() and "|" not in job for _, job in rows)
+
+
+@pytest.mark.parametrize("title", ["A transition's path", "A weights version's path"])
+def test_the_paths_name_each_function_once_and_each_exists(title):
+    """The numbered steps of a transition's and a weights version's path each name one function,
+    ``dsac.<module>.<qualified name>``, that exists; none is named twice."""
+    steps = re.findall(r"^\d+\. `(dsac(?:\.\w+)+)`", architecture_section(title), re.MULTILINE)
+    assert len(steps) >= 6, steps
+    assert len(set(steps)) == len(steps), f"named twice: {[s for s in steps if steps.count(s) > 1]}"
+    for dotted in steps:
+        parts = dotted.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+                break
+            except ImportError:
+                continue
+        for name in parts[cut:]:
+            obj = getattr(obj, name, None)
+            assert obj is not None, f"{title}: {dotted} does not exist"
+        assert callable(obj), f"{title}: {dotted} is not a function"
 
 
 # --- Commands: which programs of the repository the docs run ---------------------------------
