@@ -6,6 +6,12 @@ sections.
 
 Every field is a ``launch.py`` flag of the same name; a field whose default is ``None`` takes the
 algorithm's default (or, where it says so, one computed when the config is resolved).
+
+Values are coerced here (:func:`coerce_field`) rather than by a flags library such as tyro or
+simple-parsing: the same coercion reads what does not come from the command line — a resumed
+run's ``config.json`` (data from elsewhere), ``Config(...)`` and ``Trainer`` dicts, Tune's search
+spaces, rl-zoo's YAML (``1e6`` as a string) — which a flags library does not cover, so it
+would add a second coercion, not replace this one.
 """
 
 from __future__ import annotations
