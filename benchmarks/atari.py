@@ -178,14 +178,20 @@ def main(argv=None) -> int:
     return harness.print_report(parser, args.out, games_report)
 
 
-def _policy(build_learner: bool, batch_size: int = 32):
-    from dsac.algorithms.dqn.policy import DQNPolicy
+def _policy(learner: bool, batch_size: int = 32):
+    """DQN's learner (``learner``) or acting policy on the benchmark's game, and its config."""
     from dsac.config import Config
     from dsac.envs import make_env
 
     config = Config(algo="dqn", env=ENV, batch_size=batch_size).validate()
     env = make_env(ENV)
-    return DQNPolicy(env.observation_space, env.action_space, config, build_learner=build_learner), config
+    if learner:
+        from dsac.build import make_learner
+
+        return make_learner(config, env.observation_space, env.action_space), config
+    from dsac.algorithms.dqn.policy import DQNPolicy
+
+    return DQNPolicy(env.observation_space, env.action_space, config), config
 
 
 def acting_ms(repeats: int = 20) -> dict:
@@ -226,15 +232,16 @@ def learner_rate(seconds: float, batch_size: int) -> float:
 def sac_image_learner_rate(seconds: float, batch_size: int, env_id: str = "CarRacing-v3") -> float:
     """SAC updates/s from pixels (the critics' shared encoder, the actor on its features) with
     the encoder the frames get by default, on uint8 batches already in this process."""
-    from dsac.algorithms.sac.policy import SACPolicy
     from dsac.config import Config
     from dsac.envs import make_env
     from dsac.tf_setup import configure_tensorflow
 
     configure_tensorflow(0, 2)
+    from dsac.build import make_learner
+
     config = Config(algo="sac", env=env_id, batch_size=batch_size).validate()
     env = make_env(env_id)
-    policy = SACPolicy(env.observation_space, env.action_space, config, build_learner=True)
+    policy = make_learner(config, env.observation_space, env.action_space)
     rng = np.random.default_rng(0)
     shape, n, act = env.observation_space.shape, batch_size, env.action_space.shape
     batches = [{

@@ -1,4 +1,4 @@
-"""What one learner update costs: SAC's compiled update loop (``update_many``, 8 batches of 256 a
+"""What one learner update costs: SAC's compiled update loop (``learn_on_batches``, 8 batches of 256 a
 call) on random batches of a given observation and action size, plain and compiled with XLA
 (``--learner_xla``), each in its own process, A B A B.
 
@@ -31,12 +31,12 @@ def measure(obs_dim: int, act_dim: int, xla: bool, seconds: float, threads: int)
     from dsac.tf_setup import configure_tensorflow
 
     configure_tensorflow(0, threads, threads)
-    from dsac.algorithms.sac.policy import SACPolicy
+    from dsac.build import make_learner
     from dsac.config import Config
 
     config = Config(env="Pendulum-v1", learner_xla=xla).validate()  # the SAC defaults: 2x64, lr 1e-3, batch 256
-    policy = SACPolicy(gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
-                       gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32), config, build_learner=True)
+    policy = make_learner(config, gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
+                          gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32))
     batches = harness.random_sac_batches(8, config.batch_size, obs_dim, act_dim, 1.0)
     started = time.perf_counter()
     policy.learn_on_batches(batches)

@@ -82,7 +82,7 @@ def acting_policy(seed: int, env_id: str = ENV):
     policy = policy_class_for(config.run)(env.observation_space, env.action_space, config, seed=seed)
     rng = np.random.default_rng(seed)
     policy.set_weights({name: (0.05 * rng.normal(size=shape)).astype(np.float32)
-                        for name, shape in policy.numpy_weight_shapes().items()})
+                        for name, shape in policy.weight_shapes().items()})
     return policy
 
 

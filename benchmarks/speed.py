@@ -87,12 +87,12 @@ def raw_env_rate(env_id: str, seconds: float) -> float:
 # --- collection -----------------------------------------------------------------------------
 def _initial_weights(config, env_id):
     """Acting weights of a freshly built policy (what the learner would push first)."""
+    from dsac.build import make_learner
     from dsac.envs import make_env
-    from dsac.registry import policy_class_for
 
     env = make_env(env_id, atari=config.frames)
-    policy = policy_class_for(config.run)(env.observation_space, env.action_space, config, build_learner=True, seed=0)
-    return env.observation_space, env.action_space, policy.get_weights()
+    learner = make_learner(config, env.observation_space, env.action_space)
+    return env.observation_space, env.action_space, learner.get_weights()
 
 
 def _unthrottled_buffer(specs, num_writers: int, frames=None, capacity: int = 200_000):
@@ -161,15 +161,13 @@ def _naive_worker(index, config, replay, ps, seed):
     import ray
     import tensorflow as tf
 
+    from dsac.build import make_learner
     from dsac.distributed.tasks import pulled_weights
     from dsac.messages import Chunk
-    from dsac.registry import policy_class_for
 
     env = gym.make(config.env)
-    policy = policy_class_for(config.run)(env.observation_space, env.action_space, config,
-                                          build_learner=True, seed=seed)
-    policy.set_weights(pulled_weights(ray.get(ps.pull.remote(0)).weights))
-    learner = policy.learner
+    learner = make_learner(config, env.observation_space, env.action_space, seed)
+    learner.set_weights(pulled_weights(ray.get(ps.pull.remote(0)).weights))
     obs, _ = env.reset(seed=seed)
     in_flight = []
     while True:
@@ -209,14 +207,15 @@ def local_learner_rate(seconds: float) -> float:
     threads a learner uses and its blocks of ``batches_per_sample`` updates per call."""
     import gymnasium as gym
 
-    from dsac.algorithms.sac.policy import SACPolicy
     from dsac.config import Config
     from dsac.tf_setup import configure_tensorflow
 
     configure_tensorflow(0, 1)  # the threads a learner uses
+    from dsac.build import make_learner
+
     env = gym.make("Pendulum-v1")
     config = Config().validate()
-    policy = SACPolicy(env.observation_space, env.action_space, config, build_learner=True)
+    policy = make_learner(config, env.observation_space, env.action_space)
     batches = harness.random_sac_batches(config.batches_per_sample, config.batch_size, 3, 1, 2.0)
     return harness.updates_per_second(policy, batches, seconds)
 

@@ -20,9 +20,10 @@ import numpy as np
 from dsac import video
 from dsac.evaluation import evaluation_seed, play_episodes
 from dsac.frames import FrameEncoder, FrameLayout
-from dsac.learning import LearnerLoop
+from dsac.learning import UpdateLoop
 from dsac.messages import Chunk, Evaluation
-from dsac.registry import policy_class_for
+from dsac.policy import Policy
+from dsac.registry import learner_class_for, policy_class_for
 from dsac.replay import PrioritizedReplayStorage, ReplayStorage
 from dsac.rollout import CrashFn, EnvCollector
 
@@ -76,8 +77,9 @@ def collector(config, seed: int, worker_index: int, callbacks=None,
 
 def acting_policy(config, observation_space, action_space, seed: int, worker_index: int | None = None,
                   num_workers: int = 1):
-    """A policy that acts in numpy (no TensorFlow): a rollout worker's (``worker_index``) or the
-    evaluator's (None). It acts once it has weights (``set_weights``).
+    """The acting policy (:class:`dsac.policy.ActingPolicy`; the built-in ones act in numpy, no
+    TensorFlow) of a rollout worker (``worker_index``) or the evaluator (None); a user's
+    ``policy_class`` as is. It acts once it has weights (``set_weights``).
 
     Args:
         config: the run's resolved config.
@@ -92,9 +94,10 @@ def acting_policy(config, observation_space, action_space, seed: int, worker_ind
 
 
 def learner_loop(config, observation_space, action_space, seed: int, callbacks=None,
-                 initial_weights: dict | None = None, initial_state: dict | None = None) -> LearnerLoop:
-    """The learner: the algorithm's networks and optimizers (TensorFlow) in a
-    :class:`dsac.learning.LearnerLoop` that keeps the update count and says when to push.
+                 initial_weights: dict | None = None, initial_state: dict | None = None) -> UpdateLoop:
+    """The learner — the algorithm's :class:`dsac.algorithms.learner.Learner` (networks and
+    optimizers, TensorFlow), or a user's ``policy_class`` built with ``build_learner=True`` — in
+    an :class:`dsac.learning.UpdateLoop` that keeps the update count and says when to push.
 
     Args:
         config: the run's resolved config.
@@ -104,14 +107,33 @@ def learner_loop(config, observation_space, action_space, seed: int, callbacks=N
         initial_weights: weights to start from (``--init_weights``).
         initial_state: a resumed run's full learner state (networks, optimizers, updates).
     """
-    cls = policy_class_for(config.run)
-    policy = cls(observation_space, action_space, config, build_learner=True, seed=seed)
+    learner = make_learner(config, observation_space, action_space, seed)
     if initial_weights is not None:
-        policy.set_weights(initial_weights)
-    loop = LearnerLoop(policy, config.flow.push_every, config.algorithm.max_nonfinite_updates, callbacks)
+        learner.set_weights(initial_weights)
+    loop = UpdateLoop(learner, config.flow.push_every, config.algorithm.max_nonfinite_updates, callbacks)
     if initial_state is not None:
         loop.set_state(initial_state)
     return _built(loop)
+
+
+def make_learner(config, observation_space, action_space, seed: int = 0):
+    """What learns (TensorFlow for dsac's algorithms): the algorithm's
+    :class:`dsac.algorithms.learner.Learner` on the config's sections, or a user's
+    ``policy_class`` built with ``build_learner=True`` (a :class:`dsac.policy.Policy` plays both
+    roles).
+
+    Args:
+        config: the run's resolved config.
+        observation_space, action_space: the env's spaces.
+        seed: the networks' initialization seed.
+    """
+    cls = learner_class_for(config.run, config.output.verbose)
+    if issubclass(cls, Policy):
+        return cls(observation_space, action_space, config, build_learner=True, seed=seed)
+    from dsac.schedules import keras_learning_rate
+
+    return cls(observation_space, action_space, config.algorithm, config.model, keras_learning_rate(config),
+               seed=seed, xla=config.resources.learner_xla)
 
 
 def frame_encoder(config, frames: FrameLayout | None) -> FrameEncoder | None:

@@ -54,7 +54,9 @@ class Callbacks:
         return batch
 
     def on_learn_on_batch(self, *, policy, batch: dict, result: dict) -> None:
-        """The learner trained on ``batch``; ``result`` (its stats) may be added to."""
+        """The learner trained on ``batch``; ``result`` (its stats) may be added to. ``policy``
+        is what learns: the algorithm's :class:`dsac.algorithms.learner.Learner`, or a
+        ``policy_class`` built with ``build_learner=True``."""
 
     def on_train_result(self, *, trainer, result: dict) -> None:
         """The driver produced a result dict (one per ``Trainer.train()`` / progress report)."""

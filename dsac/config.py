@@ -461,7 +461,7 @@ def check_relations(config: Config) -> None:
     if algorithm.learning_starts > buffer_size:
         raise DsacError(f"--learning_starts {algorithm.learning_starts} exceeds --buffer_size {buffer_size}")
     num_learners = config.resources.num_learners
-    if num_learners > 1:
+    if num_learners > 1 and config.run.policy_class is not None:  # dsac's own learners all split their steps
         from dsac.policy import Policy
         from dsac.registry import policy_class_for
 

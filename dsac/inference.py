@@ -19,7 +19,7 @@ from dsac.config import MODEL_KEYS, Config
 from dsac.envs import space_from_description
 from dsac.errors import DsacError
 from dsac.files import code_names, load_weights
-from dsac.policy import Policy
+from dsac.policy import Policy, check_policy_weights
 from dsac.registry import ALGOS, algorithm, load_subclass, refuse_untrusted_code
 
 
@@ -62,7 +62,7 @@ class LoadedPolicy:
             raise DsacError(f"weights file {path}: {exc}") from None
         try:
             self.policy = cls(self.observation_space, self.action_space, self.config, seed=seed)
-            self.policy.check_weights(payload["weights"])
+            check_policy_weights(self.policy, payload["weights"])
             self.policy.set_weights(payload["weights"])
         except (ValueError, KeyError, TypeError) as exc:
             raise DsacError(f"weights file {path} does not fit its own network description: {exc}") from None

@@ -1,4 +1,4 @@
-"""The learner's loop, free of Ray (Acme's ``Learner.step``): one sample call's batches in,
+"""The learner's update loop, free of Ray (Acme's ``Learner.step``): one sample call's batches in,
 what to send out — whether to push weights, the new priorities, the stats — and the one
 update counter. The distributed learner task feeds it batches from the replay shards and
 forwards its outputs; the serial runner feeds it from a local replay storage.
@@ -19,8 +19,8 @@ class NonFiniteUpdates(RuntimeError):
 
 
 @dataclass
-class LearnerStep:
-    """What one :meth:`LearnerLoop.step` produced.
+class UpdateStep:
+    """What one :meth:`UpdateLoop.step` produced.
 
     Attributes:
         push: the block passed a multiple of ``push_every`` updates: push the weights now.
@@ -34,11 +34,13 @@ class LearnerStep:
     stopped: bool = False
 
 
-class LearnerLoop:
-    """Runs a policy's updates on stacked batches and keeps the learner's books.
+class UpdateLoop:
+    """Runs a learner's updates on stacked batches and keeps the learner's books.
 
     Args:
-        learner: what learns: a :class:`dsac.policy.Policy` built with ``build_learner=True``.
+        learner: what learns (:func:`dsac.build.learner_loop`): a
+            :class:`dsac.algorithms.learner.Learner`, or a user's :class:`dsac.policy.Policy`
+            built with ``build_learner=True``.
         push_every: push the weights after the block of updates that passes a multiple of this.
         max_nonfinite_updates: updates in a row with non-finite gradients that stop the run.
         callbacks: a :class:`dsac.callbacks.Callbacks` whose ``on_learn_on_batch`` runs per update.
@@ -58,7 +60,7 @@ class LearnerLoop:
         self._count = 0
 
     def step(self, stacked: dict[str, np.ndarray],
-             learn: Callable[[list[dict]], list[dict] | None] | None = None) -> LearnerStep:
+             learn: Callable[[list[dict]], list[dict] | None] | None = None) -> UpdateStep:
         """Learn from the ``batches_per_sample`` batches stacked in ``stacked`` (as a replay
         sample call returns them), by default in one ``learner.learn_on_batches`` call; ``learn``
         replaces that call (data-parallel learners average gradients first; it returns None
@@ -73,7 +75,7 @@ class LearnerLoop:
         results = (learn or self.learner.learn_on_batches)(batches)
         block_start = self.updates
         if results is None:
-            return LearnerStep(push=False, priorities=None, stopped=True)
+            return UpdateStep(push=False, priorities=None, stopped=True)
         priorities = []
         for batch, result in zip(batches, results, strict=False):
             td_abs = result.pop("td_abs", None)
@@ -98,7 +100,7 @@ class LearnerLoop:
             self.stats = {key: total / self._count for key, total in self._sums.items()}
             self._sums, self._count = {}, 0
         complete = len(priorities) == count and all(p is not None for p in priorities)
-        step = LearnerStep(push=push, priorities=np.stack(priorities) if complete else None,
+        step = UpdateStep(push=push, priorities=np.stack(priorities) if complete else None,
                            stopped=len(results) < count)
         if self.skipped_in_a_row >= self.max_nonfinite_updates:
             raise NonFiniteUpdates(
@@ -116,7 +118,7 @@ class LearnerLoop:
         return LearnerReport(self.updates, env_steps, self.stats, self.skipped, learner_wait_s, final)
 
     def state(self) -> dict[str, np.ndarray]:
-        """The policy's full state for a checkpoint, with this loop's update count."""
+        """The learner's full state for a checkpoint, with this loop's update count."""
         return {**self.learner.get_state(), "updates": np.array(self.updates)}
 
     def set_state(self, state: dict) -> None:

@@ -1,8 +1,11 @@
-"""The interface every algorithm gives the distributed system.
+"""The acting role every algorithm gives the system, and the Policy a user subclasses.
 
-Rollout workers and the evaluator call ``compute_actions`` and ``set_weights``; the learner
-calls ``learn_on_batch`` and ``get_weights``. Nothing here knows about Ray, so a policy can be
-trained, tested and debugged in one process.
+Rollout workers and the evaluator hold an :class:`ActingPolicy`: they call ``compute_actions``
+and take weights with ``set_weights``. The learning role is a separate object (dsac's
+algorithms: a :class:`dsac.algorithms.learner.Learner`) with ``learn_on_batches`` and
+``get_weights``. A user's :class:`Policy` plays both roles: :mod:`dsac.build` makes it the
+acting policy, and again with ``build_learner=True`` the learner. Nothing here knows about
+Ray, so a policy can be trained, tested and debugged in one process.
 """
 
 from __future__ import annotations
@@ -11,23 +14,20 @@ import gymnasium as gym
 import numpy as np
 
 
-class Policy:
-    """Base class of an algorithm's policy.
+class ActingPolicy:
+    """What acts: actions from observations with the weights it was last given.
 
     Args:
         observation_space: the env's observation space.
         action_space: the env's action space.
         config: the run's :class:`dsac.config.Config`.
-        build_learner: build the training side (networks, optimizers) too. Rollout workers
-            and the evaluator leave it off, so they never import TensorFlow.
         seed: seed of the policy's own randomness (exploration noise).
-        worker_index: which rollout worker acts with this policy (None: learner/evaluator).
+        worker_index: which rollout worker acts with this policy (None: the evaluator).
         num_workers: how many rollout workers there are (e.g. for Ape-X's ε per worker).
     """
 
-    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config, *,
-                 build_learner: bool = False, seed: int = 0, worker_index: int | None = None,
-                 num_workers: int = 1):
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config, *, seed: int = 0,
+                 worker_index: int | None = None, num_workers: int = 1):
         self.observation_space = observation_space
         self.action_space = action_space
         self.config = config
@@ -59,6 +59,43 @@ class Policy:
         initial ``priority`` per transition. The default returns the batch unchanged."""
         return batch
 
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The weights acting needs, by name (what travels to rollout workers)."""
+        raise NotImplementedError
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Take weights produced by :meth:`get_weights`."""
+        raise NotImplementedError
+
+    def weight_shapes(self) -> dict[str, tuple[int, ...]] | None:
+        """The name and shape of every array :meth:`set_weights` takes, or None when the policy
+        cannot say (then :func:`check_policy_weights` checks types and values only)."""
+        return None
+
+    @property
+    def has_weights(self) -> bool:
+        """Whether the policy can act (rollout policies wait for their first weights)."""
+        return True
+
+
+class Policy(ActingPolicy):
+    """Base class of a user's policy (``policy_class``), which plays both roles: built as is it
+    acts (:class:`ActingPolicy`); built with ``build_learner=True`` it learns too
+    (``learn_on_batch``, ``get_weights``, ``get_state``).
+
+    Args:
+        observation_space, action_space, config, seed, worker_index, num_workers: as
+            :class:`ActingPolicy`'s.
+        build_learner: build the training side (networks, optimizers) too. Rollout workers
+            and the evaluator leave it off.
+    """
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config, *,
+                 build_learner: bool = False, seed: int = 0, worker_index: int | None = None,
+                 num_workers: int = 1):
+        super().__init__(observation_space, action_space, config, seed=seed, worker_index=worker_index,
+                         num_workers=num_workers)
+
     def learn_on_batch(self, batch: dict[str, np.ndarray]) -> dict:
         """One gradient update on a batch of transitions; returns statistics (floats, and
         optionally ``td_abs``: per-transition |TD error| used as new priorities)."""
@@ -75,23 +112,11 @@ class Policy:
         returns them). The learners average the gradients and each applies the mean."""
         raise NotImplementedError(f"{type(self).__name__} cannot run with --num_learners > 1")
 
-    def apply_gradients(self, gradients: list[np.ndarray]) -> None:
+    def apply_gradients(self, gradients: list[np.ndarray]) -> bool | None:
         """Apply gradients shaped as :meth:`compute_gradients` returns them: the rest of one
-        ``learn_on_batch`` (optimizer step, target networks)."""
+        ``learn_on_batch`` (optimizer step, target networks); returns whether they were applied
+        (dsac's learners skip non-finite ones)."""
         raise NotImplementedError(f"{type(self).__name__} cannot run with --num_learners > 1")
-
-    def get_weights(self) -> dict[str, np.ndarray]:
-        """The weights acting needs, by name (what travels to rollout workers)."""
-        raise NotImplementedError
-
-    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        """Take weights produced by :meth:`get_weights`."""
-        raise NotImplementedError
-
-    def weight_shapes(self) -> dict[str, tuple[int, ...]] | None:
-        """The name and shape of every array :meth:`set_weights` takes, or None when the policy
-        cannot say (then :meth:`check_weights` checks types and values only)."""
-        return None
 
     def check_weights(self, weights) -> None:
         """Raise ValueError naming the first way ``weights`` (e.g. read from a file) do not fit
@@ -108,88 +133,41 @@ class Policy:
         """Take a state produced by :meth:`get_state`."""
         self.set_weights(state)
 
-    @property
-    def has_weights(self) -> bool:
-        """Whether the policy can act (rollout policies wait for their first weights)."""
-        return True
 
+class BuiltinActingPolicy(ActingPolicy):
+    """Base of dsac's own acting policies: acting from weights by name — a numpy forward pass
+    for the built-in networks, a :class:`dsac.models.keras_forward.KerasForward` for custom
+    models (a subclass's ``__init__`` sets ``self.keras_forward``). A subclass implements
+    :meth:`_numpy_weight_shapes` for the numpy path."""
 
-class BuiltinPolicy(Policy):
-    """Base of dsac's own algorithms: acting from weights by name — a numpy forward pass for
-    the built-in networks, a :class:`dsac.models.keras_forward.KerasForward` for custom models —
-    and learning through a TensorFlow learner that exists only with ``build_learner=True``.
-
-    A subclass's ``__init__`` sets ``self.learner`` (an object with ``update(batch)``
-    and ``acting_weights`` / ``state`` as :class:`dsac.weights.TensorFlowVariables`)
-    or, for a custom model, ``self.keras_forward``; and it implements
-    :meth:`numpy_weight_shapes` for the numpy path.
-    """
-
-    learner = None
     keras_forward = None
     _weights: dict | None = None
 
-    def numpy_weight_shapes(self) -> dict[str, tuple[int, ...]]:
+    def _numpy_weight_shapes(self) -> dict[str, tuple[int, ...]]:
         """Name and shape of every weight the numpy forward pass reads (built-in networks)."""
         raise NotImplementedError
 
     def weight_shapes(self):
-        if self.learner is not None:
-            tfv = self.learner.acting_weights
-        elif self.keras_forward is not None:
-            tfv = self.keras_forward.variables
-        else:
-            return self.numpy_weight_shapes()
+        if self.keras_forward is None:
+            return self._numpy_weight_shapes()
+        tfv = self.keras_forward.variables
         return {name: tuple(var.shape) for name, var in zip(tfv.names, tfv.variables, strict=True)}
-
-    def prepare_batch(self, batch: dict) -> dict:
-        """The batch as the learner wants it (e.g. actions shifted to start at 0)."""
-        return batch
 
     @property
     def has_weights(self) -> bool:
-        return self._weights is not None or self.learner is not None
-
-    def _require_learner(self):
-        if self.learner is None:
-            raise RuntimeError(f"this {type(self).__name__} was built without a learner (build_learner=True)")
-        return self.learner
-
-    def learn_on_batch(self, batch):
-        stats = self._require_learner().update(self.prepare_batch(batch))
-        self._weights = None  # fetched lazily from the TF networks by get_weights
-        return stats
-
-    def learn_on_batches(self, batches):
-        stats = self._require_learner().update_many([self.prepare_batch(batch) for batch in batches])
-        self._weights = None
-        return stats
-
-    def compute_gradients(self, batch):
-        return self._require_learner().compute_gradients(self.prepare_batch(batch))
-
-    def apply_gradients(self, gradients):
-        self._require_learner().apply_gradients(gradients)
-        self._weights = None
+        return self._weights is not None
 
     def get_weights(self):
-        if self.learner is not None and self._weights is None:
-            self._weights = self.learner.acting_weights.get_weights()
         if self._weights is None:
             raise RuntimeError(f"{type(self).__name__} has no weights yet: call set_weights first")
         return self._weights
 
     def set_weights(self, weights):
         weights = {k: np.asarray(v, np.float32) for k, v in weights.items()}
-        if self.learner is not None:
-            self.learner.acting_weights.set_weights(weights)
-            # A warm start: the targets of what was given start equal to it, not at their
-            # random initialization (DQN's target network, SAC's image encoder target).
-            self.learner.reset_targets()
-        elif self.keras_forward is not None:
+        if self.keras_forward is not None:
             self.keras_forward.set_weights(weights)
         else:
-            expected = set(self.numpy_weight_shapes())
+            expected = set(self._numpy_weight_shapes())
             if set(weights) != expected:
                 raise ValueError(
                     f"{type(self).__name__} weights do not match: missing {sorted(expected - set(weights))}, "
@@ -197,23 +175,15 @@ class BuiltinPolicy(Policy):
                 )
         self._weights = weights
 
-    def get_state(self):
-        """Networks, targets and optimizer state (learner side); the update count is the
-        :class:`dsac.learning.LearnerLoop`'s."""
-        if self.learner is None:
-            return self.get_weights()
-        return self.learner.state.get_weights()
 
-    def set_state(self, state):
-        if self.learner is None:
-            self.set_weights(state)
-            return
-        state = dict(state)
-        state.pop("updates", None)  # the LearnerLoop's counter, in a checkpoint's state
-        for name in [n for n in state if n.endswith("/learning_rate") and n not in self.learner.state.names]:
-            del state[name]  # older checkpoints kept the optimizers' learning rates: the run's own is used
-        self.learner.state.set_weights(state)
-        self._weights = None
+def check_policy_weights(policy, weights) -> None:
+    """Raise ValueError naming the first way ``weights`` do not fit ``policy``: a user
+    :class:`Policy`'s own ``check_weights``, else :func:`check_weights` against its
+    ``weight_shapes``."""
+    if isinstance(policy, Policy):
+        policy.check_weights(weights)
+    else:
+        check_weights(weights, policy.weight_shapes())
 
 
 def check_weights(weights, expected: dict[str, tuple[int, ...]] | None = None) -> None:

@@ -20,6 +20,7 @@ from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_l
 from dsac.errors import DsacError
 from dsac.files import check_run_dir, check_writable_dir, code_names, load_weights, read_checkpoint
 from dsac.models.vision import conv_output_shape, is_large_image, obs_input
+from dsac.policy import check_policy_weights
 from dsac.recorder import network_keys
 from dsac.registry import algorithm, policy_class_for, refuse_untrusted_code
 from dsac.replay import check_fits_in_memory, replay_specs, storage_bytes
@@ -232,7 +233,7 @@ def fitting_weights(config: Config, path: str, observation_space, action_space) 
             raise DsacError(f"--init_weights {path} has {key} {model[key]!r}, this run {ours!r}: pass --{key} to match")
     policy = policy_class_for(config.run)(observation_space, action_space, config)
     try:
-        policy.check_weights(payload["weights"])
+        check_policy_weights(policy, payload["weights"])
     except ValueError as exc:
         raise DsacError(f"--init_weights {path}: {exc}") from None
     return payload["weights"]
@@ -247,7 +248,7 @@ def check_resume_state(prepared: Prepared, state: dict, run_dir: str) -> None:
     policy = policy_class_for(prepared.config.run)(prepared.observation_space, prepared.action_space, prepared.config)
     shapes = policy.weight_shapes() or {}
     try:
-        policy.check_weights({name: state[name] for name in shapes if name in state} if shapes else {})
+        check_policy_weights(policy, {name: state[name] for name in shapes if name in state} if shapes else {})
     except ValueError as exc:
         raise DsacError(f"--resume {run_dir}: checkpoint/state.npz does not fit the run's network: {exc}") from None
 

@@ -68,13 +68,26 @@ def load_subclass(spec, base: type, kind: str) -> type:
 
 
 def policy_class_for(run) -> type:
-    """The user's ``policy_class`` if the run section ``run`` (:class:`dsac.settings.RunSettings`)
-    names one (a :class:`dsac.policy.Policy` subclass), else its algorithm's policy."""
+    """The acting policy's class: the user's ``policy_class`` if the run section ``run``
+    (:class:`dsac.settings.RunSettings`) names one (a :class:`dsac.policy.Policy` subclass, which
+    plays both roles), else its algorithm's acting policy."""
     if run.policy_class is not None:
         from dsac.policy import Policy
 
         return load_subclass(run.policy_class, Policy, "policy_class")
     return algorithm(run.algo).policy_class
+
+
+def learner_class_for(run, verbose: bool = False) -> type:
+    """The learner's class: the user's ``policy_class`` (built with ``build_learner=True``) if
+    the run section ``run`` names one, else its algorithm's learner, whose module imports
+    TensorFlow (quietly unless ``verbose``)."""
+    if run.policy_class is not None:
+        return policy_class_for(run)
+    from dsac.tf_setup import import_tensorflow
+
+    import_tensorflow(verbose)  # quietly, before the learner's module imports it
+    return load_object(algorithm(run.algo).learner, "learner")
 
 
 def callbacks_for(run):

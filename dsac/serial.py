@@ -2,7 +2,7 @@
 ``num_env_runners=0``): rollout, replay, learner and evaluator in one process, without Ray,
 built from the classes the distributed run uses — :class:`dsac.rollout.EnvCollector`,
 :class:`dsac.replay.ReplayStorage` with its :class:`dsac.replay.RateLimiter`,
-:class:`dsac.learning.LearnerLoop`, :func:`dsac.evaluation.evaluate` and
+:class:`dsac.learning.UpdateLoop`, :func:`dsac.evaluation.evaluate` and
 :class:`dsac.recorder.Recorder` — so that a custom env, model, policy or callback can be
 stepped through in a debugger, and tiny runs start in seconds. Same output directory and files.
 """

@@ -17,7 +17,7 @@ ROOT = pathlib.Path(REPO_ROOT)
 
 # A part, and how it is made: a class constructed or a function/classmethod called.
 PART_CONSTRUCTORS = {
-    "EnvCollector", "LearnerLoop", "UpdateLoop", "ReplayStorage", "PrioritizedReplayStorage", "FrameEncoder",
+    "EnvCollector", "UpdateLoop", "ReplayStorage", "PrioritizedReplayStorage", "FrameEncoder",
     "Evaluation", "play_episodes", "from_batch",
 }
 # Where a part may be made besides the builder: its own module (a classmethod or a helper of

@@ -323,7 +323,7 @@ def test_export_into_an_unwritable_place_is_one_line(tmp_path):
 
     env = gym.make("Pendulum-v1")
     policy = SACPolicy(env.observation_space, env.action_space, Config(fcnet_hiddens=[8]).validate())
-    weights = {name: np.zeros(shape, np.float32) for name, shape in policy.numpy_weight_shapes().items()}
+    weights = {name: np.zeros(shape, np.float32) for name, shape in policy.weight_shapes().items()}
     save_weights(str(tmp_path / "w.pkl"), {
         "algo": "sac", "env": "Pendulum-v1", "observation_space": describe_space(env.observation_space),
         "action_space": describe_space(env.action_space), "model": {"fcnet_hiddens": [8]}, "weights": weights,

@@ -8,32 +8,48 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from dsac import build
 from dsac.algorithms.dqn.learner import dqn_loss
-from dsac.algorithms.dqn.numpy_q import apex_epsilon, linear_epsilon
+from dsac.algorithms.dqn.numpy_q import apex_epsilon, linear_epsilon, q_from_head_outputs
 from dsac.algorithms.dqn.policy import DQNPolicy
 from dsac.config import Config
 
 ENV = gym.make("CartPole-v1")
 
 
-def make(dueling=True, build_learner=False, **kw):
-    config = Config(algo="dqn", env="CartPole-v1", fcnet_hiddens=[16], dueling=dueling, **kw).validate()
-    return DQNPolicy(ENV.observation_space, ENV.action_space, config, build_learner=build_learner, seed=0)
+def config_of(dueling=True, **kw):
+    return Config(algo="dqn", env="CartPole-v1", fcnet_hiddens=[16], dueling=dueling, **kw).validate()
+
+
+def make(dueling=True, **kw):
+    """The acting policy of a small CartPole DQN."""
+    return DQNPolicy(ENV.observation_space, ENV.action_space, config_of(dueling, **kw), seed=0)
+
+
+def make_learner(dueling=True, **kw):
+    """The learner of a small CartPole DQN."""
+    return build.make_learner(config_of(dueling, **kw), ENV.observation_space, ENV.action_space, seed=0)
+
+
+def keras_q_values(learner, obs):
+    """Q(s, ·) of the learner's online network (TensorFlow), as the acting policy computes them."""
+    support = None if learner.support is None else learner.support.numpy()
+    return q_from_head_outputs([learner.q_online(obs).numpy().reshape(len(obs), -1)], support)
 
 
 @pytest.mark.parametrize("dueling", [True, False])
 def test_numpy_q_values_match_keras(dueling):
-    learner = make(dueling, build_learner=True)
+    learner = make_learner(dueling)
     actor = make(dueling)
     actor.set_weights(learner.get_weights())
     obs = np.random.default_rng(1).normal(size=(32, 4)).astype(np.float32)
-    np.testing.assert_allclose(actor.q_values(obs), learner.learner.q_online(obs).numpy(), atol=1e-5)
-    np.testing.assert_array_equal(actor.compute_actions(obs, explore=False), np.argmax(actor.q_values(obs), 1))
+    np.testing.assert_allclose(actor._q_values(obs), learner.q_online(obs).numpy(), atol=1e-5)
+    np.testing.assert_array_equal(actor.compute_actions(obs, explore=False), np.argmax(actor._q_values(obs), 1))
 
 
 def test_double_q_n_step_loss_by_hand():
-    policy = make(dueling=False, build_learner=True)
-    online, target = policy.learner.q_online, policy.learner.q_target
+    policy = make_learner(dueling=False)
+    online, target = policy.q_online, policy.q_target
     target.set_weights([w * 0.5 for w in online.get_weights()])  # make the two nets differ
     rng = np.random.default_rng(2)
     batch = {
@@ -57,7 +73,7 @@ def test_double_q_n_step_loss_by_hand():
 
 
 def test_update_returns_priorities_and_copies_target():
-    policy = make(build_learner=True, target_update_every=2)
+    policy = make_learner(target_update_every=2)
     rng = np.random.default_rng(0)
     batch = {
         "obs": rng.normal(size=(8, 4)).astype(np.float32), "action": rng.integers(0, 2, 8),
@@ -66,10 +82,10 @@ def test_update_returns_priorities_and_copies_target():
     }
     stats = policy.learn_on_batch(batch)
     assert stats["td_abs"].shape == (8,) and np.isfinite(stats["loss"])
-    online, target = policy.learner.q_online.get_weights(), policy.learner.q_target.get_weights()
+    online, target = policy.q_online.get_weights(), policy.q_target.get_weights()
     assert not all(np.allclose(a, b) for a, b in zip(online, target, strict=True))
     policy.learn_on_batch(batch)  # second update: hard copy
-    for a, b in zip(policy.learner.q_online.get_weights(), policy.learner.q_target.get_weights(), strict=True):
+    for a, b in zip(policy.q_online.get_weights(), policy.q_target.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -82,21 +98,21 @@ def test_updates_in_one_compiled_call_equal_the_same_updates_one_by_one():
         "reward": rng.normal(size=8).astype(np.float32), "next_obs": rng.normal(size=(8, 4)).astype(np.float32),
         "terminated": np.zeros(8, np.float32), "discount": np.full(8, 0.99, np.float32),
     } for _ in range(5)]
-    one_by_one, fused = make(build_learner=True, target_update_every=2), make(build_learner=True, target_update_every=2)
+    one_by_one, fused = make_learner(target_update_every=2), make_learner(target_update_every=2)
     expected = [one_by_one.learn_on_batch(batch) for batch in batches]
     got = fused.learn_on_batches(batches)
-    assert len(got) == 5 and int(fused.learner.optimizer.iterations) == 5
+    assert len(got) == 5 and int(fused.optimizer.iterations) == 5
     for want, have in zip(expected, got, strict=True):
         assert set(want) == set(have)
         for key in want:
             np.testing.assert_allclose(have[key], want[key], rtol=1e-4, atol=1e-6)
     for net in ("q_online", "q_target"):
-        for a, b in zip(getattr(one_by_one.learner, net).get_weights(), getattr(fused.learner, net).get_weights(),
+        for a, b in zip(getattr(one_by_one, net).get_weights(), getattr(fused, net).get_weights(),
                         strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
     # 5 updates with a copy every 2: the target holds the online weights of update 4, not 5.
     assert not all(np.allclose(a, b) for a, b in zip(
-        fused.learner.q_online.get_weights(), fused.learner.q_target.get_weights(), strict=True))
+        fused.q_online.get_weights(), fused.q_target.get_weights(), strict=True))
 
 
 def cartpole_batch(rng, reward) -> dict:
@@ -112,12 +128,12 @@ def test_an_update_with_non_finite_gradients_is_skipped():
     """A NaN reward makes the loss and gradients NaN: that step changes no weight and reports
     skipped = 1; the good steps around it apply as usual."""
     batch = functools.partial(cartpole_batch, np.random.default_rng(2))
-    policy = make(build_learner=True)
+    policy = make_learner()
     good, bad = batch(1.0), batch(np.nan)
-    before = policy.learner.state.get_weights()
+    before = policy.state.get_weights()
     results = policy.learn_on_batches([bad])
     assert results[0]["skipped"] == 1.0 and not np.isfinite(results[0]["loss"])
-    after = policy.learner.state.get_weights()
+    after = policy.state.get_weights()
     assert all(np.array_equal(before[k], after[k]) for k in before)  # nothing moved, not even Adam's count
     assert [r["skipped"] for r in policy.learn_on_batches([good, bad, good])] == [0.0, 1.0, 0.0]
     assert policy.learn_on_batch(bad)["skipped"] == 1.0
@@ -125,7 +141,7 @@ def test_an_update_with_non_finite_gradients_is_skipped():
 
 
 def test_initial_priorities_are_td_errors_under_the_workers_weights():
-    learner, worker = make(build_learner=True), make()
+    learner, worker = make_learner(), make()
     worker.set_weights(learner.get_weights())
     rng = np.random.default_rng(4)
     chunk = {
@@ -134,7 +150,7 @@ def test_initial_priorities_are_td_errors_under_the_workers_weights():
         "terminated": np.array([0, 1, 0, 0, 0, 0], np.float32), "discount": np.full(6, 0.97, np.float32),
     }
     out = worker.postprocess_trajectory(chunk)
-    q, q_next = worker.q_values(chunk["obs"]), worker.q_values(chunk["next_obs"])
+    q, q_next = worker._q_values(chunk["obs"]), worker._q_values(chunk["next_obs"])
     y = chunk["reward"] + 0.97 * (1 - chunk["terminated"]) * q_next.max(1)
     np.testing.assert_allclose(out["priority"], np.abs(y - q[np.arange(6), chunk["action"]]), rtol=1e-5)
     assert "priority" not in make().postprocess_trajectory(chunk)  # no weights yet: replay's max
@@ -152,25 +168,25 @@ def test_apex_epsilon_schedule():
     # A policy on worker 2 of 4 explores with Ape-X's epsilon; with one worker it decays.
     config = Config(algo="dqn", env="CartPole-v1", num_workers=4).validate()
     worker = DQNPolicy(ENV.observation_space, ENV.action_space, config, worker_index=2, num_workers=4)
-    assert worker.epsilon == pytest.approx(0.4 ** (1 + 7 * 2 / 3))
+    assert worker._epsilon() == pytest.approx(0.4 ** (1 + 7 * 2 / 3))
     single = DQNPolicy(ENV.observation_space, ENV.action_space, config, worker_index=0, num_workers=1)
-    assert single.epsilon == 1.0
+    assert single._epsilon() == 1.0
     single.set_env_steps(config.start_steps)  # the run's count: the warm-up's random steps included
-    assert 0.02 < single.epsilon < 1.0
+    assert 0.02 < single._epsilon() < 1.0
     single.set_env_steps(config.total_env_steps)
-    assert single.epsilon == pytest.approx(config.final_epsilon)
+    assert single._epsilon() == pytest.approx(config.final_epsilon)
 
 
 @pytest.mark.parametrize("dueling", [True, False])
 def test_c51_numpy_q_values_match_keras_expectation(dueling):
-    learner = make(dueling, build_learner=True, num_atoms=11, v_min=-5.0, v_max=5.0)
+    learner = make_learner(dueling, num_atoms=11, v_min=-5.0, v_max=5.0)
     actor = make(dueling, num_atoms=11, v_min=-5.0, v_max=5.0)
     actor.set_weights(learner.get_weights())
     obs = np.random.default_rng(1).normal(size=(16, 4)).astype(np.float32)
-    logits = learner.learner.q_online(obs).numpy()
+    logits = learner.q_online(obs).numpy()
     assert logits.shape == (16, 2, 11)
     probs = np.exp(logits) / np.exp(logits).sum(axis=2, keepdims=True)
-    np.testing.assert_allclose(actor.q_values(obs), probs @ np.linspace(-5, 5, 11), atol=1e-5)
+    np.testing.assert_allclose(actor._q_values(obs), probs @ np.linspace(-5, 5, 11), atol=1e-5)
 
 
 def test_categorical_projection_by_hand():
@@ -200,7 +216,7 @@ def test_categorical_projection_by_hand():
 
 
 def test_c51_update_lowers_its_loss_on_a_fixed_batch():
-    policy = make(build_learner=True, num_atoms=21, v_min=0.0, v_max=20.0, lr=1e-2)
+    policy = make_learner(num_atoms=21, v_min=0.0, v_max=20.0, lr=1e-2)
     rng = np.random.default_rng(0)
     batch = {
         "obs": rng.normal(size=(32, 4)).astype(np.float32), "action": rng.integers(0, 2, 32),
@@ -213,7 +229,7 @@ def test_c51_update_lowers_its_loss_on_a_fixed_batch():
     assert first["td_abs"].shape == (32,)
     assert last["loss"] < 0.5 * first["loss"]
     # Terminal transitions with reward 1: Q(s, a) moves toward 1.
-    q = policy.q_values(batch["obs"])[np.arange(32), batch["action"]]
+    q = keras_q_values(policy, batch["obs"])[np.arange(32), batch["action"]]
     assert np.abs(q - 1.0).mean() < np.abs(first["q_mean"] - 1.0)
 
 
@@ -228,12 +244,12 @@ def test_custom_model_q_network_acts_like_the_learner():
         return keras.Model(inputs, keras.layers.Dense(output_dim, name="o")(x), name=name)
 
     dsac.register_custom_model("small_q", small)
-    learner = make(build_learner=True, custom_model="small_q", num_atoms=3, v_min=-1.0, v_max=1.0)
+    learner = make_learner(custom_model="small_q", num_atoms=3, v_min=-1.0, v_max=1.0)
     worker = make(custom_model="small_q", num_atoms=3, v_min=-1.0, v_max=1.0)
     worker.set_weights(learner.get_weights())
     obs = np.random.default_rng(5).normal(size=(9, 4)).astype(np.float32)
-    np.testing.assert_allclose(worker.q_values(obs), learner.q_values(obs), atol=1e-5)
-    assert learner.learner.q_online(obs).shape == (9, 2, 3)
+    np.testing.assert_allclose(worker._q_values(obs), keras_q_values(learner, obs), atol=1e-5)
+    assert learner.q_online(obs).shape == (9, 2, 3)
 
 
 def test_the_xla_compiled_update_loop_makes_the_same_updates():
@@ -247,10 +263,10 @@ def test_the_xla_compiled_update_loop_makes_the_same_updates():
     } for _ in range(4)]
     runs = []
     for xla in (False, True):
-        policy = make(build_learner=True, learner_xla=xla, target_update_every=3)
-        start = policy.learner.acting_weights.get_weights()
-        stats = policy.learner.update_many(batches) + policy.learner.update_many(batches)  # compiled once, run twice
-        runs.append((start, policy.learner.acting_weights.get_weights(), stats))
+        policy = make_learner(learner_xla=xla, target_update_every=3)
+        start = policy.acting_weights.get_weights()
+        stats = policy.learn_on_batches(batches) + policy.learn_on_batches(batches)  # compiled once, run twice
+        runs.append((start, policy.acting_weights.get_weights(), stats))
     (start, plain, plain_stats), (xla_start, xla, xla_stats) = runs
     assert all(np.array_equal(start[k], xla_start[k]) for k in start)
     assert any(not np.allclose(start[k], plain[k]) for k in start)  # the updates changed something
@@ -286,13 +302,13 @@ def test_two_learners_each_count_an_update_their_mean_gradient_dropped():
     one learner's NaN drops the update for both, so both count it, though the other's own
     gradients were finite (the run's ``skipped_updates`` is the lead learner's count)."""
     from dsac.distributed.tasks import apply_mean
-    from dsac.learning import LearnerLoop
+    from dsac.learning import UpdateLoop
 
     batch = functools.partial(cartpole_batch, np.random.default_rng(3))
 
-    policies = [make(build_learner=True), make(build_learner=True)]
+    policies = [make_learner(), make_learner()]
     policies[1].set_state(policies[0].get_state())
-    loops = [LearnerLoop(p, push_every=1, max_nonfinite_updates=10) for p in policies]
+    loops = [UpdateLoop(p, push_every=1, max_nonfinite_updates=10) for p in policies]
     for rewards, dropped in (([1.0, np.nan], True), ([1.0, 0.5], False)):
         batches = [batch(r) for r in rewards]
         computed = [p.compute_gradients(b) for p, b in zip(policies, batches, strict=True)]

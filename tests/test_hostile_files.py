@@ -35,7 +35,7 @@ def good_payload(**changes) -> dict:
     env = gym.make("Pendulum-v1")
     config = Config(fcnet_hiddens=NETWORK).validate()
     policy = SACPolicy(env.observation_space, env.action_space, config)
-    weights = {name: np.zeros(shape, np.float32) for name, shape in policy.numpy_weight_shapes().items()}
+    weights = {name: np.zeros(shape, np.float32) for name, shape in policy.weight_shapes().items()}
     return {
         "algo": "sac", "env": "Pendulum-v1", "env_kwargs": {}, "flatten_obs": False,
         "observation_space": describe_space(env.observation_space), "action_space": describe_space(env.action_space),

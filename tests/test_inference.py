@@ -11,8 +11,7 @@ import pytest
 from conftest import REPO_ROOT
 
 from dsac import load_policy
-from dsac.algorithms.dqn.policy import DQNPolicy
-from dsac.algorithms.sac.policy import SACPolicy
+from dsac.build import make_learner
 from dsac.config import Config
 from dsac.envs import describe_space
 from dsac.errors import DsacError
@@ -36,23 +35,22 @@ def payload_for(policy, algo, env_id, **model):
 def test_load_policy_matches_the_tf_networks(algo, env_id, model, tmp_path):
     env = gym.make(env_id)
     config = Config(algo=algo, env=env_id, **model).validate()
-    cls = SACPolicy if algo == "sac" else DQNPolicy
-    trained = cls(env.observation_space, env.action_space, config, build_learner=True, seed=0)
+    trained = make_learner(config, env.observation_space, env.action_space)
     path = str(tmp_path / "weights.pkl")
     save_weights(path, payload_for(trained, algo, env_id, **model))
     policy = load_policy(path)
     obs = np.random.default_rng(0).normal(size=(50, *env.observation_space.shape)).astype(np.float32)
     if algo == "sac":
-        mean = trained.learner.actor(obs).numpy()[:, :1]
+        mean = trained.actor(obs).numpy()[:, :1]
         np.testing.assert_allclose(policy(obs), 2.0 * np.tanh(mean), atol=1e-5)  # Pendulum bounds: ±2
         assert policy(obs[0]).shape == (1,)  # one observation -> one action
         assert not np.allclose(policy(obs, explore=True), policy(obs))
     else:
-        q_tf = trained.learner.q_online(obs).numpy()
+        q_tf = trained.q_online(obs).numpy()
         if q_tf.ndim == 3:  # C51 logits -> expected Q
             probs = np.exp(q_tf) / np.exp(q_tf).sum(-1, keepdims=True)
             q_tf = probs @ np.linspace(0.0, 50.0, 11)
-        np.testing.assert_allclose(policy.policy.q_values(obs), q_tf, atol=1e-5)
+        np.testing.assert_allclose(policy.policy._q_values(obs), q_tf, atol=1e-5)
         np.testing.assert_array_equal(policy(obs), q_tf.argmax(1))
         assert isinstance(policy(obs[0]), np.integer)
 
@@ -82,7 +80,7 @@ def test_malicious_pickle_is_refused_and_nothing_runs(tmp_path):
 
 def test_corrupt_truncated_foreign_and_old_files_give_one_line_errors(tmp_path):
     env = gym.make("Pendulum-v1")
-    policy = SACPolicy(env.observation_space, env.action_space, Config().validate(), build_learner=True)
+    policy = make_learner(Config().validate(), env.observation_space, env.action_space)
     good = tmp_path / "good.pkl"
     save_weights(str(good), payload_for(policy, "sac", "Pendulum-v1", fcnet_hiddens=Config().fcnet_hiddens))
     data = good.read_bytes()
@@ -105,8 +103,7 @@ def test_corrupt_truncated_foreign_and_old_files_give_one_line_errors(tmp_path):
 
 def test_infer_script_runs_episodes(tmp_path):
     env = gym.make("CartPole-v1")
-    policy = DQNPolicy(env.observation_space, env.action_space, Config(algo="dqn", fcnet_hiddens=[8]).validate(),
-                       build_learner=True)
+    policy = make_learner(Config(algo="dqn", fcnet_hiddens=[8]).validate(), env.observation_space, env.action_space)
     path = tmp_path / "w.pkl"
     save_weights(str(path), payload_for(policy, "dqn", "CartPole-v1", fcnet_hiddens=[8]))
     result = subprocess.run([sys.executable, "-m", "dsac.infer", str(path), "--episodes", "3"], cwd=REPO_ROOT,
@@ -126,9 +123,7 @@ def test_savedmodel_export_matches_the_numpy_policy(algo, env_id, model, tmp_pat
     import tensorflow as tf
 
     env = gym.make(env_id)
-    cls = SACPolicy if algo == "sac" else DQNPolicy
-    trained = cls(env.observation_space, env.action_space, Config(algo=algo, env=env_id, **model).validate(),
-                  build_learner=True, seed=0)
+    trained = make_learner(Config(algo=algo, env=env_id, **model).validate(), env.observation_space, env.action_space)
     path = str(tmp_path / "w.pkl")
     save_weights(path, payload_for(trained, algo, env_id, **model))
     out = str(tmp_path / "saved")

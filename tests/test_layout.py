@@ -171,20 +171,38 @@ def test_no_long_module_in_dsac_and_the_ray_tasks_keep_to_their_transport():
 
 
 # The narrow roles (Acme's actor, learner, variable source): each does one job in a few calls.
-NARROW_ROLES = [("dsac/distributed/actors.py", "ParameterServer")]
+NARROW_ROLES = [
+    ("dsac/distributed/actors.py", "ParameterServer"),
+    ("dsac/policy.py", "ActingPolicy"),
+    ("dsac/algorithms/sac/policy.py", "SACPolicy"),
+    ("dsac/algorithms/dqn/policy.py", "DQNPolicy"),
+    ("dsac/algorithms/learner.py", "Learner"),
+    ("dsac/algorithms/sac/learner.py", "SACLearner"),
+    ("dsac/algorithms/dqn/learner.py", "DQNLearner"),
+]
 MAX_PUBLIC_METHODS = 8
 
 
 def public_methods(path: pathlib.Path, name: str) -> list[str]:
     """The public methods and properties ``name`` defines in ``path`` and inherits from classes
-    of the same module."""
-    classes = {n.name: n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef)}
-    found, todo = set(), [name]
+    of the same module or of the dsac modules it imports them from."""
+    found, todo = set(), [(path, name)]
     while todo:
-        node = classes[todo.pop()]
+        path, name = todo.pop()
+        tree = ast.parse(path.read_text())
+        classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+        imported = {alias.asname or alias.name: node.module for node in tree.body
+                    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dsac.")
+                    for alias in node.names}
+        node = classes[name]
         found |= {f.name for f in node.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
                   and not f.name.startswith("_")}
-        todo += [b.id for b in node.bases if isinstance(b, ast.Name) and b.id in classes]
+        for base in (b.id for b in node.bases if isinstance(b, ast.Name)):
+            if base in classes:
+                todo.append((path, base))
+            elif base in imported:
+                module = ROOT / imported[base].replace(".", "/")
+                todo.append((module / "__init__.py" if module.is_dir() else module.with_suffix(".py"), base))
     return sorted(found)
 
 

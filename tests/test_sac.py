@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dsac.algorithms.sac.learner import SACLearner
+from dsac.algorithms.sac.learner import sac_losses
 from dsac.algorithms.sac.policy import SACPolicy
+from dsac.build import make_learner
 from dsac.config import Config
-from dsac.models.vision import ObsInput
-from dsac.schedules import keras_learning_rate
 from dsac.weights import TensorFlowVariables
 
 
@@ -33,8 +32,14 @@ def np_sample(weights, obs, noise):
 @pytest.fixture
 def learner():
     config = Config(fcnet_hiddens=[4], gamma=0.9, tau=0.25, init_alpha=0.5, lr=1e-2).validate()
-    return SACLearner(ObsInput((2,), "float32"), act_dim=1, action_low=[-2.0], action_high=[2.0],
-                      algorithm=config.algorithm, model=config.model, learning_rate=keras_learning_rate(config), seed=3)
+    return make_learner(config, gym.spaces.Box(-np.inf, np.inf, (2,), np.float32),
+                        gym.spaces.Box(-2.0, 2.0, (1,), np.float32), seed=3)
+
+
+def losses(learner, batch, noise_next, noise_pi):
+    """:func:`sac_losses` on ``learner``'s networks (batch actions already in [-1, 1])."""
+    return sac_losses(learner.actor, learner.q1, learner.q2, learner.q1_target, learner.q2_target, learner.log_alpha,
+                      batch, learner.target_entropy, noise_next, noise_pi, learner.encoder, learner.encoder_target)
 
 
 def weights_of(learner):
@@ -76,7 +81,7 @@ def test_losses_match_hand_computation(learner):
     actor_loss = np.mean(alpha * logp - np.minimum(np_mlp(w, "q1", spi), np_mlp(w, "q2", spi))[:, 0])
     alpha_loss = -np.mean(math.log(alpha) * (logp + target_entropy))
 
-    got = learner.losses({k: tf.constant(v) for k, v in BATCH.items()}, NOISE_NEXT, NOISE_PI)
+    got = losses(learner, {k: tf.constant(v) for k, v in BATCH.items()}, NOISE_NEXT, NOISE_PI)
     assert float(got["qf1_loss"]) == pytest.approx(qf1_loss, rel=1e-4, abs=1e-5)
     assert float(got["qf2_loss"]) == pytest.approx(qf2_loss, rel=1e-4, abs=1e-5)
     assert float(got["actor_loss"]) == pytest.approx(actor_loss, rel=1e-4, abs=1e-5)
@@ -87,7 +92,7 @@ def test_losses_match_hand_computation(learner):
 def test_update_applies_polyak_to_the_targets(learner):
     before = weights_of(learner)
     env_batch = {**BATCH, "action": BATCH["action"] * 2.0}  # env bounds are [-2, 2]
-    stats = learner.update(env_batch)
+    stats = learner.learn_on_batch(env_batch)
     after = weights_of(learner)
     assert stats.pop("td_abs").shape == (3,)
     assert all(math.isfinite(v) for v in stats.values())
@@ -101,11 +106,11 @@ def test_update_applies_polyak_to_the_targets(learner):
 
 
 def test_updates_in_one_compiled_call_report_each_update(learner):
-    """update_many runs its batches in order in one graph loop and reports every update with
-    the stats update reports (STATS lists them all)."""
+    """learn_on_batches runs its batches in order in one graph loop and reports every update
+    with the stats learn_on_batch reports (STATS lists them all)."""
     env_batch = {**BATCH, "action": BATCH["action"] * 2.0}
-    single = learner.update(env_batch)
-    fused = learner.update_many([env_batch, env_batch])
+    single = learner.learn_on_batch(env_batch)
+    fused = learner.learn_on_batches([env_batch, env_batch])
     assert int(learner.critic_optimizer.iterations) == 3 and len(fused) == 2  # three steps, in order
     for stats in fused:
         assert set(stats) == set(single) and stats["td_abs"].shape == (3,)
@@ -118,12 +123,12 @@ def test_updates_in_one_compiled_call_report_each_update(learner):
 def test_numpy_actor_matches_keras_actor():
     env = gym.make("Pendulum-v1")
     config = Config(fcnet_hiddens=[32, 32]).validate()
-    trainer = SACPolicy(env.observation_space, env.action_space, config, build_learner=True, seed=0)
+    trainer = make_learner(config, env.observation_space, env.action_space, seed=0)
     actor = SACPolicy(env.observation_space, env.action_space, config, seed=0)
     assert not actor.has_weights
     actor.set_weights(trainer.get_weights())
     obs = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
-    mean = trainer.learner.actor(obs).numpy()[:, :1]
+    mean = trainer.actor(obs).numpy()[:, :1]
     np.testing.assert_allclose(actor.compute_actions(obs, explore=False), 2.0 * np.tanh(mean), atol=1e-5)
     explored = actor.compute_actions(obs, explore=True)
     assert explored.shape == (64, 1) and np.all(np.abs(explored) <= 2.0)
@@ -135,26 +140,26 @@ def test_actions_scale_to_asymmetric_bounds_in_several_dimensions():
     space = gym.spaces.Box(low=np.array([0.0, -1.0], np.float32), high=np.array([4.0, 3.0], np.float32))
     obs_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
     config = Config(fcnet_hiddens=[8]).validate()
-    trainer = SACPolicy(obs_space, space, config, build_learner=True, seed=1)
+    trainer = make_learner(config, obs_space, space, seed=1)
     actor = SACPolicy(obs_space, space, config, seed=1)
     actor.set_weights(trainer.get_weights())
     obs = np.random.default_rng(2).uniform(-1, 1, size=(16, 3)).astype(np.float32)
-    mean = trainer.learner.actor(obs).numpy()[:, :2]  # [mean (2), log_std (2)]
+    mean = trainer.actor(obs).numpy()[:, :2]  # [mean (2), log_std (2)]
     env_actions = actor.compute_actions(obs, explore=False)
     np.testing.assert_allclose(env_actions, [0.0, -1.0] + (np.tanh(mean) + 1) * [2.0, 2.0], atol=1e-5)
     # The learner maps the stored env actions back to the actor's [-1, 1] space.
-    unit = trainer.learner.to_tensors({
+    unit = trainer._to_tensors({
         "obs": obs, "action": env_actions, "reward": np.zeros(16), "next_obs": obs, "terminated": np.zeros(16),
         "discount": np.full(16, 0.99),
     })["action"]
     np.testing.assert_allclose(unit, np.tanh(mean), atol=1e-5)
-    assert trainer.learner.target_entropy == -2.0
+    assert trainer.target_entropy == -2.0
 
 
 def test_gradients_reach_only_what_each_loss_should_train(learner):
     batch = {k: tf.constant(v) for k, v in BATCH.items()}
     with tf.GradientTape(persistent=True) as tape:
-        out = learner.losses(batch, NOISE_NEXT, NOISE_PI)
+        out = losses(learner, batch, NOISE_NEXT, NOISE_PI)
     # The critic target is a constant: no critic-loss gradient reaches the actor or the targets.
     assert all(g is None for g in tape.gradient(out["qf_loss"], learner.actor.trainable_variables))
     assert all(g is None for g in tape.gradient(out["qf_loss"], learner.q1_target.trainable_variables))
@@ -180,8 +185,8 @@ def test_the_xla_compiled_update_loop_learns_like_the_plain_one():
     losses = {}
     for xla in (False, True):
         config = Config(fcnet_hiddens=[16, 16], learner_xla=xla, lr=3e-3).validate()
-        policy = SACPolicy(env.observation_space, env.action_space, config, build_learner=True, seed=0)
-        stats = [s for _ in range(4) for s in policy.learner.update_many([batch] * 8)]
+        learner = make_learner(config, env.observation_space, env.action_space, seed=0)
+        stats = [s for _ in range(4) for s in learner.learn_on_batches([batch] * 8)]
         assert all(math.isfinite(s["qf_loss"]) and math.isfinite(s["actor_loss"]) for s in stats)
         losses[xla] = [s["qf_loss"] for s in stats]
     for curve in losses.values():

@@ -6,11 +6,10 @@ import numpy as np
 import pytest
 
 from dsac import schedules
-from dsac.algorithms.dqn.policy import DQNPolicy
-from dsac.algorithms.sac.policy import SACPolicy
+from dsac.build import make_learner
 from dsac.config import Config
 from dsac.errors import DsacError
-from dsac.learning import LearnerLoop
+from dsac.learning import UpdateLoop
 
 RNG = np.random.default_rng(0)
 
@@ -47,38 +46,37 @@ def batch_for(env, n=8):
             "terminated": np.zeros(n, np.float32), "discount": np.full(n, 0.99, np.float32)}
 
 
-def learning_rates(policy):
-    learner = policy.learner
+def learning_rates(learner):
     optimizers = [learner.optimizer] if hasattr(learner, "optimizer") else [
         learner.actor_optimizer, learner.critic_optimizer, learner.alpha_optimizer]
     return [float(o.learning_rate) for o in optimizers]
 
 
-@pytest.mark.parametrize("algo, env_id, cls", [("sac", "Pendulum-v1", SACPolicy), ("dqn", "CartPole-v1", DQNPolicy)])
-def test_a_learner_follows_its_schedule_and_a_checkpoint_continues_it(algo, env_id, cls):
+@pytest.mark.parametrize("algo, env_id", [("sac", "Pendulum-v1"), ("dqn", "CartPole-v1")])
+def test_a_learner_follows_its_schedule_and_a_checkpoint_continues_it(algo, env_id):
     """linear(1e-3, 1e-4, 0.5) over (120 - 20) * 1 = 100 updates: 1e-3 - 9e-4 * k / 50 after k
     updates, 1e-4 from the 50th on; a run restored from a checkpoint goes on from its update
     count. A constant learning rate is the run's own after a restore, not the checkpoint's."""
     env = gym.make(env_id)
     config = Config(algo=algo, env=env_id, fcnet_hiddens=[8], lr="linear(1e-3, 1e-4, 0.5)", total_env_steps=120,
                     learning_starts=20, updates_per_step=1.0).validate()
-    a = cls(env.observation_space, env.action_space, config, build_learner=True, seed=0)
-    loop = LearnerLoop(a, config.push_every, config.max_nonfinite_updates)
+    a = make_learner(config, env.observation_space, env.action_space, 0)
+    loop = UpdateLoop(a, config.push_every, config.max_nonfinite_updates)
     assert learning_rates(a) == pytest.approx([1e-3] * len(learning_rates(a)))
     for _ in range(10):
         loop.step({key: value[None] for key, value in batch_for(env).items()})
     assert learning_rates(a) == pytest.approx([1e-3 - 9e-4 * 10 / 50] * len(learning_rates(a)), rel=1e-5)
     state = loop.state()
-    b = cls(env.observation_space, env.action_space, config, build_learner=True, seed=1)
-    LearnerLoop(b, config.push_every, config.max_nonfinite_updates).set_state(state)
+    b = make_learner(config, env.observation_space, env.action_space, 1)
+    UpdateLoop(b, config.push_every, config.max_nonfinite_updates).set_state(state)
     assert learning_rates(b) == pytest.approx(learning_rates(a), rel=1e-5)  # carried on, not from 1e-3
     for _ in range(45):
         loop.step({key: value[None] for key, value in batch_for(env).items()})
     assert learning_rates(a) == pytest.approx([1e-4] * len(learning_rates(a)), rel=1e-5)  # its end, kept
 
     constant = Config(algo=algo, env=env_id, fcnet_hiddens=[8], lr=5e-4).validate()
-    c = cls(env.observation_space, env.action_space, constant, build_learner=True, seed=2)
+    c = make_learner(constant, env.observation_space, env.action_space, 2)
     older = {**state, **{f"{name}/learning_rate": np.float32(1e-3) for name in ("optimizer", "actor_optimizer")}}
     # An older checkpoint's saved learning rates are not taken.
-    LearnerLoop(c, constant.push_every, constant.max_nonfinite_updates).set_state(older)
+    UpdateLoop(c, constant.push_every, constant.max_nonfinite_updates).set_state(older)
     assert learning_rates(c) == pytest.approx([5e-4] * len(learning_rates(c)))

@@ -167,34 +167,38 @@ def test_sac_image_encoder_is_trained_by_the_critics_only_and_acts_the_same_in_n
     import gymnasium as gym
     import tensorflow as tf
 
+    from dsac.algorithms.sac.learner import sac_losses
     from dsac.algorithms.sac.policy import SACPolicy
+    from dsac.build import make_learner
+    from dsac.policy import check_weights
 
     config = Config(algo="sac", fcnet_hiddens=[16], conv_filters=[[8, 4, 2], [8, 3, 2]]).validate()
     observations = gym.spaces.Box(0, 255, (3, 32, 32, 3), np.uint8)  # 3 stacked RGB frames
     actions = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    learner = SACPolicy(observations, actions, config, build_learner=True)
+    sac = make_learner(config, observations, actions)
     rng = np.random.default_rng(0)
-    weights = {k: rng.normal(0, 0.1, v.shape).astype(np.float32) for k, v in learner.get_weights().items()}
+    weights = {k: rng.normal(0, 0.1, v.shape).astype(np.float32) for k, v in sac.get_weights().items()}
     assert any(k.startswith("encoder/conv_") for k in weights) and "encoder_target/head/kernel" not in weights
-    learner.set_weights(weights)
+    sac.set_weights(weights)
     actor = SACPolicy(observations, actions, config)
-    actor.check_weights(weights)
+    check_weights(weights, actor.weight_shapes())
     actor.set_weights(weights)
     obs = rng.integers(0, 256, (4, 3, 32, 32, 3)).astype(np.uint8)
-    np.testing.assert_allclose(actor.actor_outputs(obs), learner.actor_outputs(obs), atol=1e-4)
+    np.testing.assert_allclose(actor._actor_outputs(obs), sac.acting(sac.obs.batch(obs)).numpy(), atol=1e-4)
 
-    sac = learner.learner
-    batch = sac.to_tensors({"obs": obs, "action": rng.uniform(-1, 1, (4, 2)), "reward": np.ones(4),
+    batch = sac._to_tensors({"obs": obs, "action": rng.uniform(-1, 1, (4, 2)), "reward": np.ones(4),
                             "next_obs": obs[::-1], "terminated": np.zeros(4), "discount": np.full(4, 0.99)})
     with tf.GradientTape(persistent=True) as tape:
-        stats = sac.losses(batch, tf.random.normal((4, 2)), tf.random.normal((4, 2)))
+        stats = sac_losses(sac.actor, sac.q1, sac.q2, sac.q1_target, sac.q2_target, sac.log_alpha, batch,
+                           sac.target_entropy, tf.random.normal((4, 2)), tf.random.normal((4, 2)), sac.encoder,
+                           sac.encoder_target)
     encoder = sac.encoder.trainable_variables
     assert all(g is None for g in tape.gradient(stats["actor_loss"], encoder))
     assert all(g is not None and np.any(g.numpy()) for g in tape.gradient(stats["qf_loss"], encoder))
     before = [v.numpy().copy() for v in sac.encoder_target.weights]
-    sac.update(learner.prepare_batch({"obs": obs, "action": rng.uniform(-1, 1, (4, 2)).astype(np.float32),
-                                      "reward": np.ones(4, np.float32), "next_obs": obs,
-                                      "terminated": np.zeros(4, np.float32), "discount": np.full(4, 0.99, np.float32)}))
+    sac.learn_on_batch({"obs": obs, "action": rng.uniform(-1, 1, (4, 2)).astype(np.float32),
+                        "reward": np.ones(4, np.float32), "next_obs": obs,
+                        "terminated": np.zeros(4, np.float32), "discount": np.full(4, 0.99, np.float32)})
     assert any(not np.allclose(b, a.numpy()) for b, a in zip(before, sac.encoder_target.weights, strict=True))
 
 
@@ -224,8 +228,8 @@ def test_dqn_priorities_reuse_the_q_values_computed_while_acting():
         return actor.compute_actions(obs, explore=True)
 
     batch = collector.collect(act, 200)
-    own_forward = actor.q_values
-    actor.q_values = lambda obs: (forwarded.append(len(obs)), own_forward(obs))[1]
+    own_forward = actor._q_values
+    actor._q_values = lambda obs: (forwarded.append(len(obs)), own_forward(obs))[1]
     got = actor.postprocess_trajectory(batch)["priority"]
     expected = fresh.postprocess_trajectory(batch)["priority"]
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)

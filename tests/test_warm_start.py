@@ -24,26 +24,24 @@ def _equal(a_vars, b_vars) -> bool:
 
 
 def test_set_weights_brings_the_targets_of_what_it_was_given():
-    from dsac.algorithms.dqn.policy import DQNPolicy
-    from dsac.algorithms.sac.policy import SACPolicy
+    from dsac.build import make_learner
 
     env = gym.make("CartPole-v1")
-    dqn = DQNPolicy(env.observation_space, env.action_space,
-                    Config(algo="dqn", env="CartPole-v1", fcnet_hiddens=[16]).validate(), build_learner=True)
-    learner = dqn.learner
-    given = _random_like(dqn.get_weights(), 1)
-    dqn.set_weights(given)
+    learner = make_learner(Config(algo="dqn", env="CartPole-v1", fcnet_hiddens=[16]).validate(), env.observation_space,
+                           env.action_space)
+    given = _random_like(learner.get_weights(), 1)
+    learner.set_weights(given)
     assert all(np.array_equal(v, given[k]) for k, v in learner.acting_weights.get_weights().items())
     assert _equal(learner.q_online.weights, learner.q_target.weights)  # not the random initial target
 
     config = Config(algo="sac", fcnet_hiddens=[16], conv_filters=[[8, 4, 2], [8, 3, 2]]).validate()
     observations = gym.spaces.Box(0, 255, (2, 32, 32, 3), np.uint8)
-    sac = SACPolicy(observations, gym.spaces.Box(-1.0, 1.0, (2,), np.float32), config, build_learner=True)
-    critic_targets = [v.numpy().copy() for v in sac.learner.q1_target.weights]
+    sac = make_learner(config, observations, gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
+    critic_targets = [v.numpy().copy() for v in sac.q1_target.weights]
     sac.set_weights(_random_like(sac.get_weights(), 2))
-    assert _equal(sac.learner.encoder.weights, sac.learner.encoder_target.weights)
+    assert _equal(sac.encoder.weights, sac.encoder_target.weights)
     # The critics are not acting weights: they and their targets are left as they were.
-    assert all(np.array_equal(a, b.numpy()) for a, b in zip(critic_targets, sac.learner.q1_target.weights,
+    assert all(np.array_equal(a, b.numpy()) for a, b in zip(critic_targets, sac.q1_target.weights,
                                                             strict=True))
 
 
@@ -62,8 +60,8 @@ def test_one_workers_epsilon_carries_on_through_a_resume(tmp_path):
         actor = restored._run.actor
         # The schedule reads the run's count (restored from the checkpoint), not steps since start.
         assert actor.env_steps >= first["env_steps"] + 300
-        assert actor.epsilon == pytest.approx(linear_epsilon(actor.env_steps, 0.5 * 5_000, 0.02))
-        assert actor.epsilon < linear_epsilon(first["env_steps"], 0.5 * 5_000, 0.02)
+        assert actor._epsilon() == pytest.approx(linear_epsilon(actor.env_steps, 0.5 * 5_000, 0.02))
+        assert actor._epsilon() < linear_epsilon(first["env_steps"], 0.5 * 5_000, 0.02)
 
 
 def test_a_restarted_parameter_server_never_hands_out_older_weights(ray_local):

@@ -2,7 +2,7 @@
 (``dsac/algorithms/<name>/__init__.py``) and found by name through :mod:`dsac.registry`.
 
 The Ray wiring, the env checks, inference and export ask the algorithm what they need — its
-policy class, defaults, which spaces it takes, which settings make a weights file fit, how to
+policy class, learner, defaults, which spaces it takes, which settings make a weights file fit, how to
 serve it — and so name no algorithm themselves.
 """
 
@@ -18,7 +18,10 @@ class Algorithm:
 
     Attributes:
         name: its ``--algo`` name.
-        policy_class: its :class:`dsac.policy.Policy` subclass (acting needs no TensorFlow).
+        policy_class: its acting policy, a :class:`dsac.policy.ActingPolicy` (no TensorFlow).
+        learner: ``"module:Name"`` of its learner, a :class:`dsac.algorithms.learner.Learner`
+            built as ``Name(observation_space, action_space, config, seed=...)`` (TensorFlow:
+            imported only where a learner is built).
         defaults: values of the config fields whose default is "algorithm default" (None).
         model_keys: the config keys besides the MLP's (``fcnet_hiddens``, ...) that shape its
             networks: a weights file records them and must match them to be loaded.
@@ -35,6 +38,7 @@ class Algorithm:
 
     name: str
     policy_class: type
+    learner: str
     defaults: dict
     check_spaces: Callable
     serving: str

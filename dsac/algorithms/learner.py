@@ -1,13 +1,13 @@
-"""The base of the algorithms' learners (:class:`dsac.algorithms.sac.learner.SACLearner`,
+"""The learning role of dsac's algorithms (:class:`dsac.algorithms.sac.learner.SACLearner`,
 :class:`dsac.algorithms.dqn.learner.DQNLearner`): a learner holds the networks, their optimizers and
-the compiled update.
+the compiled update, and gives the acting weights and its full state.
 
-A learner defines ``to_tensors(batch)`` (the batch as its graph takes it),
-``_gradients_of(batch) -> (stats, gradients)``, ``_apply_gradients(gradients)`` (optimizer
-steps and target networks, all in the graph) and ``STATS``, the names of the scalar stats
-``_gradients_of`` returns besides ``td_abs``. It gets ``update`` (one step), ``update_many``
-(several steps in one graph loop) and the split ``compute_gradients`` / ``apply_gradients`` of
-data-parallel learners, each compiled once with ``tf.function``.
+This base is the compiled-loop plumbing. A learner defines ``_to_tensors(batch)`` (the batch as
+its graph takes it), ``_gradients_of(batch) -> (stats, gradients)``, ``_apply_gradients(gradients)``
+(optimizer steps and target networks, all in the graph), ``_reset_targets()`` and ``STATS``,
+the names of the scalar stats ``_gradients_of`` returns besides ``td_abs``; and sets
+``acting_weights`` and ``state`` (:class:`dsac.weights.TensorFlowVariables`). One update is
+:meth:`Learner._step`: gradients, then — only if all are finite — the apply step.
 
 A step whose gradients are not all finite is skipped (nothing is applied: one NaN would
 poison every weight) and reported as ``skipped`` = 1.
@@ -24,15 +24,21 @@ ADAM_EPSILON = 1e-8
 
 
 class Learner:
-    """An algorithm's learner: ``update``, ``update_many``, ``compute_gradients`` and
-    ``apply_gradients`` from the subclass's gradient and apply steps. Updates are counted once, by
-    :class:`dsac.learning.LearnerLoop` (the optimizers count their own steps)."""
+    """An algorithm's learner: ``learn_on_batch(es)``, the split ``compute_gradients`` /
+    ``apply_gradients`` of data-parallel learners, and its weights and state. Updates are counted
+    once, by :class:`dsac.learning.UpdateLoop` (the optimizers count their own steps)."""
 
     STATS: tuple[str, ...] = ()
+    _weights: dict | None = None  # the acting weights as of the last update, fetched when asked
 
-    def reset_targets(self) -> None:
+    def _reset_targets(self) -> None:
         """Target networks become copies of the networks they track, for the part of them the
         acting weights set (a warm start). A learner without targets has nothing to do."""
+
+    def _compile_with_xla(self) -> None:
+        """Compile :meth:`_update_many`'s graph loop with XLA (``jit_compile``): fused kernels and
+        fewer op dispatches per update, at a longer first call (and one per new stack size)."""
+        self._update_many = tf.function(jit_compile=True)(type(self)._update_many.python_function.__get__(self))
 
     def _apply_if_finite(self, grads):
         """Apply the gradients only when all are finite; returns whether they were."""
@@ -51,8 +57,8 @@ class Learner:
 
     @tf.function
     def _update_many(self, stack):
-        # A graph loop (tf.while_loop) rather than one call per batch: the call's own overhead
-        # is ~1/3 of a small network's update (2x64 SAC: ~840 vs ~560 updates/s on one core).
+        # A graph loop (tf.while_loop) rather than one call per batch: the call's own overhead is
+        # a large part of a small network's update.
         count = tf.shape(stack["reward"])[0]
         arrays = {name: tf.TensorArray(tf.float32, size=count) for name in (*self.STATS, "skipped", "td_abs")}
         for i in tf.range(count):
@@ -60,29 +66,26 @@ class Learner:
             arrays = {name: array.write(i, stats[name]) for name, array in arrays.items()}
         return {name: array.stack() for name, array in arrays.items()}
 
-    def compile_with_xla(self) -> None:
-        """Compile :meth:`update_many`'s graph loop with XLA (``jit_compile``): fused kernels and
-        fewer op dispatches per update, at a longer first call (and one per new stack size)."""
-        self._update_many = tf.function(jit_compile=True)(type(self)._update_many.python_function.__get__(self))
-
     @tf.function
     def _gradients(self, batch):
         return self._gradients_of(batch)
 
     @tf.function
     def _apply(self, grads):
-        self._apply_if_finite(grads)
+        return self._apply_if_finite(grads)
 
-    def update(self, batch: dict[str, np.ndarray]) -> dict:
+    def learn_on_batch(self, batch: dict[str, np.ndarray]) -> dict:
         """One gradient step; returns float stats and per-transition ``td_abs``."""
-        stats = self._update(self.to_tensors(batch))
+        stats = self._update(self._to_tensors(batch))
+        self._weights = None
         return stats_to_numpy(stats)
 
-    def update_many(self, batches: list[dict[str, np.ndarray]]) -> list[dict]:
+    def learn_on_batches(self, batches: list[dict[str, np.ndarray]]) -> list[dict]:
         """One gradient step per batch, in order, in one compiled call; returns each step's
-        stats as :meth:`update` does."""
-        tensors = [self.to_tensors(batch) for batch in batches]
+        stats as :meth:`learn_on_batch` does."""
+        tensors = [self._to_tensors(batch) for batch in batches]
         stacked = self._update_many({key: np.stack([t[key] for t in tensors]) for key in tensors[0]})
+        self._weights = None
         arrays = {name: value.numpy() for name, value in stacked.items()}
         return [
             {**{name: float(arrays[name][i]) for name in (*self.STATS, "skipped")}, "td_abs": arrays["td_abs"][i]}
@@ -90,16 +93,48 @@ class Learner:
         ]
 
     def compute_gradients(self, batch: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict]:
-        """:meth:`update`'s gradients without applying them (data-parallel learners average
-        them first); returns ``(gradients, stats)``."""
-        stats, grads = self._gradients(self.to_tensors(batch))
+        """:meth:`learn_on_batch`'s gradients without applying them (data-parallel learners
+        average them first); returns ``(gradients, stats)``."""
+        stats, grads = self._gradients(self._to_tensors(batch))
         grads = [g.numpy() for g in grads]
-        # The mean of all learners' gradients is applied only if finite (see _apply).
+        # The mean of all learners' gradients is applied only if finite (see apply_gradients).
         return grads, {**stats_to_numpy(stats), "skipped": float(not all(np.isfinite(g).all() for g in grads))}
 
-    def apply_gradients(self, grads: list[np.ndarray]) -> None:
-        """:meth:`update`'s step with the given gradients (none if any is not finite)."""
-        self._apply([tf.convert_to_tensor(g) for g in grads])
+    def apply_gradients(self, gradients: list[np.ndarray]) -> bool:
+        """:meth:`learn_on_batch`'s step with the given gradients; returns whether they were
+        applied (not when any is non-finite)."""
+        applied = bool(self._apply([tf.convert_to_tensor(g) for g in gradients]))
+        self._weights = None
+        return applied
+
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """The weights acting needs, by name, as of the last update (what a push sends)."""
+        if self._weights is None:
+            self._weights = self.acting_weights.get_weights()
+        return self._weights
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Start from acting weights (a warm start): the targets of what was given start equal
+        to it, not at their random initialization (DQN's target network, SAC's image encoder
+        target)."""
+        weights = {k: np.asarray(v, np.float32) for k, v in weights.items()}
+        self.acting_weights.set_weights(weights)
+        self._reset_targets()
+        self._weights = weights
+
+    def get_state(self) -> dict[str, np.ndarray]:
+        """Networks, targets and optimizer state, by name, for checkpoints; the update count is
+        the :class:`dsac.learning.UpdateLoop`'s."""
+        return self.state.get_weights()
+
+    def set_state(self, state: dict[str, np.ndarray]) -> None:
+        """Continue from :meth:`get_state`'s arrays (a checkpoint's state)."""
+        state = dict(state)
+        state.pop("updates", None)  # the UpdateLoop's counter, in a checkpoint's state
+        for name in [n for n in state if n.endswith("/learning_rate") and n not in self.state.names]:
+            del state[name]  # older checkpoints kept the optimizers' learning rates: the run's own is used
+        self.state.set_weights(state)
+        self._weights = None
 
 
 def stats_to_numpy(stats: dict) -> dict:

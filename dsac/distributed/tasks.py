@@ -23,7 +23,7 @@ from dsac.distributed.topology import describe_process
 from dsac.distributed.weights_board import STALE_S, BoardReader
 from dsac.envs import one_line
 from dsac.frames import frame_layout
-from dsac.learning import LearnerLoop, NonFiniteUpdates
+from dsac.learning import NonFiniteUpdates, UpdateLoop
 from dsac.messages import LearnerOrders, LearnerReport, Placement, PullReply
 from dsac.registry import callbacks_for
 
@@ -373,7 +373,7 @@ class GradientSync:
         self.group = 0
         self.regroup = False  # the last update found the group gone: join() before the next
 
-    def join(self, loop: LearnerLoop) -> bool:
+    def join(self, loop: UpdateLoop) -> bool:
         """Join the learner group and continue from its state (this one's own, when it has the
         most updates); False when the run stopped first. Waits out a restart of the averager."""
         deadline = time.monotonic() + REJOIN_TIMEOUT_S
@@ -395,7 +395,7 @@ class GradientSync:
                 time.sleep(IDLE_SLEEP_S * 10)
 
     def learner(self, policy, first_step: int, own_env_steps: int):
-        """A ``learn`` function for :meth:`LearnerLoop.step`: every update is the mean of all
+        """A ``learn`` function for :meth:`UpdateLoop.step`: every update is the mean of all
         learners' gradients (the results so far when the run stopped meanwhile, or the group
         has to re-form: :attr:`regroup`)."""
         def learn(batches: list[dict]) -> list[dict]:
@@ -448,7 +448,7 @@ def weights_digest(weights: dict[str, np.ndarray]) -> str:
 
 
 class LearnerWiring:
-    """The learner's Ray side, around a Ray-free :class:`dsac.learning.LearnerLoop`: feeds it
+    """The learner's Ray side, around a Ray-free :class:`dsac.learning.UpdateLoop`: feeds it
     the replay shards' batches and forwards what it decides — weights pushed after a block
     that passed a multiple of ``push_every`` updates (not waited for: the next push collects
     the reply and its orders), the full state when asked for, new priorities back to the
@@ -458,7 +458,7 @@ class LearnerWiring:
     replicas are identical); each reports its update count.
     """
 
-    def __init__(self, loop: LearnerLoop, ps, shards: list, sampler: ShardedSampler, index: int,
+    def __init__(self, loop: UpdateLoop, ps, shards: list, sampler: ShardedSampler, index: int,
                  sync: GradientSync | None):
         self.loop, self.ps, self.shards, self.sampler, self.index, self.sync = loop, ps, shards, sampler, index, sync
         self.primary = index == 0
@@ -533,7 +533,7 @@ def learner_role(index: int, num_learners: int) -> str:
 def learner(config, observation_space, action_space, shards: list, ps, seed: int, num_gpus: float,
             num_cpus: float, initial_weights: dict | None = None, initial_state: dict | None = None,
             index: int = 0, averager=None) -> dict:
-    """Trains the policy on batches from its replay shards through a :class:`LearnerLoop`
+    """Trains the policy on batches from its replay shards through a :class:`UpdateLoop`
     (each sample call's batches in one ``learn_on_batches``) and forwards its outputs
     (:class:`LearnerWiring`). ``initial_weights`` (e.g. ``--init_weights``) replace the fresh
     policy's weights before the first push; ``initial_state`` (a resumed run's checkpoint)

@@ -34,6 +34,7 @@ def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Sp
 ALGORITHM = Algorithm(
     name="dqn",
     policy_class=DQNPolicy,
+    learner="dsac.algorithms.dqn.learner:DQNLearner",
     # Ape-X's choices: n-step 3, prioritized replay (dueling and double Q are on by default).
     # One update per env step (with dsac's 2x64 networks) and rl-zoo's CartPole lr 2.3e-3: the
     # fastest to a good policy, in wall-clock time, on CartPole-v1 and Acrobot-v1 of the

@@ -23,7 +23,7 @@ import tensorflow as tf
 from dsac.algorithms.dqn.networks import build_q_network
 from dsac.algorithms.dqn.numpy_q import c51_support
 from dsac.algorithms.learner import ADAM_EPSILON, Learner
-from dsac.models.vision import ObsInput
+from dsac.models.vision import obs_input
 from dsac.weights import TensorFlowVariables, named_variables, optimizer_state
 
 
@@ -84,25 +84,31 @@ def c51_loss(q_online, q_target, batch, double_q: bool, support):
 
 
 class DQNLearner(Learner):
-    """Q-network, target network, optimizer and the compiled update.
+    """DQN's learning role: Q-network, target network, optimizer and the compiled update
+    (:class:`Learner`).
 
     Args:
-        obs: the observations the network reads (:class:`dsac.models.vision.ObsInput`).
-        num_actions: size of the Discrete action space.
-        algorithm: the algorithm section (:class:`dsac.settings.AlgorithmSettings`: dueling,
-            double_q, grad_clip, target_update_every, the C51 atoms).
+        observation_space: the env's (flat or image Box).
+        action_space: the env's Discrete space (replay stores its actions, from ``start``).
+        algorithm: the algorithm section (:class:`dsac.algorithms.dqn.config.DQNSettings`:
+            dueling, double_q, grad_clip, target_update_every, the C51 atoms).
         model: the model section (:class:`dsac.settings.ModelSettings`).
         learning_rate: the optimizer's, a number or a Keras schedule
             (:func:`dsac.schedules.keras_learning_rate`).
         seed: seeds network initialization.
+        xla: compile the update loop with XLA (``--learner_xla``).
     """
 
-    def __init__(self, obs: ObsInput, num_actions: int, algorithm, model, learning_rate, seed: int = 0):
+    def __init__(self, observation_space, action_space, algorithm, model, learning_rate, *, seed: int = 0,
+                 xla: bool = False):
         keras.utils.set_random_seed(seed)
+        self.observation_space, self.action_space = observation_space, action_space
         self.num_atoms = int(algorithm.num_atoms)
         support = c51_support(algorithm)
         self.support = None if support is None else tf.constant(support)
-        self.obs = obs
+        self.obs = obs = obs_input(observation_space)
+        self.action_start = int(action_space.start)
+        num_actions = int(action_space.n)
         heads = {"dueling": algorithm.dueling, "num_atoms": self.num_atoms}
         self.q_online = build_q_network(obs, num_actions, model, "q", **heads)
         self.q_target = build_q_network(obs, num_actions, model, "q_target", **heads)
@@ -118,6 +124,8 @@ class DQNLearner(Learner):
             **named_variables(self.q_target, "q_target"),
             **optimizer_state(self.optimizer, "optimizer"),
         })
+        if xla:
+            self._compile_with_xla()
 
     STATS = ("loss", "q_mean", "grad_norm")
 
@@ -141,7 +149,7 @@ class DQNLearner(Learner):
             lambda: None,
         )
 
-    def reset_targets(self) -> None:
+    def _reset_targets(self) -> None:
         """Q_target ← Q_online (the acting weights are the online network)."""
         self._copy_target()
 
@@ -150,13 +158,13 @@ class DQNLearner(Learner):
             target.assign(online)
         return None
 
-    def to_tensors(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """The batch as the compiled update takes it (image frames stay uint8: the network
-        scales them)."""
+    def _to_tensors(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The batch as the compiled update takes it: actions counted from 0 (replay stores
+        them from the space's ``start``); image frames stay uint8 (the network scales them)."""
         n = len(batch["reward"])
         return {
             "obs": self.obs.batch(batch["obs"]),
-            "action": np.asarray(batch["action"], np.int32).reshape(n),
+            "action": (np.asarray(batch["action"], np.int64) - self.action_start).astype(np.int32).reshape(n),
             "reward": np.asarray(batch["reward"], np.float32),
             "next_obs": self.obs.batch(batch["next_obs"]),
             "terminated": np.asarray(batch["terminated"], np.float32),

@@ -1,4 +1,4 @@
-"""DQN behind the :class:`dsac.policy.Policy` interface.
+"""DQN's acting role (its learning role is :class:`dsac.algorithms.dqn.learner.DQNLearner`).
 
 Acting runs the numpy Q-network, ε-greedy with Ape-X's per-worker ε (one worker: a linear
 decay); the evaluator acts greedily. ``postprocess_trajectory`` gives each transition its
@@ -6,8 +6,8 @@ initial priority — its |TD error| under the worker's own weights — so new da
 guessed at the maximum priority (Ape-X). With image observations the Q-values computed while
 acting are remembered by the observation's content and reused for the priorities, which then
 cost a forward pass only for observations not acted on yet (a chunk's last next
-observations): the conv encoder's forward pass is a worker's largest cost. TensorFlow is
-imported only with ``build_learner=True``.
+observations): the conv encoder's forward pass is a worker's largest cost. No TensorFlow
+(but for a custom model's Keras forward pass).
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from dsac.algorithms.dqn.numpy_q import (
 )
 from dsac.models.numpy_ops import dense_shapes, encoder_shapes, image_features
 from dsac.models.vision import obs_input
-from dsac.policy import BuiltinPolicy
-from dsac.tf_setup import import_tensorflow
+from dsac.policy import BuiltinActingPolicy
 
 # Q-value rows remembered from acting before they are dropped unused (a chunk holds far fewer).
 MAX_REMEMBERED_Q = 65_536
@@ -39,75 +38,66 @@ def content_key(observation: np.ndarray) -> bytes:
     return hashlib.blake2b(np.ascontiguousarray(observation).data, digest_size=16).digest()
 
 
-class DQNPolicy(BuiltinPolicy):
-    """Double/dueling n-step DQN for flat Box observations and Discrete actions."""
+class DQNPolicy(BuiltinActingPolicy):
+    """Double/dueling n-step DQN's ε-greedy actor for flat or image Box observations and
+    Discrete actions."""
 
-    def __init__(self, observation_space, action_space, config, *, build_learner=False, seed=0,
-                 worker_index=None, num_workers=1):
-        super().__init__(observation_space, action_space, config, build_learner=build_learner, seed=seed,
-                         worker_index=worker_index, num_workers=num_workers)
+    def __init__(self, observation_space, action_space, config, *, seed=0, worker_index=None, num_workers=1):
+        super().__init__(observation_space, action_space, config, seed=seed, worker_index=worker_index,
+                         num_workers=num_workers)
+        self.algorithm, self.model = config.algorithm, config.model
+        algorithm = self.algorithm
         self.obs = obs_input(observation_space)
         self.num_actions = int(action_space.n)
         self.action_start = int(action_space.start)
-        self.torso, self.heads = q_layer_names(len(config.fcnet_hiddens), config.dueling)
-        self.support = c51_support(config.algorithm)
+        self.torso, self.heads = q_layer_names(len(self.model.fcnet_hiddens), algorithm.dueling)
+        self.support = c51_support(algorithm)
+        # ε of one worker decays over the run's env steps (total_env_steps · exploration_fraction).
+        self.decay_steps = algorithm.exploration_fraction * config.run.total_env_steps
         # The run's env-step count as the runner last gave it (set_env_steps), plus the
         # exploring actions taken since: one worker's ε decays along it.
         self.env_steps = 0
         # Image observations: Q(s, ·) of the observations acted on since the last chunk, by
         # content (see postprocess_trajectory).
         self.acted_q: dict[bytes, np.ndarray] = {}
-        if build_learner:
-            import_tensorflow(getattr(config, "verbose", False))  # quietly, before the learner's module imports it
-            from dsac.algorithms.dqn.learner import DQNLearner  # TensorFlow only here
-            from dsac.schedules import keras_learning_rate
-
-            self.learner = DQNLearner(self.obs, self.num_actions, config.algorithm, config.model,
-                                      keras_learning_rate(config), seed=seed)
-            if config.learner_xla:
-                self.learner.compile_with_xla()
-            self._weights = self.learner.acting_weights.get_weights()
-        elif config.custom_model:
+        if self.model.custom_model:
             from dsac.algorithms.dqn.networks import build_q_network
             from dsac.models.keras_forward import KerasForward
 
-            build = functools.partial(build_q_network, dueling=config.dueling, num_atoms=config.num_atoms)
-            self.keras_forward = KerasForward(self.obs, self.num_actions, config.model, "q", build=build,
-                                              verbose=config.verbose)
+            build = functools.partial(build_q_network, dueling=algorithm.dueling, num_atoms=algorithm.num_atoms)
+            self.keras_forward = KerasForward(self.obs, self.num_actions, self.model, "q", build=build,
+                                              verbose=config.output.verbose)
 
-    @property
-    def epsilon(self) -> float:
+    def _epsilon(self) -> float:
         """This worker's exploration rate now."""
-        c = self.config
+        a = self.algorithm
         if self.num_workers > 1:
-            return apex_epsilon(self.worker_index or 0, self.num_workers, c.epsilon, c.epsilon_alpha)
-        return linear_epsilon(self.env_steps, c.exploration_fraction * c.total_env_steps, c.final_epsilon)
+            return apex_epsilon(self.worker_index or 0, self.num_workers, a.epsilon, a.epsilon_alpha)
+        return linear_epsilon(self.env_steps, self.decay_steps, a.final_epsilon)
 
     def set_env_steps(self, env_steps: int) -> None:
         self.env_steps = int(env_steps)
 
-    def q_values(self, obs_batch) -> np.ndarray:
-        """Q(s, ·) for a batch of observations (numpy forward pass)."""
+    def _q_values(self, obs_batch) -> np.ndarray:
+        """Q(s, ·) for a batch of observations (numpy forward pass, or a custom model's Keras one)."""
         x = self.obs.batch(obs_batch)
         weights = self.get_weights()
-        if self.learner is not None:
-            return q_from_head_outputs([self.learner.q_online(x).numpy().reshape(len(x), -1)], self.support)
         if self.keras_forward is not None:
             return q_from_head_outputs([self.keras_forward(x).reshape(len(x), -1)], self.support)
         if self.obs.is_image:
-            x = image_features(weights, "q/", x, self.obs.shape, self.config.conv_filters, self.config.conv_activation)
-        return q_values(weights, self.torso, self.heads, x, self.support, self.config.fcnet_activation)
+            x = image_features(weights, "q/", x, self.obs.shape, self.model.conv_filters, self.model.conv_activation)
+        return q_values(weights, self.torso, self.heads, x, self.support, self.model.fcnet_activation)
 
     def compute_actions(self, obs_batch, explore=True):
         """Greedy actions; with ``explore``, each is replaced by a uniform one with prob. ε."""
-        q = self.q_values(obs_batch)
+        q = self._q_values(obs_batch)
         if explore and self.obs.is_image:
             if len(self.acted_q) > MAX_REMEMBERED_Q:  # acting without chunks (compute_single_action)
                 self.acted_q.clear()
             self.acted_q.update(zip(map(content_key, obs_batch), q, strict=True))
         greedy = np.argmax(q, axis=1)
         if explore:
-            explore_mask = self.rng.random(len(greedy)) < self.epsilon
+            explore_mask = self.rng.random(len(greedy)) < self._epsilon()
             greedy = np.where(explore_mask, self.rng.integers(0, self.num_actions, len(greedy)), greedy)
             self.env_steps += len(greedy)
         return greedy + self.action_start
@@ -119,19 +109,19 @@ class DQNPolicy(BuiltinPolicy):
             self.acted_q.clear()
             return batch
         n = len(batch["reward"])
-        q = self.remembered_q_values(np.concatenate([batch["obs"], batch["next_obs"]]))
+        q = self._remembered_q_values(np.concatenate([batch["obs"], batch["next_obs"]]))
         self.acted_q.clear()
         q_sa = q[np.arange(n), np.asarray(batch["action"], np.int64) - self.action_start]
         q_next = q[n:].max(axis=1)
         y = batch["reward"] + batch["discount"] * (1.0 - batch["terminated"]) * q_next
         return {**batch, "priority": np.abs(y - q_sa).astype(np.float32)}
 
-    def remembered_q_values(self, observations) -> np.ndarray:
+    def _remembered_q_values(self, observations) -> np.ndarray:
         """Q(s, ·) for each observation: for images, the values computed while acting where
         there are some (possibly under the weights of a few pulls ago, as Ape-X's actors'
         priorities are), one forward pass over the distinct others; for vectors, a forward pass."""
         if not self.obs.is_image:
-            return self.q_values(observations)
+            return self._q_values(observations)
         keys = [content_key(o) for o in observations]
         missing: dict[bytes, int] = {}
         for i, key in enumerate(keys):
@@ -139,18 +129,15 @@ class DQNPolicy(BuiltinPolicy):
                 missing[key] = i
         known = self.acted_q
         if missing:
-            known = {**known, **dict(zip(missing, self.q_values(observations[list(missing.values())]), strict=True))}
+            known = {**known, **dict(zip(missing, self._q_values(observations[list(missing.values())]), strict=True))}
         return np.stack([known[key] for key in keys])
 
-    def prepare_batch(self, batch):
-        return {**batch, "action": np.asarray(batch["action"], np.int64) - self.action_start}
-
-    def numpy_weight_shapes(self):
-        atoms = int(self.config.num_atoms)
-        shapes, features = encoder_shapes(self.obs, self.config.model, "q/")
-        widths = [features, *self.config.fcnet_hiddens]
+    def _numpy_weight_shapes(self):
+        atoms = int(self.algorithm.num_atoms)
+        shapes, features = encoder_shapes(self.obs, self.model, "q/")
+        widths = [features, *self.model.fcnet_hiddens]
         shapes.update(dense_shapes(self.torso, widths))
-        head_outputs = [atoms, self.num_actions * atoms] if self.config.dueling else [self.num_actions * atoms]
+        head_outputs = [atoms, self.num_actions * atoms] if self.algorithm.dueling else [self.num_actions * atoms]
         for head, outputs in zip(self.heads, head_outputs, strict=True):
             shapes.update(dense_shapes([head], [widths[-1], outputs]))
         return shapes

@@ -27,6 +27,7 @@ def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Sp
 ALGORITHM = Algorithm(
     name="sac",
     policy_class=SACPolicy,
+    learner="dsac.algorithms.sac.learner:SACLearner",
     # Stable-Baselines3 / rl-zoo's settings (lr 1e-3 is rl-zoo's tuned Pendulum value); the
     # networks are dsac's 2x64 (config.py), not SB3's 2x256 (docs/benchmarks.md: the defaults sweep).
     defaults={

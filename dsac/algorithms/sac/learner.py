@@ -8,6 +8,11 @@ Actions inside the learner live in [-1, 1]; replay stores them in the env's boun
 Image observations go through a conv encoder φ(s) that only the critics' loss trains; the
 actor reads φ(s) without sending gradients back, and the target critics read a polyak copy
 of it (SAC-AE, Yarats et al. 2019; DrQ, Kostrikov et al. 2020).
+
+One update, from :meth:`dsac.learning.UpdateLoop.step`: ``SACLearner.learn_on_batches`` runs
+the base's compiled loop (:mod:`dsac.algorithms.learner`), whose ``_step`` calls
+:meth:`SACLearner._gradients_of` (noise, :func:`sac_losses`, gradients) and, when every gradient
+is finite, :meth:`SACLearner._apply_gradients` (optimizer steps, Polyak averaging) — both below.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import tensorflow as tf
 from dsac.algorithms.learner import ADAM_EPSILON, Learner
 from dsac.algorithms.sac.networks import FEATURE_DIM, build_acting_network, build_critic, build_encoder
 from dsac.algorithms.sac.numpy_actor import LOG_STD_MAX, LOG_STD_MIN, to_unit_action
-from dsac.models.vision import ObsInput
+from dsac.models.vision import obs_input
 from dsac.weights import TensorFlowVariables, named_variables, optimizer_state
 
 LOG_2 = math.log(2.0)
@@ -92,24 +97,28 @@ def sac_losses(actor, q1, q2, q1_target, q2_target, log_alpha, batch, target_ent
 
 
 class SACLearner(Learner):
-    """Networks, optimizers and the compiled update of SAC.
+    """SAC's learning role: networks, optimizers and the compiled update (:class:`Learner`).
 
     Args:
-        obs: the observations (:class:`dsac.models.vision.ObsInput`; images get an encoder).
-        act_dim: flat size of actions.
-        action_low, action_high: the env's action bounds (replay stores env-space actions).
-        algorithm: the algorithm section (:class:`dsac.settings.AlgorithmSettings`: gamma, tau,
-            init_alpha, target_entropy).
+        observation_space: the env's (flat or image Box; images get an encoder).
+        action_space: the env's bounded Box (replay stores env-space actions).
+        algorithm: the algorithm section (:class:`dsac.algorithms.sac.config.SACSettings`: gamma,
+            tau, init_alpha, target_entropy).
         model: the model section (:class:`dsac.settings.ModelSettings`).
         learning_rate: every optimizer's, a number or a Keras schedule
             (:func:`dsac.schedules.keras_learning_rate`).
         seed: seeds network initialization and the update's noise.
+        xla: compile the update loop with XLA (``--learner_xla``).
     """
 
-    def __init__(self, obs: ObsInput, act_dim: int, action_low, action_high, algorithm, model, learning_rate,
-                 seed: int = 0):
+    STATS = ("qf1_loss", "qf2_loss", "qf_loss", "actor_loss", "alpha_loss", "alpha", "entropy", "q_mean")
+
+    def __init__(self, observation_space, action_space, algorithm, model, learning_rate, *, seed: int = 0,
+                 xla: bool = False):
         keras.utils.set_random_seed(seed)
-        self.obs = obs
+        self.observation_space, self.action_space = observation_space, action_space
+        self.obs = obs = obs_input(observation_space)
+        act_dim = int(np.prod(action_space.shape))
         self.acting, self.actor, self.encoder = build_acting_network(obs, act_dim, model)
         features = FEATURE_DIM if obs.is_image else obs.flat_dim
         self.q1 = build_critic(features, act_dim, model, "q1")
@@ -131,8 +140,8 @@ class SACLearner(Learner):
         self.target_entropy = float(
             -act_dim if algorithm.target_entropy is None else algorithm.target_entropy
         )
-        self.action_low = np.asarray(action_low, np.float32)
-        self.action_high = np.asarray(action_high, np.float32)
+        self.action_low = np.asarray(action_space.low, np.float32)
+        self.action_high = np.asarray(action_space.high, np.float32)
 
         self.critic_variables = self.q1.trainable_variables + self.q2.trainable_variables
         if self.encoder is not None:  # trained by the critics' loss only
@@ -144,7 +153,12 @@ class SACLearner(Learner):
         self.actor_optimizer.build(self.actor.trainable_variables)
         self.critic_optimizer.build(self.critic_variables)
         self.alpha_optimizer.build([self.log_alpha])
+        self._name_variables()
+        if xla:
+            self._compile_with_xla()
 
+    def _name_variables(self) -> None:
+        """The acting weights (encoder, actor) and the full state, by name."""
         encoders = {}
         if self.encoder is not None:
             encoders = {**named_variables(self.encoder, "encoder"), **named_variables(self.encoder_target, "encoder_target")}
@@ -163,14 +177,7 @@ class SACLearner(Learner):
             **optimizer_state(self.alpha_optimizer, "alpha_optimizer"),
         })
 
-    STATS = ("qf1_loss", "qf2_loss", "qf_loss", "actor_loss", "alpha_loss", "alpha", "entropy", "q_mean")
-
-    def losses(self, batch, noise_next, noise_pi):
-        """:func:`sac_losses` on this learner's networks (batch actions already in [-1, 1])."""
-        return sac_losses(
-            self.actor, self.q1, self.q2, self.q1_target, self.q2_target, self.log_alpha,
-            batch, self.target_entropy, noise_next, noise_pi, self.encoder, self.encoder_target,
-        )
+    # One update, as Learner._step runs it: _gradients_of, then (all gradients finite) _apply_gradients.
 
     def _gradients_of(self, batch):
         """The three objectives' gradients, all at the current parameters (as RLlib's SAC):
@@ -179,18 +186,15 @@ class SACLearner(Learner):
         noise_next = tf.random.normal(shape)
         noise_pi = tf.random.normal(shape)
         with tf.GradientTape(persistent=True) as tape:
-            stats = self.losses(batch, noise_next, noise_pi)
+            stats = sac_losses(
+                self.actor, self.q1, self.q2, self.q1_target, self.q2_target, self.log_alpha,
+                batch, self.target_entropy, noise_next, noise_pi, self.encoder, self.encoder_target,
+            )
         critic_grads = tape.gradient(stats["qf_loss"], self.critic_variables)
         actor_grads = tape.gradient(stats["actor_loss"], self.actor.trainable_variables)
         alpha_grads = tape.gradient(stats["alpha_loss"], [self.log_alpha])
         del tape
         return stats, [*critic_grads, *actor_grads, *alpha_grads]
-
-    def reset_targets(self) -> None:
-        """φ_targ ← φ for images (the acting weights hold the encoder); the critics are not
-        acting weights, and their targets already equal them until the first update."""
-        if self.encoder_target is not None:
-            self.encoder_target.set_weights(self.encoder.get_weights())
 
     def _apply_gradients(self, grads):
         """One optimizer step of critics, actor and α, then the target update."""
@@ -205,10 +209,16 @@ class SACLearner(Learner):
             for t, s in zip(target.weights, source.weights, strict=True):
                 t.assign((1.0 - self.tau) * t + self.tau * s)
 
-    def to_tensors(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _reset_targets(self) -> None:
+        """φ_targ ← φ for images (the acting weights hold the encoder); the critics are not
+        acting weights, and their targets already equal them until the first update."""
+        if self.encoder_target is not None:
+            self.encoder_target.set_weights(self.encoder.get_weights())
+
+    def _to_tensors(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Float32 arrays with actions mapped from the env's bounds into [-1, 1]; unit
         importance weights where the batch has none (uniform replay). Every transition carries
-        its ``discount`` (:data:`dsac.replay.FIELDS`), as DQN's ``to_tensors`` expects too."""
+        its ``discount`` (:data:`dsac.replay.FIELDS`), as DQN's ``_to_tensors`` expects too."""
         n = len(batch["reward"])
         return {
             "obs": self.obs.batch(batch["obs"]),
