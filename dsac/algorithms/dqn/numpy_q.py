@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsac.models.numpy_ops import ACTIVATIONS
+from dsac.models.numpy_ops import ACTIVATIONS, mlp_forward
 
 
 def q_layer_names(num_hidden: int, dueling: bool, prefix: str = "q/") -> tuple[list[str], list[str]]:
@@ -21,12 +21,9 @@ def q_values(weights: dict[str, np.ndarray], torso: list[str], heads: list[str],
     """Q(s, ·) for a batch of observations; dueling: V(s) + A(s, a) − mean_a A(s, a).
     With a C51 ``support`` (atoms z_i), the heads give logits per action and atom and
     Q(s, a) = Σ_i softmax(logits)_i z_i."""
-    act = ACTIVATIONS[activation]
-    for name in torso:
-        x = act(x @ weights[f"{name}/kernel"] + weights[f"{name}/bias"])
-    return q_from_head_outputs(
-        [x @ weights[f"{name}/kernel"] + weights[f"{name}/bias"] for name in heads], support
-    )
+    if torso:  # the shared MLP, its last layer activated too: the heads read it
+        x = ACTIVATIONS[activation](mlp_forward(weights, torso, x, activation))
+    return q_from_head_outputs([mlp_forward(weights, [name], x) for name in heads], support)
 
 
 def q_from_head_outputs(outputs: list[np.ndarray], support: np.ndarray | None) -> np.ndarray:

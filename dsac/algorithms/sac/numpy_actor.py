@@ -1,7 +1,8 @@
 """The SAC actor's forward pass in numpy: what rollout workers and the evaluator act with.
 
-At the batch sizes of acting (1–64 observations) this is ~30x cheaper than a
-``tf.function`` call and keeps TensorFlow out of rollout processes. It must agree with
+At the batch sizes of acting (a few observations) numpy costs far less than a
+``tf.function`` call and keeps TensorFlow out of rollout processes. The MLP is
+:func:`dsac.models.numpy_ops.mlp_forward`, which DQN's Q-network uses too; it must agree with
 the catalog's Keras MLP (tested to 1e-5). Custom models act through TensorFlow instead.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dsac.models.numpy_ops import encoder_shapes, image_features
+from dsac.models.numpy_ops import encoder_shapes, image_features, mlp_forward
 
 # Bounds of the actor's log standard deviation (as in Stable-Baselines3).
 LOG_STD_MIN = -20.0
@@ -44,7 +45,7 @@ def encoder_features(weights: dict[str, np.ndarray], obs: np.ndarray, obs_input,
     """φ(s) of image observations: the conv encoder, then tanh(LayerNorm(dense)) (Keras'
     LayerNormalization: epsilon 1e-3)."""
     x = image_features(weights, "encoder/", obs, obs_input.shape, model.conv_filters, model.conv_activation)
-    x = x @ weights["encoder/head/kernel"] + weights["encoder/head/bias"]
+    x = mlp_forward(weights, ["encoder/head"], x)
     mean = x.mean(axis=-1, keepdims=True)
     var = x.var(axis=-1, keepdims=True)
     x = (x - mean) / np.sqrt(var + 1e-3) * weights["encoder/norm/gamma"] + weights["encoder/norm/beta"]
