@@ -38,11 +38,10 @@ ALGORITHM = Algorithm(
     # Ape-X's choices: n-step 3, prioritized replay (dueling and double Q are on by default).
     # One update per env step (with dsac's 2x64 networks) and rl-zoo's CartPole lr 2.3e-3: the
     # fastest to a good policy, in wall-clock time, on CartPole-v1 and Acrobot-v1 of the
-    # candidates benchmarks/sweep.py tried (2 seeds each; docs/benchmarks.md: the defaults sweep). The lr decays
-    # linearly to 0 over the run (rl-zoo's lin_X): at a constant 2.3e-3 a CartPole policy fell
-    # from 500 to ~100 and back again to the end, in the serial runner and the distributed one
-    # alike (1 and 2 of 5 seeds ending at 500 at 50k env steps); decaying, 4 of 5 in each, and
-    # 475 sooner (benchmarks/stability.py; docs/benchmarks.md: stability).
+    # candidates benchmarks/sweep.py tried (docs/benchmarks.md: the defaults sweep). The lr
+    # decays linearly to 0 over the run (rl-zoo's lin_X): at a constant rate a learned CartPole
+    # policy kept collapsing and recovering until the end, and decaying it made more seeds end
+    # at the top score, sooner (benchmarks/stability.py; docs/benchmarks.md: stability).
     defaults={
         "lr": "lin_2.3e-3", "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000,
         "start_steps": 1_000, "updates_per_step": 1.0, "n_step": 3, "prioritized": True,
@@ -50,10 +49,10 @@ ALGORITHM = Algorithm(
         "target_update_every": 100,
     },
     # Atari (the Nature encoder comes from the frames' size): a 512-wide head (Mnih et al. 2015),
-    # rl-zoo's lr, batch and update ratio (one update per 4 env steps), 100k transitions
-    # (~0.8 GB of frames), a 10M-step budget (Ape-X's, SB3's), a target copy every 1,000 updates
-    # (4,000 env steps), 5 evaluation games every 25k env steps (a Pong game is ~1k-4k steps);
-    # provisional: to be set by a sweep.
+    # rl-zoo's lr, batch and update ratio (one update per 4 env steps), 100k transitions (frames
+    # a small machine holds in memory), a 10M-step budget (Ape-X's, SB3's), a target copy every
+    # 1,000 updates (4,000 env steps), 5 evaluation games every 25k env steps (several games
+    # apart); provisional: to be set by a sweep.
     atari_defaults={
         "fcnet_hiddens": [512], "lr": 1e-4, "batch_size": 32, "buffer_size": 100_000, "learning_starts": 10_000,
         "start_steps": 10_000, "updates_per_step": 0.25, "total_env_steps": 10_000_000,

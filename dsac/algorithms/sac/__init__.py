@@ -34,13 +34,12 @@ ALGORITHM = Algorithm(
         "lr": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 200,
         "start_steps": 200, "updates_per_step": 1.0, "n_step": 1, "prioritized": False,
         "total_env_steps": 20_000, "fcnet_hiddens": [64, 64], "eval_every": 1_000, "eval_episodes": 10,
-        "target_update_every": 100,  # unused: SAC's targets are polyak averages (--tau)
     },
     # Large frames (side >= 72, e.g. CarRacing-v3's 96x96x3; the Nature encoder shared by the
-    # critics): measured on 2 CPU cores (benchmarks/atari.py: sac_image_learner_rate),
-    # batch 32/64/128/256 run at 47/28/13/7 updates/s, i.e. 1.5k/1.8k/1.7k/1.9k samples/s;
-    # 64 keeps most of the samples/s at 4x the updates/s of 256. One update per 4 env steps
-    # (DrQ's one per agent step at an action repeat of 4); SB3's CnnPolicy head (2x256).
+    # critics): a conv update's cost grows with the batch, so a batch of 64 keeps most of the
+    # samples/s of larger ones at several times their updates/s (benchmarks/atari.py:
+    # sac_image_learner_rate; docs/benchmarks.md). One update per 4 env steps (DrQ's one per
+    # agent step at an action repeat of 4); SB3's CnnPolicy head (2x256).
     image_defaults={
         "fcnet_hiddens": [256, 256], "lr": 3e-4, "batch_size": 64, "learning_starts": 1_000, "start_steps": 1_000,
         "updates_per_step": 0.25, "total_env_steps": 500_000, "eval_every": 10_000, "eval_episodes": 5,
