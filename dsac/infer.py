@@ -13,8 +13,8 @@ import sys
 from dsac.errors import DsacError, quiet_when_the_reader_leaves
 
 
-@quiet_when_the_reader_leaves
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """dsac-infer's flags."""
     parser = argparse.ArgumentParser(prog="dsac-infer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")
     parser.add_argument("--episodes", type=int, default=10, help="episodes to run")
@@ -25,59 +25,80 @@ def main(argv=None) -> int:
     parser.add_argument("--video", default=None, help="write episode 0 to this .mp4")
     parser.add_argument("--trust_code", action="store_true",
                         help="allow importing the modules the file names (env module:Name, policy class, custom model)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def make_env_for(args, policy):
+    """The env the episodes run in: the file's (its kwargs and preprocessing) unless ``--env``
+    names another, rendering for ``--video`` or ``--render``; one-line errors for an unwritable
+    video path or observations of another shape than the policy's."""
+    from dsac import video
+    from dsac.envs import make_env
+
+    env_id = args.env or policy.env_id
+    env_kwargs = {} if args.env else policy.env_kwargs  # the file's env, unless overridden
+    if args.video:
+        if os.path.isdir(args.video) or not os.access(os.path.dirname(os.path.abspath(args.video)), os.W_OK):
+            raise DsacError(f"--video {args.video}: not a file path this user can write")
+        video.prepare_headless_rendering()
+    if args.video or args.render:
+        env_kwargs = {**env_kwargs, "render_mode": "rgb_array" if args.video else "human"}
+    env = make_env(env_id, env_kwargs, policy.flatten_obs, policy.atari)
+    if env.observation_space.shape != policy.observation_space.shape:
+        raise DsacError(
+            f"{env_id} observes {env.observation_space.shape}, the policy in {args.path} expects "
+            f"{policy.observation_space.shape}"
+        )
+    return env
+
+
+def play(env, policy, args, frames) -> list[float]:
+    """``--episodes`` episodes (episode j reset with ``seed + j``), each one's return printed;
+    episode 0 filmed into ``frames`` (None: no video)."""
+    returns = []
+    for j in range(args.episodes):
+        obs, _ = env.reset(seed=args.seed + j)
+        if j == 0 and frames is not None:
+            frames.take(env)
+        total, steps, done = 0.0, 0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(policy(obs, explore=args.explore))
+            total += float(reward)
+            steps += 1
+            done = terminated or truncated
+            if j == 0 and frames is not None:
+                frames.take(env)
+        returns.append(total)
+        cut = ", truncated by the time limit" if truncated and not terminated else ""
+        print(f"episode {j}: return {total:.2f} in {steps} steps{cut}")
+    return returns
+
+
+@quiet_when_the_reader_leaves
+def main(argv=None) -> int:
+    """dsac-infer: run episodes with a saved policy; exit 2 on a one-line error, 1 when the env
+    or a user class raised."""
+    args = parser().parse_args(argv)
     try:
         if args.episodes <= 0:
             raise DsacError(f"--episodes must be positive, got {args.episodes}")
         if not 0 <= args.seed < 2**32 - args.episodes:
             raise DsacError(f"--seed must be an integer in [0, 2^32 - episodes), got {args.seed}")
         from dsac import video
-        from dsac.envs import make_env
         from dsac.files import atomic_write_bytes
         from dsac.inference import load_policy
 
         policy = load_policy(args.path, seed=args.seed, trust_code=args.trust_code)
-        env_id = args.env or policy.env_id
-        env_kwargs = {} if args.env else policy.env_kwargs  # the file's env, unless overridden
-        flatten = policy.flatten_obs
-        if args.video:
-            if os.path.isdir(args.video) or not os.access(os.path.dirname(os.path.abspath(args.video)), os.W_OK):
-                raise DsacError(f"--video {args.video}: not a file path this user can write")
-            video.prepare_headless_rendering()
-        if args.video or args.render:
-            env = make_env(env_id, {**env_kwargs, "render_mode": "rgb_array" if args.video else "human"}, flatten,
-                           policy.atari)
-        else:
-            env = make_env(env_id, env_kwargs, flatten, policy.atari)
-        if env.observation_space.shape != policy.observation_space.shape:
-            raise DsacError(
-                f"{env_id} observes {env.observation_space.shape}, the policy in {args.path} expects "
-                f"{policy.observation_space.shape}"
-            )
-        returns = []
+        env = make_env_for(args, policy)
         frames = video.Frames() if args.video else None
-        for j in range(args.episodes):
-            obs, _ = env.reset(seed=args.seed + j)
-            if j == 0 and frames is not None:
-                frames.take(env)
-            total, steps, done = 0.0, 0, False
-            while not done:
-                obs, reward, terminated, truncated, _ = env.step(policy(obs, explore=args.explore))
-                total += float(reward)
-                steps += 1
-                done = terminated or truncated
-                if j == 0 and frames is not None:
-                    frames.take(env)
-            returns.append(total)
-            cut = ", truncated by the time limit" if truncated and not terminated else ""
-            print(f"episode {j}: return {total:.2f} in {steps} steps{cut}")
+        returns = play(env, policy, args, frames)
         env.close()
         std = statistics.pstdev(returns) if len(returns) > 1 else 0.0
         print(f"mean return over {len(returns)} episodes: {statistics.fmean(returns):.2f} +- {std:.2f}")
         if args.video:
             data, error, _ = video.finish(frames)
             if error:
-                raise DsacError(f"--video: {env_id} could not be recorded: {error}")
+                raise DsacError(f"--video: {args.env or policy.env_id} could not be recorded: {error}")
             atomic_write_bytes(args.video, data)
             print(f"video of episode 0 in {args.video}")
     except DsacError as exc:
