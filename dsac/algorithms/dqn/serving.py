@@ -14,7 +14,7 @@ def serving(loaded):
     from dsac.weights import TensorFlowVariables
 
     model = build_q_network(obs_input(loaded.observation_space), int(loaded.action_space.n), loaded.config.model, "q",
-                            dueling=loaded.config.dueling, num_atoms=loaded.config.num_atoms)
+                            dueling=loaded.config.algorithm.dueling, num_atoms=loaded.config.algorithm.num_atoms)
     TensorFlowVariables(model, "q").set_weights(loaded.payload["weights"])
     support = c51_support(loaded.config.algorithm)
     start = int(loaded.action_space.start)
