@@ -15,7 +15,8 @@ from dsac.errors import DsacError, quiet_when_the_reader_leaves
 
 def parser() -> argparse.ArgumentParser:
     """dsac-infer's flags."""
-    parser = argparse.ArgumentParser(prog="dsac-infer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="dsac-infer", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")
     parser.add_argument("--episodes", type=int, default=10, help="episodes to run")
     parser.add_argument("--seed", type=int, default=0, help="episode j resets with seed + j")

@@ -161,7 +161,8 @@ class SACLearner(Learner):
         """The acting weights (encoder, actor) and the full state, by name."""
         encoders = {}
         if self.encoder is not None:
-            encoders = {**named_variables(self.encoder, "encoder"), **named_variables(self.encoder_target, "encoder_target")}
+            encoders = {**named_variables(self.encoder, "encoder"),
+                        **named_variables(self.encoder_target, "encoder_target")}
         self.acting_weights = TensorFlowVariables({
             **(named_variables(self.encoder, "encoder") if self.encoder is not None else {}),
             **named_variables(self.actor, "actor"),
