@@ -470,7 +470,7 @@ class Client:
         """Pulls, each carrying the weights (resolved as a worker does), in ``seconds``."""
         import ray
 
-        from dsac.distributed.tasks import pulled_weights
+        from dsac.distributed.weights_client import pulled_weights
 
         time.sleep(max(0.0, start_at - time.time()))
         count, end = 0, start_at + seconds
@@ -482,7 +482,7 @@ class Client:
     def wait_loop(self, ps, index: int, board: str | None = None) -> int:
         """A rollout worker's weights loop around a 10 ms env step, until the stop flag (from
         the parameter server's shared-memory ``board`` where given)."""
-        from dsac.distributed.tasks import WeightsClient
+        from dsac.distributed.weights_client import WeightsClient
 
         class Holder:  # what a worker's policy does with weights, minus the numpy copy
             has_weights = False

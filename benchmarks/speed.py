@@ -162,7 +162,7 @@ def _naive_worker(index, config, replay, ps, seed):
     import tensorflow as tf
 
     from dsac.build import make_learner
-    from dsac.distributed.tasks import pulled_weights
+    from dsac.distributed.weights_client import pulled_weights
     from dsac.messages import Chunk
 
     env = gym.make(config.env)

@@ -301,7 +301,7 @@ def test_two_learners_each_count_an_update_their_mean_gradient_dropped():
     """Data-parallel learners apply the mean of their gradients, and only when it is finite:
     one learner's NaN drops the update for both, so both count it, though the other's own
     gradients were finite (the run's ``skipped_updates`` is the lead learner's count)."""
-    from dsac.distributed.tasks import apply_mean
+    from dsac.distributed.learner_transport import apply_mean
     from dsac.learning import UpdateLoop
 
     batch = functools.partial(cartpole_batch, np.random.default_rng(3))

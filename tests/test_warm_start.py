@@ -66,7 +66,7 @@ def test_one_workers_epsilon_carries_on_through_a_resume(tmp_path):
 
 def test_a_restarted_parameter_server_never_hands_out_older_weights(ray_local):
     from dsac.distributed.actors import ParameterServer
-    from dsac.distributed.tasks import pulled_weights
+    from dsac.distributed.weights_client import pulled_weights
 
     ray = ray_local
     ps = ParameterServer.options(num_cpus=0, max_restarts=1, max_task_retries=-1).remote(0)

@@ -316,7 +316,7 @@ class ParameterServer:
     With ``by_reference`` (the default) a pull's weights are an ``ObjectRef`` to one copy of
     each version put in Ray's object store at its push: the server serializes a version once
     instead of once per pull, and a node's workers read it from their node's store, which
-    fetches it once (:func:`dsac.distributed.tasks.pulled_weights` resolves either form).
+    fetches it once (:func:`dsac.distributed.weights_client.pulled_weights` resolves either form).
 
     With ``board`` (a name), it also publishes every version on its node's shared-memory board
     (:mod:`dsac.distributed.weights_board`) for the ``num_workers`` rollout workers there,

@@ -1,0 +1,210 @@
+"""The learner task's transport, around a Ray-free :class:`dsac.learning.UpdateLoop`: the
+replay shards' batches in (:class:`ShardedSampler`), weights, state and priorities out
+(:class:`LearnerTransport`), and with several learners the gradients averaged
+(:class:`GradientSync`, the learner's side of
+:class:`dsac.distributed.actors.GradientAverager`).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import time
+
+import numpy as np
+import ray
+
+from dsac.distributed.actors import REGROUP
+from dsac.learning import UpdateLoop
+from dsac.messages import LearnerOrders, LearnerReport
+
+# How long a learner waits for the gradient averager to come back after its process died,
+# and how often it tries to rejoin meanwhile.
+REJOIN_TIMEOUT_S = 120.0
+REJOIN_POLL_S = 0.5
+
+
+class ShardedSampler:
+    """Keeps ``prefetch`` sample calls in flight on every replay shard and hands out their
+    results round-robin, so the next batches arrive while the current ones train."""
+
+    def __init__(self, shards: list, batch_size: int, num_batches: int, prefetch: int):
+        self.shards = shards
+        self.batch_size = batch_size
+        self.num_batches = num_batches
+        self.in_flight = collections.deque(
+            (i, shard.sample.remote(batch_size, num_batches)) for _ in range(prefetch) for i, shard in enumerate(shards)
+        )
+        self.wait_s = 0.0
+
+    def next(self):
+        """``(shard index, SampledBatches or None)`` of the oldest call; a new call replaces it at once."""
+        shard, ref = self.in_flight.popleft()
+        started = time.monotonic()
+        result = ray.get(ref)
+        self.wait_s += time.monotonic() - started
+        self.in_flight.append((shard, self.shards[shard].sample.remote(self.batch_size, self.num_batches)))
+        return shard, result
+
+
+class GradientSync:
+    """A learner's side of :class:`dsac.distributed.actors.GradientAverager`: joins the learner
+    group (every replica takes the state of the one with the most updates), then flattens the
+    policy's gradients into one array, averages it with the other learners', applies the mean.
+    When the group re-forms (a learner or the averager was restarted) it joins again.
+    """
+
+    def __init__(self, averager, index: int):
+        self.averager = averager
+        self.index = index
+        self.env_steps = 0  # run-wide, summed over the learners' shards at the last step
+        self.group = 0
+        self.regroup = False  # the last update found the group gone: join() before the next
+
+    def join(self, loop: UpdateLoop) -> bool:
+        """Join the learner group and continue from its state (this one's own, when it has the
+        most updates); False when the run stopped first. Waits out a restart of the averager."""
+        deadline = time.monotonic() + REJOIN_TIMEOUT_S
+        while True:
+            try:
+                reply = ray.get(self.averager.join.remote(self.index, loop.updates))
+                if reply is None:
+                    return False
+                group, state = reply
+                if state is None and not ray.get(self.averager.share.remote(self.index, group, loop.state())):
+                    continue  # a newer group started forming meanwhile
+                if state is not None:
+                    loop.set_state(state)
+                self.group, self.regroup = group, False
+                return True
+            except ray.exceptions.RayActorError:  # the averager's process died: Ray restarts it
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(REJOIN_POLL_S)
+
+    def update_fn(self, policy, first_step: int, own_env_steps: int):
+        """A ``learn`` function for :meth:`UpdateLoop.step`: every update is the mean of all
+        learners' gradients (the results so far when the run stopped meanwhile, or the group
+        has to re-form: :attr:`regroup`)."""
+        def learn(batches: list[dict]) -> list[dict]:
+            results = []
+            for i, batch in enumerate(batches):
+                result = self.learn(policy, batch, first_step + i, own_env_steps)
+                if result is None:  # the run stopped, or the group is gone
+                    break
+                results.append(result)
+            return results
+        return learn
+
+    def learn(self, policy, batch: dict, step: int, own_env_steps: int) -> dict | None:
+        """One synchronous update; its stats, or None when the run stopped meanwhile or the
+        group has to re-form (:attr:`regroup` set; nothing applied)."""
+        grads, stats = policy.compute_gradients(batch)
+        shapes = [np.shape(g) for g in grads]
+        flat = np.concatenate([np.asarray(g, np.float32).ravel() for g in grads])
+        try:
+            reply = ray.get(self.averager.average.remote(self.index, self.group, step, flat, own_env_steps))
+        except ray.exceptions.RayActorError:  # the averager's process died: Ray restarts it
+            reply = REGROUP
+        if isinstance(reply, str) and reply == REGROUP:
+            self.regroup = True
+            return None
+        if reply is None:
+            return None
+        mean, self.env_steps = reply
+        return apply_mean(policy, mean, shapes, stats)
+
+
+def apply_mean(policy, mean: np.ndarray, shapes: list, stats: dict) -> dict:
+    """Apply the learners' mean gradient (flat, cut into ``shapes``); ``stats`` with ``skipped``
+    saying whether it was dropped. The policy applies the mean only when all of it is finite,
+    so that decides: every learner counts the same dropped update once, even one whose own
+    gradients were finite (its local verdict would leave ``skipped_updates`` at 0)."""
+    ends = np.cumsum([int(np.prod(shape)) for shape in shapes])
+    policy.apply_gradients([part.reshape(shape) for part, shape in zip(np.split(mean, ends[:-1]), shapes,
+                                                                          strict=True)])
+    return {**stats, "skipped": float(not np.isfinite(mean).all())}
+
+
+def weights_digest(weights: dict[str, np.ndarray]) -> str:
+    """A hash of weights by name: equal digests, bit-identical weights."""
+    digest = hashlib.sha256()
+    for name in sorted(weights):
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(weights[name]).tobytes())
+    return digest.hexdigest()[:16]
+
+
+class LearnerTransport:
+    """The learner's Ray side, around a Ray-free :class:`dsac.learning.UpdateLoop`: feeds it
+    the replay shards' batches and forwards what it decides — weights pushed after a block
+    that passed a multiple of ``push_every`` updates (not waited for: the next push collects
+    the reply and its orders), the full state when asked for, new priorities back to the
+    shard they came from in one fire-and-forget call.
+
+    With several learners (``sync`` given) only learner 0 pushes weights and state (the
+    replicas are identical); each reports its update count.
+    """
+
+    def __init__(self, loop: UpdateLoop, ps, shards: list, sampler: ShardedSampler, index: int,
+                 sync: GradientSync | None):
+        self.loop, self.ps, self.shards, self.sampler, self.index, self.sync = loop, ps, shards, sampler, index, sync
+        self.primary = index == 0
+        self.env_steps_by_shard = [0] * len(shards)
+        self.orders = LearnerOrders(0, False, False)
+        self.last_push = None
+
+    def report(self, final: bool = False) -> LearnerReport:
+        env_steps = self.sync.env_steps if self.sync is not None else sum(self.env_steps_by_shard)
+        return self.loop.report(env_steps, self.sampler.wait_s, final)
+
+    def step(self) -> None:
+        """One sample call's batches through the loop, and its outputs forwarded."""
+        shard, sampled = self.sampler.next()
+        if sampled is None:  # the ratio holds the learner back, or the run is stopping
+            self.orders = ray.get(self.ps.learner_poll.remote())
+            if self.orders.state_wanted and self.primary:  # idle, e.g. between Trainer.train() calls
+                ray.get(self.ps.put_state.remote(self.loop.state(), self.report()))
+            return
+        self.env_steps_by_shard[shard] = sampled.env_steps
+        learn = None
+        if self.sync is not None:
+            learn = self.sync.update_fn(self.loop.learner, self.loop.updates, sum(self.env_steps_by_shard))
+        step = self.loop.step(sampled.batches, learn)
+        if self.sync is not None and self.sync.regroup:  # a learner or the averager was restarted
+            if not self.sync.join(self.loop):
+                self.orders = self.orders._replace(stop=True)
+            return
+        if step.stopped:
+            self.orders = self.orders._replace(stop=True)
+        elif step.push:
+            self.push()
+        if step.priorities is not None and sampled.indices is not None:
+            self.shards[shard].update_priorities.remote(sampled.indices, sampled.generations, step.priorities)
+
+    def push(self) -> None:
+        """Push the weights (learner 0), and the state too when the last reply asked for it."""
+        if self.sync is not None:
+            self.ps.report_learner.remote(self.index, self.loop.updates)
+        if not self.primary:
+            return
+        if self.last_push is not None:
+            self.orders = ray.get(self.last_push)  # long done: carries the stop flag
+            if self.orders.state_wanted:
+                self.ps.put_state.remote(self.loop.state(), self.report())
+        self.last_push = self.ps.push.remote(self.loop.get_weights(), self.report())
+
+    def first_push(self) -> None:
+        if self.primary:
+            self.orders = ray.get(self.ps.push.remote(self.loop.get_weights(), self.report()))
+
+    def hand_over(self, state: bool) -> None:
+        """The final report, weights and (``state``) full state, waited for: the state goes
+        before the push the evaluator waits for."""
+        final = self.report(final=True)
+        if self.sync is not None:
+            ray.get(self.ps.report_learner.remote(self.index, self.loop.updates))
+        if self.primary:
+            if state:
+                ray.get(self.ps.put_state.remote(self.loop.state(), final))
+            ray.get(self.ps.push.remote(self.loop.get_weights(), final))
