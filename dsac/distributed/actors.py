@@ -18,6 +18,7 @@ import numpy as np
 import psutil
 import ray
 
+from dsac import build
 from dsac.distributed.topology import describe_process
 from dsac.distributed.weights_board import BoardLoop
 from dsac.messages import (
@@ -34,14 +35,7 @@ from dsac.messages import (
     SampledBatches,
     ShardStats,
 )
-from dsac.replay import (
-    PrioritizedReplayStorage,
-    RateLimiter,
-    ReplayStorage,
-    annealed_beta,
-    check_fits_in_memory,
-    storage_bytes,
-)
+from dsac.replay import RateLimiter, annealed_beta, check_fits_in_memory, storage_bytes
 
 log = logging.getLogger("dsac")
 
@@ -112,16 +106,12 @@ class ReplayBuffer:
                  frames=None, max_wait_s: float = MAX_WAIT_S):
         nbytes = storage_bytes(capacity, specs, frames)
         check_fits_in_memory(nbytes, psutil.virtual_memory().available, f"node {socket.gethostname()}")
-        if prioritized:
-            self.storage = PrioritizedReplayStorage(specs, capacity, seed, alpha=priority_alpha, frames=frames)
-        else:
-            self.storage = ReplayStorage(specs, capacity, seed, frames=frames)
+        # A resumed run without a snapshot warms up again before sampling (``warmup`` counts
+        # from ``start_added``); ``self.warmup`` is what a restart warms up by (see resume()).
+        self.storage, warmup = build.replay_storage(
+            specs, capacity, seed=seed, prioritized=prioritized, priority_alpha=priority_alpha, frames=frames,
+            learning_starts=learning_starts, restore=restore, start_added=start_added)
         self.warmup = int(learning_starts)
-        if restore is not None:
-            self.storage.load_state_dict(restore)
-        elif start_added:
-            self.storage.added = int(start_added)
-            learning_starts += int(start_added)  # warm up again before sampling
         self.added_at_start = self.storage.added
         # After a restart (Ray calls __init__ again in a new process) the buffer starts empty
         # and counts on from where the run was once the driver calls resume().
@@ -130,7 +120,7 @@ class ReplayBuffer:
         self.priority_beta = float(priority_beta)
         self.beta_anneal_steps = max(1, int(beta_anneal_steps))
         self.insert_limit = insert_limit  # no budget past this many transitions (None: unbounded)
-        self.limiter = RateLimiter(updates_per_step, learning_starts, max_steps_ahead, batches_per_call)
+        self.limiter = RateLimiter(updates_per_step, warmup, max_steps_ahead, batches_per_call)
         self.num_writers = int(num_writers)
         self.max_chunk = int(max_chunk)
         # Smallest budget worth a call: a few dozen steps with few writers, so a throttled
