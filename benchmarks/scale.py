@@ -284,8 +284,8 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
             running = threading.Thread(target=trainer.train, daemon=True)
             running.start()
             time.sleep(RAMP_S)  # every worker granted budget again
-            ray.get(ps.sync_latencies.remote())  # from here on
-            lag_before, updates_before = ray.get(ps.weights_lag.remote()), learner_updates(trainer)
+            ray.get(ps.status.remote(drain_synced=True))  # from here on
+            lag_before, updates_before = ray.get(ps.status.remote()), learner_updates(trainer)
             cross_before = cross_node_add_bytes(trainer)
             usage = RoleUsage()
             usage.start()
@@ -302,8 +302,8 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
             steps_in_windows = added - added_before
             cross_bytes = cross_node_add_bytes(trainer) - cross_before
             updates_after, elapsed = learner_updates(trainer), iterations * seconds
-            sync = np.asarray(ray.get(ps.sync_latencies.remote()))
-            lag = ray.get(ps.weights_lag.remote())
+            sync = np.asarray(ray.get(ps.status.remote(drain_synced=True))["synced"])
+            lag = ray.get(ps.status.remote())
             delivered = delivering(trainer)
             per_node = trainer._run.workers_per_node() if hasattr(trainer._run, "workers_per_node") else {}
             running.join()
@@ -327,8 +327,8 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
 
 
 # The processes of a run that are dsac's (not Ray's own agents): "all dsac processes".
-DSAC_ROLES = ("rollout_worker", "ReplayBuffer", "ParameterServer", "WeightsCache", "GradientAverager", "learner",
-              "evaluator", "driver")
+DSAC_ROLES = ("rollout_worker", "ReplayBuffer", "ParameterServer", "RunMonitor", "WeightsCache", "GradientAverager",
+              "learner", "evaluator", "driver")
 
 
 def cpu_per_step_ratios(measured: dict, bare: float, bare_cpu: float, seconds: float, iterations: int) -> dict:
@@ -525,7 +525,7 @@ def push_to_all(ps, weights, pushes: int, timeout: float = 10.0) -> np.ndarray:
     made once the one before has reached every client (so none queues behind another)."""
     import ray
 
-    ray.get(ps.sync_latencies.remote())
+    ray.get(ps.status.remote(drain_synced=True))
     pushed = ray.put(weights)
     out = []
     for _ in range(pushes):
@@ -534,7 +534,7 @@ def push_to_all(ps, weights, pushes: int, timeout: float = 10.0) -> np.ndarray:
         synced = []
         while not synced and time.monotonic() < deadline:
             time.sleep(0.01)
-            synced = ray.get(ps.sync_latencies.remote())
+            synced = ray.get(ps.status.remote(drain_synced=True))["synced"]
         out += synced
         time.sleep(0.05)
     return np.asarray(out)
@@ -567,7 +567,7 @@ def ps_capacity(seconds: float, workers=(8, 32, 64), sizes=(("mlp 2x256", 0.3), 
             pulls = sum(ray.get([c.pull_loop.remote(ps, seconds, start_at) for c in clients])) / seconds
         refs = [c.wait_loop.remote(ps, i, board) for i, c in enumerate(clients)]
         deadline = time.monotonic() + 60
-        while len(ray.get(ps.weights_lag.remote())["held"]) < w and time.monotonic() < deadline:
+        while len(ray.get(ps.status.remote())["held"]) < w and time.monotonic() < deadline:
             time.sleep(0.2)  # until every client holds the first version and waits on the next
         time.sleep(0.5)
         sync = push_to_all(ps, weights, pushes)

@@ -114,6 +114,7 @@ def collection_rate(algo: str, env_id: str, workers: int, seconds: float, naive:
 
     from dsac.config import Config
     from dsac.distributed.actors import ParameterServer
+    from dsac.distributed.monitor import RunMonitor
     from dsac.distributed.tasks import rollout_worker
     from dsac.replay import replay_specs
 
@@ -128,7 +129,9 @@ def collection_rate(algo: str, env_id: str, workers: int, seconds: float, naive:
     if naive:
         refs = [naive_worker.options(num_cpus=cpus).remote(i, config, replay, ps, i) for i in range(workers)]
     else:
-        refs = [rollout_worker.options(num_cpus=cpus).remote(i, config, replay, ps, 1000 + i) for i in range(workers)]
+        monitor = RunMonitor.options(num_cpus=0).remote()
+        refs = [rollout_worker.options(num_cpus=cpus).remote(i, config, replay, ps, monitor, 1000 + i)
+                for i in range(workers)]
     # Start counting once every worker is up (TF import for the naive ones, env creation for ours).
     deadline = time.monotonic() + 120
     while ray.get(replay.stats.remote()).add_calls < 3 * workers and time.monotonic() < deadline:
@@ -140,13 +143,13 @@ def collection_rate(algo: str, env_id: str, workers: int, seconds: float, naive:
         time.sleep(seconds)
     else:
         weights_ref = ray.put(weights)
-        ray.get(ps.sync_latencies.remote())  # from here on
+        ray.get(ps.status.remote(drain_synced=True))  # from here on
         while time.monotonic() - started < seconds:
             ps.push.remote(weights_ref)
             time.sleep(push_every_s)
     added = ray.get(replay.stats.remote()).added - first
     elapsed = time.monotonic() - started
-    sync = ray.get(ps.sync_latencies.remote()) if push_every_s is not None else None
+    sync = ray.get(ps.status.remote(drain_synced=True))["synced"] if push_every_s is not None else None
     ray.get([ps.stop.remote("benchmark"), replay.stop.remote()])
     ray.get(refs)
     for actor in (ps, replay):
@@ -192,7 +195,7 @@ def _naive_worker(index, config, replay, ps, seed):
             obs = next_obs
             if terminated or truncated:
                 obs, _ = env.reset()
-        if ray.get(ps.learner_poll.remote()).stop:
+        if ray.get(ps.pull.remote()).stop:
             break
     ray.get(in_flight)
     env.close()

@@ -155,7 +155,7 @@ class Placement(NamedTuple):
 
 
 class Reports(NamedTuple):
-    """What the driver drains from the parameter server at every poll."""
+    """What the driver reads from the run monitor (drained) and the parameter server at every poll."""
 
     placements: list[Placement]
     evaluations: list[Evaluation]
@@ -169,3 +169,4 @@ class Reports(NamedTuple):
     process: str  # node:pid of the parameter server (a new one: Ray restarted it)
     env_restarts: list[tuple[str, str]]  # (role, the env's error) of each env rebuilt since the last read
     caches: dict[str, str]  # weights cache -> its node:pid as last reported (a new one: Ray restarted it)
+    monitor: str = ""  # node:pid of the run monitor (a new one: Ray restarted it)

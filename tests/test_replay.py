@@ -168,12 +168,31 @@ def test_parameter_server_versions_and_pull_newer_than(ray_local):
     np.testing.assert_array_equal(ray.get(by_value.pull.remote(0)).weights["a"], w2["a"])
     assert ray.get(ps.pull.remote(2)).weights is None  # nothing newer: cheap reply
     assert ray.get(ps.pull.remote(1)).weights is not None
-    assert ray.get(ps.learner_poll.remote()) == LearnerOrders(version=2, stop=False, state_wanted=False)
-    ray.get(ps.request_state.remote())
-    assert ray.get(ps.learner_poll.remote()).state_wanted is True  # an idle learner hands its state over
+    assert ray.get(ps.status.remote(telemetry=False))["version"] == 2
     ray.get(ps.stop.remote("test"))
-    assert ray.get(ps.pull.remote(2)).stop is True and ray.get(ps.learner_poll.remote()).stop is True
-    assert ray.get(ps.push.remote(w1)).version == 3  # versions keep increasing
+    assert ray.get(ps.pull.remote(2)).stop is True  # what an idle learner polls
+    assert ray.get(ps.push.remote(w1)) == LearnerOrders(version=3, stop=True, state_wanted=False)  # versions keep increasing
+
+
+def test_the_run_monitor_relays_the_learners_state_and_keeps_the_env_rebuild_budget(ray_local):
+    ray = ray_local
+    from dsac.distributed.monitor import RunMonitor
+
+    monitor = RunMonitor.remote(2)
+    assert ray.get(monitor.report_learner.remote(0)) is False
+    ray.get(monitor.request_state.remote())
+    assert ray.get(monitor.report_learner.remote(0)) is True  # the learner hands its state over
+    ray.get(monitor.put_state.remote({"s": 1}, LearnerReport(updates=7)))
+    assert ray.get(monitor.report_learner.remote(1, 5)) is False
+    taken = ray.get(monitor.take_state.remote())
+    assert taken.state == {"s": 1} and taken.report.updates == 7 and ray.get(monitor.take_state.remote()) is None
+    assert ray.get([monitor.env_crashed.remote("rollout_worker_0", "boom") for _ in range(3)]) == [True, True, False]
+    reports = ray.get(monitor.drain_reports.remote())
+    assert reports["env_restarts"] == [("rollout_worker_0", "boom")] * 2 and reports["learner_updates"] == {1: 5}
+    assert ray.get(monitor.drain_reports.remote())["env_restarts"] == []  # drained
+    restarted = RunMonitor.remote(2)
+    ray.get(restarted.restore.remote(1))  # a restarted monitor: the run used one already
+    assert ray.get([restarted.env_crashed.remote("evaluator", "boom") for _ in range(2)]) == [True, False]
 
 
 def test_waiting_calls_wake_as_soon_as_the_other_side_moves(ray_local):
@@ -239,10 +258,10 @@ def test_parameter_server_times_a_push_until_every_worker_acts_with_it(ray_local
     ray.get(ps.push.remote(weights))
     assert ray.get(ps.pull.remote(0, 0)).version == 1  # worker 0 gets v1 ...
     ray.get(ps.pull.remote(1, 0))  # ... and says it acts with it
-    assert ray.get(ps.sync_latencies.remote()) == []  # worker 1 has not caught up
+    assert ray.get(ps.status.remote(drain_synced=True))["synced"] == []  # worker 1 has not caught up
     time.sleep(0.05)
     ray.get(ps.pull.remote(0, 1))
     ray.get(ps.pull.remote(1, 1))
-    (latency,) = ray.get(ps.sync_latencies.remote())
+    (latency,) = ray.get(ps.status.remote(drain_synced=True))["synced"]
     assert 0.05 <= latency < 5.0
-    assert ray.get(ps.sync_latencies.remote()) == []  # drained
+    assert ray.get(ps.status.remote(drain_synced=True))["synced"] == []  # drained

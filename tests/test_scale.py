@@ -27,7 +27,7 @@ def test_sixteen_workers_of_a_slow_env_all_deliver_and_act_with_fresh_weights(ra
     with Trainer(config) as trainer:
         results = [trainer.train() for _ in range(3)]
         ps = trainer.actor_handles["parameter_server"]
-        lag = ray.get(ps.weights_lag.remote())
+        lag = ray.get(ps.status.remote())
         delivered = {}
         for shard in trainer.actor_handles["replay_shards"]:
             delivered.update(ray.get(shard.writer_counts.remote()))

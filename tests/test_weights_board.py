@@ -150,11 +150,11 @@ def test_a_parameter_server_publishes_on_its_board_and_reads_its_workers_there(r
     client.poll()
     assert client.version == 2 and client.policy.weights["pi/b"][1] == 2.0
     deadline = time.monotonic() + 10
-    while ray.get(ps.weights_lag.remote())["held"].get(1) != 2 and time.monotonic() < deadline:
+    while ray.get(ps.status.remote())["held"].get(1) != 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    lag = ray.get(ps.weights_lag.remote())
+    lag = ray.get(ps.status.remote())
     assert lag["held"] == {1: 2} and lag["pulls_answered"] == 0  # the worker made no call
-    assert ray.get(ps.sync_latencies.remote())  # push -> acting with it, read from the board
+    assert ray.get(ps.status.remote(drain_synced=True))["synced"]  # push -> acting with it, read from the board
     ray.get(ps.stop.remote())
     client.poll()
     assert client.stop and not os.path.exists(wb.board_path(name))
@@ -368,7 +368,7 @@ def test_a_reader_whose_board_is_refused_pulls_the_server(ray_local, name):
         client.poll()
         time.sleep(0.02)
     assert client.version == 1 and client.report.updates == 5
-    assert ray.get(ps.weights_lag.remote())["pulls_answered"] >= 1
+    assert ray.get(ps.status.remote())["pulls_answered"] >= 1
     ray.get(ps.stop.remote())
     client.close()
     ray.kill(ps)

@@ -23,15 +23,11 @@ from dsac.distributed.topology import describe_process
 from dsac.distributed.weights_board import BoardLoop
 from dsac.messages import (
     Chunk,
-    Evaluation,
     Grant,
     Latest,
     LearnerOrders,
     LearnerReport,
-    LearnerState,
-    Placement,
     PullReply,
-    Reports,
     SampledBatches,
     ShardStats,
 )
@@ -300,7 +296,8 @@ class ReplayBuffer:
 
 @ray.remote
 class ParameterServer:
-    """The latest acting weights with a version, the stop flag, and run-wide reports.
+    """The latest acting weights with a version, and the stop flag (the run's reports go to
+    :class:`dsac.distributed.monitor.RunMonitor`).
 
     ``pull(newer_than=v)`` returns ``None`` when nothing is newer, so polling is cheap.
     With ``by_reference`` (the default) a pull's weights are an ``ObjectRef`` to one copy of
@@ -319,24 +316,15 @@ class ParameterServer:
         self.weights_version = 0  # the version the weights held carry (below `version` after a restart)
         self.by_reference = bool(by_reference)
         self.weights_ref = None  # the latest weights in the object store (by_reference)
-        self.state: LearnerState | None = None  # the learner's full state, when asked for (checkpoints)
-        self.state_wanted = False
         self.weights: dict | None = None
         self.report = LearnerReport()  # what the learner sent with the latest weights
         self.stopped = False
         self.stop_reason = ""
-        self.evaluations: list[Evaluation] = []
-        self.evaluator_said: tuple[float, int, bool] | None = None  # (when, steps, final): still playing
-        self.episodes: list = []
         self.worker_versions: dict[int, int] = {}
         self.held_versions: dict[int, int] = {}  # what each worker said it acts with
         self.pushes = 0
         self.pulls_answered = 0
         self.pulls_with_weights = 0
-        self.placements: list[Placement] = []
-        self.learner_updates: dict[int, int] = {}
-        self.env_restarts_used = 0  # envs rebuilt in the run (--env_restarts: the run-wide budget)
-        self.env_restarts: list[tuple[str, str]] = []  # (role, error) since the last drain_reports
         # Weight sync times: a version's push time until every worker holds it (or newer).
         self.push_times: collections.OrderedDict[int, float] = collections.OrderedDict()
         self.synced: collections.deque[float] = collections.deque(maxlen=10_000)
@@ -352,14 +340,12 @@ class ParameterServer:
         self.board = BoardLoop(board, num_workers, self._board_readers) if board else None
         self.board_task = asyncio.get_running_loop().create_task(self.board.run()) if board else None
 
-    async def restore(self, version: int, weights: dict | None, weights_version: int, stopped: bool,
-                      env_restarts_used: int = 0) -> None:
+    async def restore(self, version: int, weights: dict | None, weights_version: int, stopped: bool) -> None:
         """After a restart: versions carry on above ``version`` (the last the run saw); the
         ``weights`` last saved, under the version they had (``weights_version``), unless the
         learner pushed newer ones since the restart. A worker already holding that version or a
         newer one is never handed them: pulls compare with the version the weights carry."""
         self.version = int(version) + self.pushes
-        self.env_restarts_used += int(env_restarts_used)
         self.push_times.clear()
         if self.weights is None and weights is not None:
             self._set_weights(weights)
@@ -453,87 +439,33 @@ class ParameterServer:
             _, pushed = self.push_times.popitem(last=False)
             self.synced.append(now - pushed)
 
-    async def sync_latencies(self) -> list[float]:
-        """Seconds from each push until every rollout worker said (in its next pull) that it
-        acts with that version or a newer one, for the versions synced since the last call."""
-        out = list(self.synced)
-        self.synced.clear()
-        return out
-
-    async def weights_lag(self) -> dict:
-        """How far behind rollout workers' weights were: ``version`` (the latest),
-        ``held`` ({worker: version it acts with}), ``per_worker`` ({worker: {pulls, mean, max}}
-        of the versions behind the latest at each pull it made while acting) and ``mean`` /
-        ``p95`` / ``max`` over the last 100k such pulls of all workers."""
+    @hot_path
+    async def status(self, drain_synced: bool = False, telemetry: bool = True) -> dict:
+        """What the driver and the benchmarks read: ``version`` (the latest), the learner's
+        ``report`` with it, ``stop`` and ``stop_reason``, this actor's ``process`` and the
+        weights caches' (``caches``: {cache: node:pid}); how far behind rollout workers'
+        weights were: ``held`` ({worker: version it acts with}), ``per_worker`` ({worker:
+        {pulls, mean, max}} of the versions behind the latest at each pull it made while
+        acting), ``pulls_answered``, and ``mean`` / ``p95`` / ``max`` over the last 100k such
+        pulls of all workers; and ``synced``: seconds from each push until every rollout worker
+        said it acts with that version or a newer one, for the versions synced since the last
+        call with ``drain_synced`` (which empties it). Without ``telemetry``, only the version,
+        report, stop flag, processes and ``held`` (the driver's poll: no statistics computed)."""
+        status = {"version": self.version, "report": self.report, "stop": self.stopped, "stop_reason": self.stop_reason,
+                  "process": self.process, "caches": dict(self.cache_processes), "held": dict(self.worker_versions)}
+        if not telemetry:
+            return status
         lags = np.asarray(self.recent_lags, dtype=np.float64)
+        synced = list(self.synced)
+        if drain_synced:
+            self.synced.clear()
         return {
-            "version": self.version, "held": dict(self.worker_versions),
+            **status, "synced": synced,
             "per_worker": {w: {"pulls": n, "mean": total / n, "max": top} for w, (n, total, top) in self.pull_lags.items()},
             "pulls_answered": self.pulls_answered,
             "pulls": len(lags), "mean": float(lags.mean()) if len(lags) else None,
             "p95": float(np.percentile(lags, 95)) if len(lags) else None, "max": int(lags.max()) if len(lags) else None,
         }
-
-    async def request_state(self) -> None:
-        """Ask the learner for its full state (it sends it with ``put_state`` after a push)."""
-        self.state_wanted = True
-
-    async def put_state(self, state: dict, report: LearnerReport) -> None:
-        """The learner's full state (networks, targets, optimizer, counters)."""
-        self.state, self.state_wanted = LearnerState(state, report), False
-
-    async def take_state(self) -> LearnerState | None:
-        """The state put since the last call, or None."""
-        taken, self.state = self.state, None
-        return taken
-
-    async def report_learner(self, learner: int, updates: int) -> None:
-        """A data-parallel learner's update count."""
-        self.learner_updates[learner] = max(updates, self.learner_updates.get(learner, 0))
-
-    async def env_crashed(self, role: str, error: str, limit: int) -> bool:
-        """An env of ``role`` raised ``error``: whether the run may rebuild it (at most
-        ``limit`` rebuilds in the whole run, all roles together)."""
-        if self.env_restarts_used >= limit:
-            return False
-        self.env_restarts_used += 1
-        self.env_restarts.append((role, error))
-        return True
-
-    async def report_placement(self, placement: Placement) -> None:
-        self.placements.append(placement)
-
-    async def report_eval(self, result: Evaluation) -> None:
-        self.evaluations.append(result)
-        self.evaluator_said = None
-
-    async def evaluator_alive(self, steps: int, final: bool) -> None:
-        """The evaluator is inside an evaluation (``final``: of the final weights) and has
-        played ``steps`` agent steps of it (fire-and-forget, every few seconds)."""
-        self.evaluator_said = (time.monotonic(), int(steps), bool(final))
-
-    async def evaluator_progress(self) -> tuple[float, int, bool] | None:
-        """Seconds since the evaluator last said it was playing, with the steps and ``final``
-        it said; None when it is not inside an evaluation."""
-        if self.evaluator_said is None:
-            return None
-        when, steps, final = self.evaluator_said
-        return time.monotonic() - when, steps, final
-
-    @hot_path
-    async def report_episodes(self, episodes: list) -> None:
-        self.episodes.extend(episodes)
-
-    @hot_path
-    async def drain_reports(self) -> Reports:
-        """Placements, evaluations and episodes reported since the last call, plus counters."""
-        evaluations, self.evaluations = self.evaluations, []
-        episodes, self.episodes = self.episodes, []
-        placements, self.placements = self.placements, []
-        env_restarts, self.env_restarts = self.env_restarts, []
-        return Reports(placements, evaluations, episodes, self.version, self.report, dict(self.worker_versions),
-                       dict(self.learner_updates), self.stopped, self.stop_reason, self.process, env_restarts,
-                       dict(self.cache_processes))
 
     @hot_path
     async def latest(self) -> Latest:
@@ -549,16 +481,12 @@ class ParameterServer:
         if self.board is not None:
             self.board.stop()
 
-    @hot_path
-    async def learner_poll(self) -> LearnerOrders:
-        """What an idle learner (held back by the update ratio) must know: whether to stop,
-        and whether its full state is wanted (a checkpoint, ``Trainer.save``)."""
-        return self._orders()
-
     def _orders(self) -> LearnerOrders:
-        return LearnerOrders(self.version, self.stopped, self.state_wanted)
+        # Whether the learner's state is wanted is the run monitor's to say (RunMonitor.report_learner).
+        return LearnerOrders(self.version, self.stopped, False)
 
     async def where(self) -> dict:
+        """Where this actor runs (host, node, pid, ``process`` = node:pid)."""
         return {**describe_process(), "process": self.process}
 
 

@@ -80,7 +80,7 @@ class DistributedRun:
         spread = bool(self.plan.shard_nodes or self.plan.cache_nodes)
         wheres = self.system.where_actors() if spread else None
         self.system.start_tasks(initial_weights, (checkpoint or {}).get("state"))
-        # The actors' own placement (the tasks report theirs through the parameter server).
+        # The actors' own placement (the tasks report theirs through the run monitor).
         # A different process behind an actor later means Ray restarted it (Recovery.restore_actors).
         wheres = wheres or self.system.where_actors()
         for name, where in wheres.items():

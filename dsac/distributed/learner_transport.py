@@ -137,34 +137,44 @@ def weights_digest(weights: dict[str, np.ndarray]) -> str:
 
 class LearnerTransport:
     """The learner's Ray side, around a Ray-free :class:`dsac.learning.UpdateLoop`: feeds it
-    the replay shards' batches and forwards what it decides — weights pushed after a block
-    that passed a multiple of ``push_every`` updates (not waited for: the next push collects
-    the reply and its orders), the full state when asked for, new priorities back to the
-    shard they came from in one fire-and-forget call.
+    the replay shards' batches and forwards what it decides — weights pushed to the parameter
+    server after a block that passed a multiple of ``push_every`` updates (not waited for: the
+    next push collects the reply and its stop flag), the full state to the run monitor when
+    its reply to the last push's report asked for it, new priorities back to the shard they
+    came from in one fire-and-forget call.
 
     With several learners (``sync`` given) only learner 0 pushes weights and state (the
-    replicas are identical); each reports its update count.
+    replicas are identical); each reports its update count to the run monitor.
     """
 
-    def __init__(self, loop: UpdateLoop, ps, shards: list, sampler: ShardedSampler, index: int,
+    def __init__(self, loop: UpdateLoop, ps, monitor, shards: list, sampler: ShardedSampler, index: int,
                  sync: GradientSync | None):
-        self.loop, self.ps, self.shards, self.sampler, self.index, self.sync = loop, ps, shards, sampler, index, sync
+        self.loop, self.ps, self.monitor, self.shards = loop, ps, monitor, shards
+        self.sampler, self.index, self.sync = sampler, index, sync
         self.primary = index == 0
         self.env_steps_by_shard = [0] * len(shards)
         self.orders = LearnerOrders(0, False, False)
         self.last_push = None
+        self.last_report = None  # the monitor's reply to the last push's report: is the state wanted?
 
     def report(self, final: bool = False) -> LearnerReport:
+        """The learner's counters and stats, sent with the weights."""
         env_steps = self.sync.env_steps if self.sync is not None else sum(self.env_steps_by_shard)
         return self.loop.report(env_steps, self.sampler.wait_s, final)
+
+    def _report_to_monitor(self):
+        """The update count (data-parallel learners) to the run monitor; its reply says
+        whether the full state is wanted."""
+        return self.monitor.report_learner.remote(self.index, self.loop.updates if self.sync is not None else None)
 
     def step(self) -> None:
         """One sample call's batches through the loop, and its outputs forwarded."""
         shard, sampled = self.sampler.next()
         if sampled is None:  # the ratio holds the learner back, or the run is stopping
-            self.orders = ray.get(self.ps.learner_poll.remote())
-            if self.orders.state_wanted and self.primary:  # idle, e.g. between Trainer.train() calls
-                ray.get(self.ps.put_state.remote(self.loop.state(), self.report()))
+            reply, wanted = ray.get([self.ps.pull.remote(self.orders.version), self._report_to_monitor()])
+            self.orders = LearnerOrders(max(self.orders.version, reply.version), reply.stop, wanted)
+            if wanted and self.primary:  # idle, e.g. between Trainer.train() calls
+                ray.get(self.monitor.put_state.remote(self.loop.state(), self.report()))
             return
         self.env_steps_by_shard[shard] = sampled.env_steps
         learn = None
@@ -183,28 +193,32 @@ class LearnerTransport:
             self.shards[shard].update_priorities.remote(sampled.indices, sampled.generations, step.priorities)
 
     def push(self) -> None:
-        """Push the weights (learner 0), and the state too when the last reply asked for it."""
-        if self.sync is not None:
-            self.ps.report_learner.remote(self.index, self.loop.updates)
+        """Push the weights (learner 0), and the state too when the last report's reply asked for it."""
         if not self.primary:
+            if self.sync is not None:
+                self._report_to_monitor()
             return
         if self.last_push is not None:
             self.orders = ray.get(self.last_push)  # long done: carries the stop flag
-            if self.orders.state_wanted:
-                self.ps.put_state.remote(self.loop.state(), self.report())
+        if self.last_report is not None and ray.get(self.last_report):
+            self.orders = self.orders._replace(state_wanted=True)
+            self.monitor.put_state.remote(self.loop.state(), self.report())
         self.last_push = self.ps.push.remote(self.loop.get_weights(), self.report())
+        self.last_report = self._report_to_monitor()  # after the state: it says whether more is wanted
 
     def first_push(self) -> None:
+        """Learner 0's first weights, waited for (the workers wait for them)."""
         if self.primary:
             self.orders = ray.get(self.ps.push.remote(self.loop.get_weights(), self.report()))
+            self.last_report = self._report_to_monitor()
 
     def hand_over(self, state: bool) -> None:
         """The final report, weights and (``state``) full state, waited for: the state goes
         before the push the evaluator waits for."""
         final = self.report(final=True)
         if self.sync is not None:
-            ray.get(self.ps.report_learner.remote(self.index, self.loop.updates))
+            ray.get(self.monitor.report_learner.remote(self.index, self.loop.updates))
         if self.primary:
             if state:
-                ray.get(self.ps.put_state.remote(self.loop.state(), final))
+                ray.get(self.monitor.put_state.remote(self.loop.state(), final))
             ray.get(self.ps.push.remote(self.loop.get_weights(), final))

@@ -2,7 +2,7 @@
 
 A role whose *process* died — SIGKILL, the out-of-memory killer, a lost node — is replaced:
 tasks (rollout workers, learner, evaluator) by the driver, which resubmits them; actors
-(replay shards, parameter server) by Ray (``max_restarts``), after which the driver gives
+(replay shards, parameter server, run monitor) by Ray (``max_restarts``), after which the driver gives
 them back what the run had (versions, counts, the last checkpoint). A role that raised an
 error is not restarted: the same input would fail the same way.
 """
@@ -115,7 +115,7 @@ class Recovery:
         return f"no checkpoint yet: acts from weights v{latest.version}, critics and optimizer start afresh"
 
     def note_env_restarts(self, env_restarts: list[tuple[str, str]]) -> None:
-        """Count and say the envs rebuilt (the parameter server granted each: ``--env_restarts``)."""
+        """Count and say the envs rebuilt (the run monitor granted each: ``--env_restarts``)."""
         limit = self.system.config.env_restarts
         for role, error in env_restarts:
             self.restarts.counts[f"{role}/env"] = self.restarts.counts.get(f"{role}/env", 0) + 1
@@ -127,7 +127,7 @@ class Recovery:
     def restore_actors(self, reports, shard_stats: list, known_version: int, insert_limit: int | None,
                        stopping: bool, replay_snapshot=None) -> int:
         """Give actors that Ray restarted what the run had: the parameter server its version
-        and weights, a replay shard its counts (and its contents from ``replay_snapshot(k)``,
+        and weights, the run monitor the env rebuilds used, a replay shard its counts (and its contents from ``replay_snapshot(k)``,
         when replay checkpoints exist). ``known_version``: the latest the driver saw. Updates
         ``shard_stats`` in place; returns the parameter server's version."""
         system = self.system
@@ -136,9 +136,13 @@ class Recovery:
             version = max(known_version, reports.version)
             self.restarts.record("parameter_server", "its process exited; Ray restarted the actor",
                                  f"versions carry on above v{version}, with the weights last saved")
-            ray.get(system.ps.restore.remote(version, self.last_weights, self.last_weights_version, stopping,
-                                             self.env_restarts_used()))
+            ray.get(system.ps.restore.remote(version, self.last_weights, self.last_weights_version, stopping))
             self.actor_processes["parameter_server"] = reports.process
+        if reports.monitor and reports.monitor != self.actor_processes.get("run_monitor", reports.monitor):
+            self.restarts.record("run_monitor", "its process exited; Ray restarted the actor",
+                                 "the reports since the last read are lost; the env-rebuild budget carries on")
+            ray.get(system.monitor.restore.remote(self.env_restarts_used()))
+        self.actor_processes["run_monitor"] = reports.monitor or self.actor_processes.get("run_monitor", "")
         for name, process in reports.caches.items():
             if process != self.actor_processes.get(name, process):
                 self.restarts.record(name, "its process exited; Ray restarted the actor",

@@ -15,6 +15,7 @@ import ray
 
 from dsac.config import Config
 from dsac.distributed.actors import GradientAverager, ParameterServer, ReplayBuffer
+from dsac.distributed.monitor import RunMonitor
 from dsac.distributed.tasks import evaluator, learner, learner_role, rollout_worker
 from dsac.distributed.topology import SOFT_ACTOR_CPUS, ResourcePlan, per_shard
 from dsac.distributed.weights_board import remove_boards
@@ -64,6 +65,9 @@ class System:
         self.ps = ParameterServer.options(
             **restartable, name=self.ps_name, max_concurrency=max(1000, 4 * config.num_workers + 100)
         ).remote(start.get("version", 0), board=self.board_names()[0], num_workers=config.num_workers)
+        # The run's reports (placements, evaluations, episodes, the env-rebuild budget, the
+        # learner's state for checkpoints), beside the parameter server.
+        self.monitor = RunMonitor.options(**restartable).remote(config.env_restarts)
         # Weights per node (several nodes): a cache on each node keeps one pull waiting on the
         # parameter server and publishes each version on its node's board. Ray restarts a
         # cache on its own node.
@@ -130,13 +134,13 @@ class System:
         return [f"{self.ps_name}-ps", *(f"{self.ps_name}-{k}" for k in range(len(self.plan.cache_nodes)))]
 
     def actor_names(self) -> list[str]:
-        return ["parameter_server", *(f"replay_shard_{k}" for k in range(self.num_shards)),
+        return ["parameter_server", "run_monitor", *(f"replay_shard_{k}" for k in range(self.num_shards)),
                 *(["gradient_averager"] if self.averager is not None else []), *self.cache_names()]
 
     def where_actors(self) -> dict[str, dict]:
         """``{actor name: where it runs}`` (host, node, pid, ``process`` = node:pid)."""
         averager = [self.averager.where.remote()] if self.averager is not None else []
-        wheres = ray.get([self.ps.where.remote(), *(shard.where.remote() for shard in self.shards), *averager,
+        wheres = ray.get([self.ps.where.remote(), self.monitor.where.remote(), *(shard.where.remote() for shard in self.shards), *averager,
                           *(cache.where.remote() for cache in self.caches)])
         return dict(zip(self.actor_names(), wheres, strict=True))
 
@@ -174,7 +178,7 @@ class System:
                                                 bundle=plan.learner_bundle(j)),
         ).remote(
             config, self.observation_space, self.action_space, self.shards[j::config.num_learners], self.ps,
-            config.seed, plan.learner_gpus, plan.learner_cpus, initial_weights, initial_state, j, self.averager,
+            self.monitor, config.seed, plan.learner_gpus, plan.learner_cpus, initial_weights, initial_state, j, self.averager,
         )
         return self._track(ref, learner_role(j, config.num_learners))
 
@@ -189,7 +193,7 @@ class System:
         ref = evaluator.options(
             num_cpus=plan.evaluator_cpus, max_retries=0,
             scheduling_strategy=plan.scheduling(plan.evaluator_node, bundle=plan.evaluator_bundle())
-        ).remote(self.config, self.observation_space, self.action_space, self.ps, self.eval_seed,
+        ).remote(self.config, self.observation_space, self.action_space, self.ps, self.monitor, self.eval_seed,
                  self.weights_board(plan.evaluator_node))
         return self._track(ref, "evaluator")
 
@@ -198,7 +202,7 @@ class System:
         node = plan.worker_nodes[i] if plan.worker_nodes else None
         strategy = plan.scheduling(node, spread=True, bundle=plan.worker_bundle(i))
         ref = rollout_worker.options(num_cpus=plan.worker_cpus, max_retries=0, scheduling_strategy=strategy).remote(
-            i, config, self.shards[plan.shard_of(i)], self.ps, self.worker_seeds[i] if seed is None else seed,
+            i, config, self.shards[plan.shard_of(i)], self.ps, self.monitor, self.worker_seeds[i] if seed is None else seed,
             self.num_shards, plan.chunk_seconds, self.weights_board(node),
         )
         return self._track(ref, f"rollout_worker_{i}")
@@ -210,7 +214,7 @@ class System:
         ended, said, limit = [], False, time.monotonic() + EVALUATOR_STOP_LIMIT_S
         while any(self.roles[ref] == "evaluator" for ref in self.pending) and time.monotonic() < limit:
             try:
-                progress = ray.get(self.ps.evaluator_progress.remote(), timeout=10)
+                progress = ray.get(self.monitor.evaluator_progress.remote(), timeout=10)
             except (ray.exceptions.RayError, TimeoutError):
                 break
             if progress is None or progress[0] > self.config.stop_timeout:
@@ -238,8 +242,13 @@ class System:
 
     # --- reading -------------------------------------------------------------------------
     def read(self) -> tuple[Reports, list[ShardStats]]:
-        """The parameter server's reports since the last read and every shard's counters."""
-        reports = ray.get(self.ps.drain_reports.remote())
+        """The run monitor's reports since the last read, the parameter server's status and
+        every shard's counters."""
+        monitored, status = ray.get([self.monitor.drain_reports.remote(), self.ps.status.remote(telemetry=False)])
+        reports = Reports(
+            monitored["placements"], monitored["evaluations"], monitored["episodes"], status["version"],
+            status["report"], status["held"], monitored["learner_updates"], status["stop"], status["stop_reason"],
+            status["process"], monitored["env_restarts"], status["caches"], monitored["monitor"])
         return reports, ray.get([shard.stats.remote() for shard in self.shards])
 
     def latest(self) -> Latest:
@@ -248,10 +257,11 @@ class System:
 
     def request_state(self) -> None:
         """Ask the learner for its full state (it arrives with a later ``take_state``)."""
-        self.ps.request_state.remote()
+        self.monitor.request_state.remote()
 
     def take_state(self) -> LearnerState | None:
-        return ray.get(self.ps.take_state.remote())
+        """The learner's state, once it arrived at the run monitor; else None."""
+        return ray.get(self.monitor.take_state.remote())
 
     def replay_snapshots(self) -> list[dict]:
         return ray.get([shard.snapshot.remote() for shard in self.shards])

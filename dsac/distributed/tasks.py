@@ -45,11 +45,11 @@ def next_chunk_seconds(chunk_seconds: float, steps: int, seconds: float) -> floa
     return min(max(chunk_seconds, MIN_CHUNK_TRANSITIONS * seconds / steps), max(chunk_seconds, MAX_CHUNK_S))
 
 
-def env_crash_handler(ps, role: str, limit: int):
-    """Asks the parameter server, which keeps the run-wide count, whether ``role`` may rebuild
-    an env that raised (``--env_restarts``): one call per crash, never per step."""
+def env_crash_handler(monitor, role: str, limit: int):
+    """Asks the run monitor, which keeps the run-wide budget, whether ``role`` may rebuild an
+    env that raised (``--env_restarts``): one call per crash, never per step."""
     def allowed(exc: BaseException) -> bool:
-        return limit > 0 and ray.get(ps.env_crashed.remote(role, one_line(exc), limit))
+        return limit > 0 and ray.get(monitor.env_crashed.remote(role, one_line(exc)))
     return allowed
 
 
@@ -62,20 +62,20 @@ class WorkerParts(NamedTuple):
     callbacks: object
     encoder: object  # a dsac.frames.FrameEncoder, or None
     weights: WeightsClient
-    ps: object
+    monitor: object  # the run monitor, which takes the finished episodes
 
 
-def worker_parts(index: int, config, ps, seed: int, weights_board: str | None) -> WorkerParts:
+def worker_parts(index: int, config, ps, monitor, seed: int, weights_board: str | None) -> WorkerParts:
     """Rollout worker ``index``'s envs, acting policy, frame encoder and weights client (started)."""
     callbacks = callbacks_for(config.run)
     collector = build.collector(config, seed, index, callbacks,
-                                env_crash_handler(ps, f"rollout_worker_{index}", config.env_restarts))
+                                env_crash_handler(monitor, f"rollout_worker_{index}", config.env_restarts))
     policy = build.acting_policy(config, collector.observation_space, collector.action_space, seed, index,
                                  config.num_workers)
     encoder = build.frame_encoder(config, frame_layout(collector.observation_space.shape,
                                                        collector.observation_space.dtype))
     weights = WeightsClient(ps, policy, worker=index, board=weights_board).start()
-    return WorkerParts(index, collector, policy, callbacks, encoder, weights, ps)
+    return WorkerParts(index, collector, policy, callbacks, encoder, weights, monitor)
 
 
 def acting(parts: WorkerParts, env_steps: int, start_steps: int):
@@ -102,18 +102,19 @@ def collect_chunk(parts: WorkerParts, act, budget: int, seconds: float) -> tuple
     chunk = build.make_chunk(batch, parts.policy, parts.callbacks, parts.encoder, parts.index)
     episodes = collector.drain_episodes()
     if episodes:
-        parts.ps.report_episodes.remote(episodes)
+        parts.monitor.report_episodes.remote(episodes)
     return chunk, steps, took
 
 
 @ray.remote
-def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 1,
+def rollout_worker(index: int, config, replay, ps, monitor, seed: int, num_shards: int = 1,
                    chunk_seconds: float | None = None, weights_board: str | None = None) -> dict:
     """Steps ``config.envs_per_worker`` envs, acting on their batch of observations, and sends
     what it gathered to its replay shard in chunks (at least every ``chunk_seconds``, default
     ``config.chunk_seconds``), within the insert budget the shard grants. Weights come from
     its node's weights board (``weights_board``) where this machine has it, else the
-    parameter server. Uniform random actions while fewer than ``config.start_steps``
+    parameter server. It reports where it runs, finished episodes and env crashes to the run
+    ``monitor``. Uniform random actions while fewer than ``config.start_steps``
     transitions have reached the replay buffer (counted over all workers; with shards,
     estimated from this one).
 
@@ -123,8 +124,8 @@ def rollout_worker(index: int, config, replay, ps, seed: int, num_shards: int = 
     only when it kept no budget (the ratio holding it back, or a fast env that fills its whole
     grant in one chunk).
     """
-    ps.report_placement.remote(Placement(f"rollout_worker_{index}", **describe_process()))
-    parts = worker_parts(index, config, ps, seed, weights_board)
+    monitor.report_placement.remote(Placement(f"rollout_worker_{index}", **describe_process()))
+    parts = worker_parts(index, config, ps, monitor, seed, weights_board)
     weights, chunk_seconds = parts.weights, chunk_seconds or config.chunk_seconds
     chunks_sent, chunk_s = 0, chunk_seconds
     try:
@@ -166,7 +167,7 @@ def learner_role(index: int, num_learners: int) -> str:
 # A GPU learner by default; the driver overrides num_gpus to 0 on a cluster without GPUs.
 # max_calls=1: the process exits after the task, so its GPU memory is given back.
 @ray.remote(num_gpus=1, max_calls=1)
-def learner(config, observation_space, action_space, shards: list, ps, seed: int, num_gpus: float,
+def learner(config, observation_space, action_space, shards: list, ps, monitor, seed: int, num_gpus: float,
             num_cpus: float, initial_weights: dict | None = None, initial_state: dict | None = None,
             index: int = 0, averager=None) -> dict:
     """Trains the policy on batches from its replay shards through a :class:`UpdateLoop`
@@ -178,7 +179,7 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     from dsac.tf_setup import configure_tensorflow
 
     device = configure_tensorflow(num_gpus, num_cpus, config.learner_threads, config.verbose)
-    ps.report_placement.remote(Placement(learner_role(index, config.num_learners), **describe_process(),
+    monitor.report_placement.remote(Placement(learner_role(index, config.num_learners), **describe_process(),
                                          device=device))
     loop = build.learner_loop(config, observation_space, action_space, seed, callbacks_for(config.run),
                               initial_weights, initial_state)
@@ -186,7 +187,7 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
     if sync is not None and not sync.join(loop):
         return {"learner": index, "updates": loop.updates}
     sampler = ShardedSampler(shards, config.batch_size, config.batches_per_sample, config.prefetch)
-    transport = LearnerTransport(loop, ps, shards, sampler, index, sync)
+    transport = LearnerTransport(loop, ps, monitor, shards, sampler, index, sync)
     transport.first_push()
     try:
         while not transport.orders.stop:
@@ -201,13 +202,14 @@ def learner(config, observation_space, action_space, shards: list, ps, seed: int
 
 
 @ray.remote
-def evaluator(config, observation_space, action_space, ps, seed: int, weights_board: str | None = None) -> int:
+def evaluator(config, observation_space, action_space, ps, monitor, seed: int,
+              weights_board: str | None = None) -> int:
     """Every ``config.eval_every`` env steps, runs ``config.eval_episodes`` deterministic
     episodes with the latest weights and reports the returns; a last evaluation of the final
     weights when the run stops. Returns the number of evaluations. Weights come from its
     node's weights board (``weights_board``) where this machine has it, else from waiting
-    pulls on the parameter server."""
-    ps.report_placement.remote(Placement("evaluator", **describe_process()))
+    pulls on the parameter server. Evaluations go to the run ``monitor``."""
+    monitor.report_placement.remote(Placement("evaluator", **describe_process()))
     policy = build.acting_policy(config, observation_space, action_space, seed)
     weights = WeightsClient(ps, policy, board=weights_board)
     next_eval, evaluated_version, count = config.eval_every, 0, 0
@@ -219,10 +221,10 @@ def evaluator(config, observation_space, action_space, ps, seed: int, weights_bo
         report = weights.report
         evaluation = build.evaluate(
             config, policy, seed, count + 1, final, (report.env_steps, report.updates, weights.version),
-            env_crash_handler(ps, "evaluator", config.env_restarts),
-            on_progress=lambda steps: ps.evaluator_alive.remote(steps, final))
-        # Waited for: the final report must reach the parameter server before this task ends.
-        ray.get(ps.report_eval.remote(evaluation))
+            env_crash_handler(monitor, "evaluator", config.env_restarts),
+            on_progress=lambda steps: monitor.evaluator_alive.remote(steps, final))
+        # Waited for: the final report must reach the run monitor before this task ends.
+        ray.get(monitor.report_eval.remote(evaluation))
 
     while True:
         weights.refresh(EVALUATOR_WAIT_S)
