@@ -591,7 +591,7 @@ def averager_capacity(seconds: float, learners=(2, 4), megabytes: float = 0.9) -
     ``megabytes`` per step and waiting for the mean (a 2x256 SAC's actor, critics and alpha)."""
     import ray
 
-    from dsac.distributed.actors import GradientAverager
+    from dsac.distributed.gradient_averager import GradientAverager
 
     pool = client_pool(max(learners))
     rows = []

@@ -98,7 +98,7 @@ def test_a_learner_group_re_forms_from_the_learner_with_the_most_updates(ray_loc
     """The gradient averager's group protocol: all learners join, the one with the most updates
     shares its state, the others take it; a learner joining again (restarted) makes the others'
     rounds answer REGROUP, and the new group starts from the survivor's state, not the newcomer's."""
-    from dsac.distributed.actors import REGROUP, GradientAverager
+    from dsac.distributed.gradient_averager import REGROUP, GradientAverager
 
     ray = ray_local
     averager = GradientAverager.options(num_cpus=0).remote(2)

@@ -2,7 +2,7 @@
 replay shards' batches in (:class:`ShardedSampler`), weights, state and priorities out
 (:class:`LearnerTransport`), and with several learners the gradients averaged
 (:class:`GradientSync`, the learner's side of
-:class:`dsac.distributed.actors.GradientAverager`).
+:class:`dsac.distributed.gradient_averager.GradientAverager`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 import numpy as np
 import ray
 
-from dsac.distributed.actors import REGROUP
+from dsac.distributed.gradient_averager import REGROUP
 from dsac.learning import UpdateLoop
 from dsac.messages import LearnerOrders, LearnerReport
 
@@ -48,7 +48,7 @@ class ShardedSampler:
 
 
 class GradientSync:
-    """A learner's side of :class:`dsac.distributed.actors.GradientAverager`: joins the learner
+    """A learner's side of :class:`dsac.distributed.gradient_averager.GradientAverager`: joins the learner
     group (every replica takes the state of the one with the most updates), then flattens the
     policy's gradients into one array, averages it with the other learners', applies the mean.
     When the group re-forms (a learner or the averager was restarted) it joins again.

@@ -14,7 +14,8 @@ import numpy as np
 import ray
 
 from dsac.config import Config
-from dsac.distributed.actors import GradientAverager, ParameterServer, ReplayBuffer
+from dsac.distributed.actors import ParameterServer, ReplayBuffer
+from dsac.distributed.gradient_averager import GradientAverager
 from dsac.distributed.monitor import RunMonitor
 from dsac.distributed.tasks import evaluator, learner, learner_role, rollout_worker
 from dsac.distributed.topology import SOFT_ACTOR_CPUS, ResourcePlan, per_shard
