@@ -10,9 +10,9 @@ import logging
 import time
 import uuid
 
-import numpy as np
 import ray
 
+from dsac.build import role_seeds
 from dsac.config import Config
 from dsac.distributed.actors import ParameterServer, ReplayBuffer
 from dsac.distributed.gradient_averager import GradientAverager
@@ -21,7 +21,7 @@ from dsac.distributed.tasks import evaluator, learner, learner_role, rollout_wor
 from dsac.distributed.topology import SOFT_ACTOR_CPUS, ResourcePlan, per_shard
 from dsac.distributed.weights_board import remove_boards
 from dsac.distributed.weights_cache import WeightsCache
-from dsac.evaluation import PROGRESS_EVERY_S, evaluation_seed
+from dsac.evaluation import PROGRESS_EVERY_S
 from dsac.messages import Latest, LearnerState, Reports, ShardStats
 from dsac.replay import replay_specs
 
@@ -49,75 +49,81 @@ class System:
                  start: dict, replay_snapshots: list | None):
         self.config, self.plan = config, plan
         self.observation_space, self.action_space = observation_space, action_space
-        self.num_shards = num_shards = plan.num_shards
-        specs, frames = replay_specs(observation_space, action_space)
+        self.num_shards = plan.num_shards
+        resources = config.resources
         # Actors Ray restarts when their process dies; calls to them wait for the new one.
-        restartable = {"num_cpus": 0, "max_restarts": config.max_restarts, "max_task_retries": -1,
+        restartable = {"num_cpus": 0, "max_restarts": resources.max_restarts, "max_task_retries": -1,
                        # hard: a soft affinity let Ray put them elsewhere while the node's CPUs were leased
                        "scheduling_strategy": plan.scheduling(plan.actor_node, soft=False)}
-        # Every rollout worker keeps one pull waiting on the parameter server (and may have a
-        # refresh beside it); Ray's default of 1,000 concurrent calls of an async actor would
-        # queue them past ~450 workers.
         # Named, so that a weights cache finds it by name when Ray restarts the cache (a handle
         # among its constructor arguments would keep an object-store reference alive instead).
         self.ps_name = f"dsac_parameter_server_{uuid.uuid4().hex[:12]}"
-        # The server publishes every version on its node's shared-memory board, where that
-        # node's readers take it without a call (dsac.distributed.weights_board).
-        self.ps = ParameterServer.options(
-            **restartable, name=self.ps_name, max_concurrency=max(1000, 4 * config.num_workers + 100)
-        ).remote(start.get("version", 0), board=self.board_names()[0], num_workers=config.num_workers)
+        self.ps = self._parameter_server(restartable, start.get("version", 0))
         # The run's reports (placements, evaluations, episodes, the env-rebuild budget, the
         # learner's state for checkpoints), beside the parameter server.
-        self.monitor = RunMonitor.options(**restartable).remote(config.env_restarts)
+        self.monitor = RunMonitor.options(**restartable).remote(resources.env_restarts)
         # Weights per node (several nodes): a cache on each node keeps one pull waiting on the
         # parameter server and publishes each version on its node's board. Ray restarts a
         # cache on its own node.
         self.caches = [
-            WeightsCache.options(num_cpus=SOFT_ACTOR_CPUS, max_restarts=config.max_restarts, max_task_retries=-1,
+            WeightsCache.options(num_cpus=SOFT_ACTOR_CPUS, max_restarts=resources.max_restarts, max_task_retries=-1,
                                  scheduling_strategy=plan.scheduling(node, soft=True)).remote(
-                self.ps_name, name, board, config.num_workers)
+                self.ps_name, name, board, resources.num_workers)
             for name, node, board in zip(self.cache_names(), plan.cache_nodes, self.board_names()[1:], strict=True)
         ]
-        # Shard k takes the transitions of the workers plan.shard_of() names (workers k, k + K, ...
-        # on one node; the workers of its node on several); each keeps the update ratio for its
-        # own share of the data, so together they keep it for all of it.
-        self.shards = [
-            ReplayBuffer.options(**{**restartable, **self._shard_placement(k)}).remote(
-                specs,
-                per_shard(config.buffer_size, num_shards),
-                updates_per_step=config.updates_per_step,
-                learning_starts=per_shard(config.learning_starts, num_shards),
-                max_steps_ahead=max(1, config.max_steps_ahead // num_shards),
-                num_writers=plan.writers_of(k),
-                max_chunk=config.max_chunk,
-                batches_per_call=config.batches_per_sample,
-                seed=config.seed + k,
-                frames=frames,
-                prioritized=config.prioritized,
-                priority_alpha=config.priority_alpha,
-                priority_beta=config.priority_beta,
-                beta_anneal_steps=per_shard(config.total_env_steps, num_shards),
-                insert_limit=per_shard(insert_limit, num_shards),
-                restore=replay_snapshots[k] if replay_snapshots else None,
-                start_added=start.get("env_steps", 0) // num_shards,
-            )
-            for k in range(num_shards)
-        ]
-        # Independent, non-overlapping seeds for every role, whatever --seed and --num_workers are.
-        self.worker_seeds = [
-            int(s.generate_state(1)[0]) for s in np.random.SeedSequence(config.seed).spawn(config.num_workers)
-        ]
-        self.eval_seed = evaluation_seed(config.seed)  # evaluation episodes reset with eval_seed + j
+        self.shards = [self._replay_shard(k, restartable, insert_limit, start.get("env_steps", 0),
+                                          replay_snapshots[k] if replay_snapshots else None)
+                       for k in range(self.num_shards)]
+        self.seeds = role_seeds(config.run.seed, resources.num_workers)
+        self.worker_seeds, self.eval_seed = self.seeds.workers, self.seeds.evaluator
         # Several learners: synchronous data-parallel SGD through a GradientAverager; learner j
         # samples shards j, j + N, ... (each shard is read by one learner: no shared hot spot).
         # Ray restarts it when its process dies; the calls then in flight fail (max_task_retries=0),
         # which tells the learners to form their group again (see GradientAverager).
-        learners = config.num_learners
+        learners = resources.num_learners
         self.averager = GradientAverager.options(
             **{**restartable, "max_task_retries": 0}
         ).remote(learners) if learners > 1 else None
         self.roles: dict = {}  # task ref -> role
         self.pending: list = []  # refs of the tasks still running
+
+    def _parameter_server(self, restartable: dict, start_version: int):
+        """The parameter server, which publishes every version on its node's shared-memory
+        board, where that node's readers take it without a call (dsac.distributed.board_writer).
+        Every rollout worker keeps one pull waiting on it (and may have a refresh beside it):
+        Ray's default limit of concurrent calls of an async actor would queue them."""
+        num_workers = self.config.resources.num_workers
+        return ParameterServer.options(
+            **restartable, name=self.ps_name, max_concurrency=max(1000, 4 * num_workers + 100)
+        ).remote(start_version, board=self.board_names()[0], num_workers=num_workers)
+
+    def _replay_shard(self, k: int, restartable: dict, insert_limit: int | None, start_added: int,
+                      snapshot: dict | None):
+        """Replay shard ``k``. It takes the transitions of the workers plan.shard_of() names
+        (workers k, k + K, ... on one node; the workers of its node on several) and keeps the
+        update ratio for its own share of the data, so together the shards keep it for all of it."""
+        config, num_shards = self.config, self.num_shards
+        algorithm, replay, flow = config.algorithm, config.replay, config.flow
+        specs, frames = replay_specs(self.observation_space, self.action_space)
+        return ReplayBuffer.options(**{**restartable, **self._shard_placement(k)}).remote(
+            specs,
+            per_shard(replay.buffer_size, num_shards),
+            updates_per_step=algorithm.updates_per_step,
+            learning_starts=per_shard(algorithm.learning_starts, num_shards),
+            max_steps_ahead=max(1, flow.max_steps_ahead // num_shards),
+            num_writers=self.plan.writers_of(k),
+            max_chunk=flow.max_chunk,
+            batches_per_call=flow.batches_per_sample,
+            seed=config.run.seed + k,
+            frames=frames,
+            prioritized=replay.prioritized,
+            priority_alpha=replay.priority_alpha,
+            priority_beta=replay.priority_beta,
+            beta_anneal_steps=per_shard(config.run.total_env_steps, num_shards),
+            insert_limit=per_shard(insert_limit, num_shards),
+            restore=snapshot,
+            start_added=start_added // num_shards,
+        )
 
     def _shard_placement(self, k: int) -> dict:
         """Beside the parameter server (one node); or on the node of its writers, softly (Ray
@@ -179,7 +185,7 @@ class System:
                                                 bundle=plan.learner_bundle(j)),
         ).remote(
             config, self.observation_space, self.action_space, self.shards[j::config.num_learners], self.ps,
-            self.monitor, config.seed, plan.learner_gpus, plan.learner_cpus, initial_weights, initial_state, j, self.averager,
+            self.monitor, self.seeds.learner, plan.learner_gpus, plan.learner_cpus, initial_weights, initial_state, j, self.averager,
         )
         return self._track(ref, learner_role(j, config.num_learners))
 
