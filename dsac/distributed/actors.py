@@ -40,14 +40,14 @@ log = logging.getLogger("dsac")
 # at the stop flag even if nothing else happens.
 MAX_WAIT_S = 1.0
 # Longest a pull waits for a newer version: a push or the stop flag answers it at once, so a
-# long wait costs nothing, while each timeout is one more call per worker (64 workers answered
-# every second were 64 calls/s, ~8% of a core, for nothing).
+# long wait costs nothing, while each timeout is one more call per worker: with many workers,
+# short waits would keep the server busy answering pulls that bring nothing.
 MAX_PULL_WAIT_S = 30.0
 
 
 # Methods called many times a second (every chunk, sample, pull, push, poll): Ray would record
-# an event per call in its GCS (up to 100k events: ~320 MiB of GCS memory in a 30-minute soak
-# with 8 workers) for the dashboard's task list, which nobody reads for these.
+# an event per call in its GCS for the dashboard's task list, which nobody reads for these, and
+# over a long run those events take much of the GCS's memory.
 hot_path = ray.method(enable_task_events=False)
 
 
@@ -165,7 +165,7 @@ class ReplayBuffer:
         (together at most ``max_chunk``). Such a writer is answered at once, topped up only from
         headroom no waiting writer is in line for. A writer without budget waits (up to
         ``max_wait_s``, first come first served) while collection is ahead of the update ratio:
-        this is the backpressure that keeps 8 workers on 2 cores from flooding the learner.
+        this is the backpressure that keeps many workers on few cores from flooding the learner.
         """
         keep = max(0, int(keep))
         async with self.changed:
