@@ -61,7 +61,8 @@ class DistributedRun:
         self.output_dir, self.started_at, self.insert_limit = prepared.output_dir, started_at, insert_limit
         self.observation_space, self.action_space = prepared.observation_space, prepared.action_space
         self.plan = plan_here(config)
-        if self.plan.num_shards != config.num_replay_shards:  # by default, replay beside the writers of each node
+        # By default, replay beside the writers of each node.
+        if self.plan.num_shards != config.resources.num_replay_shards:
             config = self.config = config.replace(num_replay_shards=self.plan.num_shards)
         log_plan(self.plan, config, self.output_dir, self.observation_space, self.action_space)
         ship_user_code(config)
@@ -107,9 +108,9 @@ class DistributedRun:
         if not checkpoint:
             return None
         meta, snapshots = checkpoint["meta"], checkpoint.get("replay") or []
-        if snapshots and len(snapshots) != self.config.num_replay_shards:
+        if snapshots and len(snapshots) != self.config.resources.num_replay_shards:
             log.warning("checkpoint has %d replay shards, the run %d: the buffer starts empty",
-                        len(snapshots), self.config.num_replay_shards)
+                        len(snapshots), self.config.resources.num_replay_shards)
             snapshots = []
         log.info("resuming from %d env steps, %d updates, weights v%d (%s)", meta["env_steps"], meta["updates"],
                  meta["version"], "with replay contents" if snapshots else "replay refills")
@@ -180,7 +181,7 @@ class DistributedRun:
 
     def _replay_snapshot(self, k: int) -> dict | None:
         """Replay shard ``k``'s contents in the run's last checkpoint, if it holds them."""
-        if not self.config.checkpoint_replay or self.recorder.checkpoint_path is None:
+        if not self.config.output.checkpoint_replay or self.recorder.checkpoint_path is None:
             return None
         return (read_checkpoint(self.output_dir).get("replay") or [None] * self.system.num_shards)[k]
 
@@ -191,7 +192,7 @@ class DistributedRun:
                      f" using {p.device}" if p.device else "")
             if p.role.startswith("rollout_worker"):
                 per_node = self.workers_per_node()
-                if sum(per_node.values()) == self.config.num_workers:  # the last one just reported
+                if sum(per_node.values()) == self.config.resources.num_workers:  # the last one just reported
                     log.info("rollout workers per node: %s", {node[:8]: n for node, n in per_node.items()})
 
     def _count(self, reports: Reports, shard_stats: list[ShardStats], version: int) -> None:
@@ -234,7 +235,7 @@ class DistributedRun:
         c = self.counters
         return {
             "env_steps": c["env_steps"],
-            "total_env_steps": self.config.total_env_steps,
+            "total_env_steps": self.config.run.total_env_steps,
             "updates": c["updates"],
             "version": c["version"],
             "version_lag": c.get("version_lag"),
@@ -262,7 +263,7 @@ class DistributedRun:
 
     def request_checkpoint_if_due(self) -> None:
         """Every ``checkpoint_every`` seconds, ask the learner for its full state."""
-        every = self.config.checkpoint_every
+        every = self.config.output.checkpoint_every
         if every is not None and time.monotonic() - self.last_checkpoint >= every:
             self.last_checkpoint = time.monotonic()
             self.system.request_state()
@@ -273,7 +274,7 @@ class DistributedRun:
         if taken is None:
             return
         latest = self.latest()
-        replay = self.system.replay_snapshots() if self.config.checkpoint_replay else None
+        replay = self.system.replay_snapshots() if self.config.output.checkpoint_replay else None
         updates = int(taken.report.updates)
         self.recorder.checkpoint(taken.state, latest.weights, latest.version, {**self.counters, "updates": updates},
                                  replay)
@@ -346,8 +347,8 @@ def log_plan(plan, config: Config, output_dir: str, observation_space, action_sp
     if plan.learner_gpus == 0:
         log.info("no GPU requested or available: the learner runs on CPU (num_gpus=0)")
     specs, frames = replay_specs(observation_space, action_space)
-    log.info("replay buffer: %d transitions, %.1f MiB when full%s", config.buffer_size,
-             storage_bytes(config.buffer_size, specs, frames) / 2**20,
+    log.info("replay buffer: %d transitions, %.1f MiB when full%s", config.replay.buffer_size,
+             storage_bytes(config.replay.buffer_size, specs, frames) / 2**20,
              f" (image observations stored frame by frame: {frames.stack} frames of {frames.frame_shape} "
              "each, every frame once)" if frames else "")
 
@@ -376,7 +377,7 @@ def start(config: Config, started_at: float, insert_limit: int | None = None,
     Ray was started here (and so should be shut down)."""
     prepared = prepare(config)
     if checkpoint is not None:
-        check_resume_state(prepared, checkpoint["state"], config.resume or "the checkpoint")
+        check_resume_state(prepared, checkpoint["state"], config.run.resume or "the checkpoint")
     output_dir = prepared.output_dir
     started_ray = False
     try:

@@ -74,7 +74,7 @@ class Recovery:
                  checkpoint: LearnerCheckpoint | None = None, last_weights: dict | None = None,
                  last_weights_version: int = 0):
         self.system = system
-        self.restarts = Restarts(system.config.max_restarts)
+        self.restarts = Restarts(system.config.resources.max_restarts)
         self.actor_processes = dict(actor_processes)
         self.shard_added = [start_added // system.num_shards] * system.num_shards  # as of the last read
         self.checkpoint = checkpoint
@@ -116,7 +116,7 @@ class Recovery:
 
     def note_env_restarts(self, env_restarts: list[tuple[str, str]]) -> None:
         """Count and say the envs rebuilt (the run monitor granted each: ``--env_restarts``)."""
-        limit = self.system.config.env_restarts
+        limit = self.system.config.resources.env_restarts
         for role, error in env_restarts:
             self.restarts.counts[f"{role}/env"] = self.restarts.counts.get(f"{role}/env", 0) + 1
             log.warning(env_restart_message(role, error, self.env_restarts_used(), limit))

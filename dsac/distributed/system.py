@@ -166,10 +166,10 @@ class System:
     # it instead (recovery.py), so that it can say so, count it and give a learner its state.
     def start_tasks(self, initial_weights: dict | None, initial_state: dict | None) -> None:
         """Submit the learners, the evaluator and the rollout workers."""
-        for j in range(self.config.num_learners):
+        for j in range(self.config.resources.num_learners):
             self.submit_learner(j, initial_weights, initial_state)
         self.submit_evaluator()
-        for i in range(self.config.num_workers):
+        for i in range(self.config.resources.num_workers):
             self.submit_worker(i)
 
     def _track(self, ref, role: str):
@@ -184,10 +184,10 @@ class System:
             scheduling_strategy=plan.scheduling(plan.learner_nodes[j] if plan.learner_nodes else None,
                                                 bundle=plan.learner_bundle(j)),
         ).remote(
-            config, self.observation_space, self.action_space, self.shards[j::config.num_learners], self.ps,
+            config, self.observation_space, self.action_space, self.shards[j::config.resources.num_learners], self.ps,
             self.monitor, self.seeds.learner, plan.learner_gpus, plan.learner_cpus, initial_weights, initial_state, j, self.averager,
         )
-        return self._track(ref, learner_role(j, config.num_learners))
+        return self._track(ref, learner_role(j, config.resources.num_learners))
 
     def weights_board(self, node: str | None) -> str:
         """The board a reader on ``node`` takes weights from: its node's cache's, or the
@@ -224,7 +224,7 @@ class System:
                 progress = ray.get(self.monitor.evaluator_progress.remote(), timeout=10)
             except (ray.exceptions.RayError, TimeoutError):
                 break
-            if progress is None or progress[0] > self.config.stop_timeout:
+            if progress is None or progress[0] > self.config.resources.stop_timeout:
                 break
             if not said:
                 said = True
@@ -304,11 +304,11 @@ class System:
         waited-for tasks ended."""
         stopping = [self.ps.stop.remote(reason)] + [shard.stop.remote() for shard in self.shards]
         ray.get(stopping + ([self.averager.stop.remote()] if self.averager is not None else []))
-        ended = self.ended_tasks(self.config.stop_timeout) if self.pending else []
+        ended = self.ended_tasks(self.config.resources.stop_timeout) if self.pending else []
         ended += self.wait_for_playing_evaluator()
         for ref in self.pending:
             log.warning("%s did not stop within %.0f s (--stop_timeout); cancelling it", self.roles[ref],
-                        self.config.stop_timeout)
+                        self.config.resources.stop_timeout)
             ray.cancel(ref, force=True)
         self.pending = []
         remove_boards(self.board_names())  # what a writer that died left on this machine

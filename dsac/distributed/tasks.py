@@ -28,11 +28,11 @@ log = logging.getLogger("dsac")
 
 # A chunk waits for at least this many transitions (up to MAX_CHUNK_S) before it is sent: with a
 # slow env, a chunk every --chunk_seconds would be a few transitions per add call, and the call,
-# not the env, would be most of a worker's CPU (benchmarks/scale.py, docs/scaling.md).
+# not the env, would be most of a worker's CPU.
 MIN_CHUNK_TRANSITIONS = 128
 MAX_CHUNK_S = 1.0
-# The evaluator's pull waits this long for new weights (it wakes on each version; an idle
-# evaluator makes one call a second, not ten).
+# The evaluator's pull waits this long for new weights: it wakes on each version, so a long
+# wait only spares an idle evaluator calls that bring nothing.
 EVALUATOR_WAIT_S = 1.0
 
 
@@ -69,9 +69,9 @@ def worker_parts(index: int, config, ps, monitor, seed: int, weights_board: str 
     """Rollout worker ``index``'s envs, acting policy, frame encoder and weights client (started)."""
     callbacks = callbacks_for(config.run)
     collector = build.collector(config, seed, index, callbacks,
-                                env_crash_handler(monitor, f"rollout_worker_{index}", config.env_restarts))
+                                env_crash_handler(monitor, f"rollout_worker_{index}", config.resources.env_restarts))
     policy = build.acting_policy(config, collector.observation_space, collector.action_space, seed, index,
-                                 config.num_workers)
+                                 config.resources.num_workers)
     encoder = build.frame_encoder(config, frame_layout(collector.observation_space.shape,
                                                        collector.observation_space.dtype))
     weights = WeightsClient(ps, policy, worker=index, board=weights_board).start()
@@ -126,7 +126,7 @@ def rollout_worker(index: int, config, replay, ps, monitor, seed: int, num_shard
     """
     monitor.report_placement.remote(Placement(f"rollout_worker_{index}", **describe_process()))
     parts = worker_parts(index, config, ps, monitor, seed, weights_board)
-    weights, chunk_seconds = parts.weights, chunk_seconds or config.chunk_seconds
+    weights, chunk_seconds = parts.weights, chunk_seconds or config.flow.chunk_seconds
     chunks_sent, chunk_s = 0, chunk_seconds
     try:
         status = ray.get(replay.add.remote(index, None))
@@ -134,7 +134,7 @@ def rollout_worker(index: int, config, replay, ps, monitor, seed: int, num_shard
         while not (status.stop or weights.stop):
             chunk = None
             if budget > 0:
-                act = acting(parts, status.added * num_shards, config.start_steps)
+                act = acting(parts, status.added * num_shards, config.algorithm.start_steps)
                 if act is None:  # stopped before the learner's first weights
                     break
                 chunk, steps, seconds = collect_chunk(parts, act, budget, chunk_s)
@@ -178,15 +178,15 @@ def learner(config, observation_space, action_space, shards: list, ps, monitor, 
     ``index`` trains on its own shards and every update is the mean of all learners' gradients."""
     from dsac.tf_setup import configure_tensorflow
 
-    device = configure_tensorflow(num_gpus, num_cpus, config.learner_threads, config.verbose)
-    monitor.report_placement.remote(Placement(learner_role(index, config.num_learners), **describe_process(),
+    device = configure_tensorflow(num_gpus, num_cpus, config.resources.learner_threads, config.output.verbose)
+    monitor.report_placement.remote(Placement(learner_role(index, config.resources.num_learners), **describe_process(),
                                          device=device))
     loop = build.learner_loop(config, observation_space, action_space, seed, callbacks_for(config.run),
                               initial_weights, initial_state)
     sync = GradientSync(averager, index) if averager is not None else None
     if sync is not None and not sync.join(loop):
         return {"learner": index, "updates": loop.updates}
-    sampler = ShardedSampler(shards, config.batch_size, config.batches_per_sample, config.prefetch)
+    sampler = ShardedSampler(shards, config.algorithm.batch_size, config.flow.batches_per_sample, config.flow.prefetch)
     transport = LearnerTransport(loop, ps, monitor, shards, sampler, index, sync)
     transport.first_push()
     try:
@@ -212,16 +212,16 @@ def evaluator(config, observation_space, action_space, ps, monitor, seed: int,
     monitor.report_placement.remote(Placement("evaluator", **describe_process()))
     policy = build.acting_policy(config, observation_space, action_space, seed)
     weights = WeightsClient(ps, policy, board=weights_board)
-    next_eval, evaluated_version, count = config.eval_every, 0, 0
+    next_eval, evaluated_version, count = config.output.eval_every, 0, 0
 
-    if config.video_every:
+    if config.output.video_every:
         video.prepare_headless_rendering()
 
     def run_evaluation(final: bool = False):
         report = weights.report
         evaluation = build.evaluate(
             config, policy, seed, count + 1, final, (report.env_steps, report.updates, weights.version),
-            env_crash_handler(monitor, "evaluator", config.env_restarts),
+            env_crash_handler(monitor, "evaluator", config.resources.env_restarts),
             on_progress=lambda steps: monitor.evaluator_alive.remote(steps, final))
         # Waited for: the final report must reach the run monitor before this task ends.
         ray.get(monitor.report_eval.remote(evaluation))
@@ -234,7 +234,7 @@ def evaluator(config, observation_space, action_space, ps, monitor, seed: int,
         if policy.has_weights and env_steps >= next_eval:
             run_evaluation()
             evaluated_version, count = weights.version, count + 1
-            next_eval = (env_steps // config.eval_every + 1) * config.eval_every
+            next_eval = (env_steps // config.output.eval_every + 1) * config.output.eval_every
     # The final weights: the learner's last push may land just after the stop flag.
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
