@@ -74,7 +74,8 @@ class Trainer:
         when local)."""
         if self.config.resources.local:
             return {}
-        return {"parameter_server": self._run.ps, "replay_shards": list(self._run.shards)}
+        return {"parameter_server": self._run.ps, "run_monitor": self._run.monitor,
+                "replay_shards": list(self._run.shards)}
 
     def train(self) -> dict:
         """Let the system collect ``config.steps_per_iteration`` more env steps and the learner

@@ -108,12 +108,13 @@ def progress_at_least(steps: int):
     return lambda line: PROGRESS.search(line) is not None and steps_of(line) >= steps
 
 
-ROLES = ["rollout_worker_0", "parameter_server", "replay_shard_0"]
+ROLES = ["rollout_worker_0", "parameter_server", "run_monitor", "replay_shard_0"]
 
 
 def test_killed_roles_are_replaced_one_after_another_and_the_run_reaches_its_threshold(tmp_path):
-    """A rollout worker, the parameter server and a replay shard are killed in turn, each once
-    the previous one's replacement is announced: every one comes back and the run still learns."""
+    """A rollout worker, the parameter server, the run monitor and a replay shard are killed in
+    turn, each once the previous one's replacement is announced: every one comes back and the
+    run still learns."""
     run = Run(tmp_path / "run", *RUN)
     try:
         pids = {role: run.pid_of(role) for role in ROLES}

@@ -171,7 +171,8 @@ def test_parameter_server_versions_and_pull_newer_than(ray_local):
     assert ray.get(ps.status.remote(telemetry=False))["version"] == 2
     ray.get(ps.stop.remote("test"))
     assert ray.get(ps.pull.remote(2)).stop is True  # what an idle learner polls
-    assert ray.get(ps.push.remote(w1)) == LearnerOrders(version=3, stop=True, state_wanted=False)  # versions keep increasing
+    # Versions keep increasing; a push's reply carries the stop flag.
+    assert ray.get(ps.push.remote(w1)) == LearnerOrders(version=3, stop=True, state_wanted=False)
 
 
 def test_the_run_monitor_relays_the_learners_state_and_keeps_the_env_rebuild_budget(ray_local):

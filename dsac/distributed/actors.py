@@ -98,7 +98,8 @@ class ReplayBuffer:
     """
 
     def __init__(self, specs, capacity, *, updates_per_step, learning_starts, max_steps_ahead,
-                 num_writers, max_chunk, batches_per_call=0, seed=0, prioritized=False, priority_alpha=0.6, priority_beta=0.4,
+                 num_writers, max_chunk, batches_per_call=0, seed=0, prioritized=False, priority_alpha=0.6,
+                 priority_beta=0.4,
                  beta_anneal_steps=1, insert_limit=None, restore: dict | None = None, start_added: int = 0,
                  frames=None, max_wait_s: float = MAX_WAIT_S):
         nbytes = storage_bytes(capacity, specs, frames)
@@ -462,7 +463,8 @@ class ParameterServer:
             self.synced.clear()
         return {
             **status, "synced": synced,
-            "per_worker": {w: {"pulls": n, "mean": total / n, "max": top} for w, (n, total, top) in self.pull_lags.items()},
+            "per_worker": {w: {"pulls": n, "mean": total / n, "max": top}
+                           for w, (n, total, top) in self.pull_lags.items()},
             "pulls_answered": self.pulls_answered,
             "pulls": len(lags), "mean": float(lags.mean()) if len(lags) else None,
             "p95": float(np.percentile(lags, 95)) if len(lags) else None, "max": int(lags.max()) if len(lags) else None,

@@ -70,7 +70,7 @@ class DistributedRun:
         meta = (checkpoint or {}).get("meta", {})
         self.system = System(config, self.plan, self.observation_space, self.action_space, insert_limit,
                              meta, self._replay_to_restore(checkpoint))
-        self.ps, self.shards = self.system.ps, self.system.shards
+        self.ps, self.monitor, self.shards = self.system.ps, self.system.monitor, self.system.shards
         self.recorder = Recorder(config, self.output_dir, self.observation_space, self.action_space, started_at,
                                  self.system.eval_seed, meta)
         self.weights_path = self.recorder.weights_path

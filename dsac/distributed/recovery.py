@@ -127,9 +127,10 @@ class Recovery:
     def restore_actors(self, reports, shard_stats: list, known_version: int, insert_limit: int | None,
                        stopping: bool, replay_snapshot=None) -> int:
         """Give actors that Ray restarted what the run had: the parameter server its version
-        and weights, the run monitor the env rebuilds used, a replay shard its counts (and its contents from ``replay_snapshot(k)``,
-        when replay checkpoints exist). ``known_version``: the latest the driver saw. Updates
-        ``shard_stats`` in place; returns the parameter server's version."""
+        and weights, the run monitor the env rebuilds used, a replay shard its counts (and its
+        contents from ``replay_snapshot(k)``, when replay checkpoints exist). ``known_version``:
+        the latest the driver saw. Updates ``shard_stats`` in place; returns the parameter
+        server's version."""
         system = self.system
         version = reports.version
         if reports.process != self.actor_processes["parameter_server"]:

@@ -147,7 +147,8 @@ class System:
     def where_actors(self) -> dict[str, dict]:
         """``{actor name: where it runs}`` (host, node, pid, ``process`` = node:pid)."""
         averager = [self.averager.where.remote()] if self.averager is not None else []
-        wheres = ray.get([self.ps.where.remote(), self.monitor.where.remote(), *(shard.where.remote() for shard in self.shards), *averager,
+        wheres = ray.get([self.ps.where.remote(), self.monitor.where.remote(),
+                          *(shard.where.remote() for shard in self.shards), *averager,
                           *(cache.where.remote() for cache in self.caches)])
         return dict(zip(self.actor_names(), wheres, strict=True))
 
@@ -185,7 +186,8 @@ class System:
                                                 bundle=plan.learner_bundle(j)),
         ).remote(
             config, self.observation_space, self.action_space, self.shards[j::config.resources.num_learners], self.ps,
-            self.monitor, self.seeds.learner, plan.learner_gpus, plan.learner_cpus, initial_weights, initial_state, j, self.averager,
+            self.monitor, self.seeds.learner, plan.learner_gpus, plan.learner_cpus, initial_weights, initial_state, j,
+            self.averager,
         )
         return self._track(ref, learner_role(j, config.resources.num_learners))
 
@@ -209,7 +211,8 @@ class System:
         node = plan.worker_nodes[i] if plan.worker_nodes else None
         strategy = plan.scheduling(node, spread=True, bundle=plan.worker_bundle(i))
         ref = rollout_worker.options(num_cpus=plan.worker_cpus, max_retries=0, scheduling_strategy=strategy).remote(
-            i, config, self.shards[plan.shard_of(i)], self.ps, self.monitor, self.worker_seeds[i] if seed is None else seed,
+            i, config, self.shards[plan.shard_of(i)], self.ps, self.monitor,
+            self.worker_seeds[i] if seed is None else seed,
             self.num_shards, plan.chunk_seconds, self.weights_board(node),
         )
         return self._track(ref, f"rollout_worker_{i}")

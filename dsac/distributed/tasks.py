@@ -170,17 +170,19 @@ def learner_role(index: int, num_learners: int) -> str:
 def learner(config, observation_space, action_space, shards: list, ps, monitor, seed: int, num_gpus: float,
             num_cpus: float, initial_weights: dict | None = None, initial_state: dict | None = None,
             index: int = 0, averager=None) -> dict:
-    """Trains the policy on batches from its replay shards through a :class:`UpdateLoop`
-    (each sample call's batches in one ``learn_on_batches``) and forwards its outputs
-    (:class:`~dsac.distributed.learner_transport.LearnerTransport`). ``initial_weights`` (e.g. ``--init_weights``) replace the fresh
-    policy's weights before the first push; ``initial_state`` (a resumed run's checkpoint)
-    replaces its whole training state. With several learners (``averager`` given), learner
-    ``index`` trains on its own shards and every update is the mean of all learners' gradients."""
+    """Trains the policy on batches from its replay shards through a
+    :class:`dsac.learning.UpdateLoop` (each sample call's batches in one
+    ``learn_on_batches``) and forwards its outputs
+    (:class:`~dsac.distributed.learner_transport.LearnerTransport`). ``initial_weights``
+    (e.g. ``--init_weights``) replace the fresh policy's weights before the first push;
+    ``initial_state`` (a resumed run's checkpoint) replaces its whole training state. With
+    several learners (``averager`` given), learner ``index`` trains on its own shards and every
+    update is the mean of all learners' gradients."""
     from dsac.tf_setup import configure_tensorflow
 
     device = configure_tensorflow(num_gpus, num_cpus, config.resources.learner_threads, config.output.verbose)
-    monitor.report_placement.remote(Placement(learner_role(index, config.resources.num_learners), **describe_process(),
-                                         device=device))
+    role = learner_role(index, config.resources.num_learners)
+    monitor.report_placement.remote(Placement(role, **describe_process(), device=device))
     loop = build.learner_loop(config, observation_space, action_space, seed, callbacks_for(config.run),
                               initial_weights, initial_state)
     sync = GradientSync(averager, index) if averager is not None else None
