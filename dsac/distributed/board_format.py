@@ -167,7 +167,8 @@ def decode(payload: bytearray, version: int):
     weights, offset = {}, DATA_HEAD.size + header_len
     for entry in header["arrays"]:
         if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) and entry[0] not in weights
-                and isinstance(entry[1], str) and entry[1] in DTYPES and isinstance(entry[2], list) and len(entry[2]) <= MAX_NDIM
+                and isinstance(entry[1], str) and entry[1] in DTYPES and isinstance(entry[2], list)
+                and len(entry[2]) <= MAX_NDIM
                 and all(type(n) is int and n >= 0 for n in entry[2])):
             raise BoardRefused(f"array entry {str(entry)[:100]} is not [new name, numeric dtype, shape]")
         name, dtype_name, shape = entry

@@ -162,16 +162,17 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
     total_gpus = float(cluster.get("GPU", 0))
     if total_cpus <= 0:
         raise DsacError("the Ray cluster has no CPUs")
-    if config.resources.learner_gpus is not None and config.resources.learner_gpus * config.resources.num_learners > total_gpus:
+    resources = config.resources
+    if resources.learner_gpus is not None and resources.learner_gpus * resources.num_learners > total_gpus:
         raise DsacError(
-            f"--learner_gpus {config.resources.learner_gpus:g} asked for {config.resources.num_learners} learner(s), but the Ray "
+            f"--learner_gpus {resources.learner_gpus:g} asked for {resources.num_learners} learner(s), but the Ray "
             f"cluster has {total_gpus:g} GPUs: drop --learner_gpus to train on CPU"
         )
-    if config.resources.learner_gpus is not None:
-        learner_gpus = float(config.resources.learner_gpus)
+    learners = resources.num_learners
+    if resources.learner_gpus is not None:
+        learner_gpus = float(resources.learner_gpus)
     else:
-        learner_gpus = 1.0 if total_gpus >= config.resources.num_learners else 0.0
-    learners = config.resources.num_learners
+        learner_gpus = 1.0 if total_gpus >= learners else 0.0
     # A whole CPU per learner when there is room for it and the rollout workers; on a
     # laptop the learners and the workers share what there is.
     learner_cpus = 1.0 if total_cpus >= learners + 1 else _floor4(total_cpus / (learners + 1))
@@ -179,26 +180,26 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
     alive = [n for n in nodes or [] if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
     reserve = SOFT_ACTORS_RESERVE * len(alive) if len(alive) > 1 else 0.0
     left = total_cpus - learner_cpus * learners - evaluator_cpus - reserve
-    if config.resources.worker_cpus is not None:
-        worker_cpus = float(config.resources.worker_cpus)
+    if resources.worker_cpus is not None:
+        worker_cpus = float(resources.worker_cpus)
     else:
-        worker_cpus = min(1.0, _floor4(left / config.resources.num_workers))
-    if worker_cpus <= 0 or worker_cpus * config.resources.num_workers > left + 1e-9:
+        worker_cpus = min(1.0, _floor4(left / resources.num_workers))
+    if worker_cpus <= 0 or worker_cpus * resources.num_workers > left + 1e-9:
         raise DsacError(
-            f"{config.resources.num_workers} rollout workers x {worker_cpus:g} CPU do not fit the "
+            f"{resources.num_workers} rollout workers x {worker_cpus:g} CPU do not fit the "
             f"{left:g} CPUs the cluster has left after the learner(s) and evaluator: lower "
             "--num_workers or --worker_cpus"
         )
     memory = cluster.get("memory")
-    needed = config.resources.num_workers * WORKER_PROCESS_BYTES + learners * LEARNER_PROCESS_BYTES
+    needed = resources.num_workers * WORKER_PROCESS_BYTES + learners * LEARNER_PROCESS_BYTES
     if memory and needed > memory:
         raise DsacError(
-            f"{config.resources.num_workers} rollout workers (~{WORKER_PROCESS_BYTES / 2**20:.0f} MiB each) and {learners} "
+            f"{resources.num_workers} rollout workers (~{WORKER_PROCESS_BYTES / 2**20:.0f} MiB each) and {learners} "
             f"learner(s) (~{LEARNER_PROCESS_BYTES / 2**20:.0f} MiB each) need ~{needed / 2**30:.1f} GiB, the Ray "
             f"cluster has {memory / 2**30:.1f} GiB for tasks: lower --num_workers"
         )
     plan = ResourcePlan(total_cpus, total_gpus, learner_cpus, learner_gpus, worker_cpus, evaluator_cpus,
-                        config.resources.num_workers, learners, chunk_period(config), num_shards=config.resources.num_replay_shards)
+                        resources.num_workers, learners, chunk_period(config), num_shards=resources.num_replay_shards)
     if len(alive) > 1:  # one node: nothing to decide
         _place(plan, alive)
         head = [n["NodeID"] for n in alive if "node:__internal_head__" in n.get("Resources", {})]

@@ -60,7 +60,7 @@ class WeightsCache:
             except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):
                 await asyncio.sleep(0.2)  # the server restarts: ask again shortly
                 continue
-            except Exception as exc:  # noqa: BLE001 - anything else: said, and asked again
+            except Exception as exc:  # anything else: said, and asked again
                 log.warning("%s: pulling the parameter server failed (%s); trying again", self.name, one_line(exc))
                 await asyncio.sleep(1.0)
                 continue
