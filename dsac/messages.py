@@ -94,11 +94,12 @@ class LearnerReport(NamedTuple):
 
 
 class LearnerOrders(NamedTuple):
-    """The parameter server's reply to a push and to an idle learner's poll."""
+    """What a learner goes by: the parameter server's reply to a push (``state_wanted`` then
+    False), completed by the learner with the run monitor's answer to its report."""
 
     version: int  # the latest weights version
     stop: bool  # the run is stopping: send the final state and weights, then end
-    state_wanted: bool  # send the full state (a checkpoint or ``Trainer.save`` asked for it)
+    state_wanted: bool  # send the full state (a checkpoint or ``Trainer.save`` asked the run monitor for it)
 
 
 class PullReply(NamedTuple):
