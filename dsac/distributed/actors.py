@@ -20,8 +20,8 @@ import psutil
 import ray
 
 from dsac import build
+from dsac.distributed.board_writer import BoardLoop
 from dsac.distributed.topology import describe_process
-from dsac.distributed.weights_board import BoardLoop
 from dsac.messages import (
     Chunk,
     Grant,

@@ -15,11 +15,11 @@ import ray
 from dsac.build import role_seeds
 from dsac.config import Config
 from dsac.distributed.actors import ParameterServer, ReplayBuffer
+from dsac.distributed.board_files import remove_boards
 from dsac.distributed.gradient_averager import GradientAverager
 from dsac.distributed.monitor import RunMonitor
 from dsac.distributed.tasks import evaluator, learner, learner_role, rollout_worker
 from dsac.distributed.topology import SOFT_ACTOR_CPUS, ResourcePlan, per_shard
-from dsac.distributed.weights_board import remove_boards
 from dsac.distributed.weights_cache import WeightsCache
 from dsac.evaluation import PROGRESS_EVERY_S
 from dsac.messages import Latest, LearnerState, Reports, ShardStats
