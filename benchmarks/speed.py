@@ -395,7 +395,7 @@ def start_ray() -> float:
 
     global naive_worker
     naive_worker = ray.remote(_naive_worker)
-    ray.init(include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": REPO_ROOT, "TF_CPP_MIN_LOG_LEVEL": "3"}})
     return ray.cluster_resources()["CPU"]
 

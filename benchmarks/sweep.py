@@ -125,7 +125,7 @@ def main(argv=None) -> int:
     # A local Ray just large enough for one trial of the largest: trials run one after another.
     trial_cpus = max(sum(b.get("CPU", 0) for b in resource_bundles({"algo": a, "num_workers": harness.WORKERS[a]}))
                      for a in args.algos)
-    ray.init(num_cpus=math.ceil(trial_cpus), include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=math.ceil(trial_cpus), include_dashboard=False, log_to_driver=False)
     results: dict = json.load(open(args.json)) if os.path.exists(args.json) else {}
     for algo in args.algos:
         for env, budget, cap, every in TASKS[algo]:

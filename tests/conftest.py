@@ -34,7 +34,7 @@ def ray_local():
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = pythonpath
     try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     finally:
         if before is None:
             del os.environ["PYTHONPATH"]

@@ -397,3 +397,28 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly(command, buffered,
     assert result.returncode in quiet and result.stderr == "", (result.returncode, result.stderr[-2000:])
     if "--local" in command:
         assert load_weights(str(tmp_path / "run" / "weights.pkl"))["env_steps"] >= 300
+
+
+def test_a_run_starts_its_own_local_ray_where_another_cluster_left_its_address():
+    """``ray start`` (and Ray's test clusters) leave the cluster's address in Ray's temp dir, and a
+    plain ``ray.init()`` joins it: a run without ``--address`` must start a Ray of its own instead
+    of connecting to one the user did not name (here the address answers nothing at all)."""
+    import shutil
+    import tempfile
+
+    temp_dir = tempfile.mkdtemp(prefix="r", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    try:
+        os.mkdir(os.path.join(temp_dir, "ray"))  # Ray's temp dir under RAY_TMPDIR
+        with open(os.path.join(temp_dir, "ray", "ray_current_cluster"), "w") as f:
+            f.write("127.0.0.1:9")
+        code = ("import ray; from dsac.config import Config; from dsac.distributed.cluster import connect_ray; "
+                "started = connect_ray(Config()); print('started', started, ray.get_runtime_context().gcs_address); "
+                "ray.shutdown()")
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        env.update(RAY_TMPDIR=temp_dir, PYTHONPATH=os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p))
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env)
+    finally:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("started"))
+    assert line.startswith("started True") and "127.0.0.1:9" not in line, line

@@ -84,7 +84,9 @@ def start_local_ray(pythonpath: str) -> None:
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = pythonpath
     try:
-        ray.init(include_dashboard=False)
+        # "local": a new Ray of its own, even where `ray start` (or another program) left a
+        # cluster's address in Ray's temp dir, which ray.init() would otherwise join.
+        ray.init(address="local", include_dashboard=False)
     finally:  # the raylet has it; this process's own environment is left as it was
         if before is None:
             del os.environ["PYTHONPATH"]

@@ -150,7 +150,7 @@ def run(args) -> tuple[str, str]:
 
         check_reachable(address)
         runtime_env = code_for_the_cluster(Config.from_dict(first_values(space)))
-    ray.init(address=args.address, include_dashboard=False, num_cpus=args.num_cpus, runtime_env=runtime_env)
+    ray.init(address=address or "local", include_dashboard=False, num_cpus=args.num_cpus, runtime_env=runtime_env)
     results = search(space, scheduler=scheduler, metric=args.metric, num_samples=args.num_samples,
                      storage_path=args.storage_path, name=args.name, max_concurrent=args.max_concurrent,
                      callbacks=callbacks)
