@@ -18,6 +18,7 @@ flags, and places every task and actor of its run inside it.
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import time
@@ -101,8 +102,7 @@ class DsacTrainable(tune.Trainable):
         """Continue from a checkpoint (this trial's, or with PBT a better trial's), with this
         trial's own flags."""
         path = checkpoint if isinstance(checkpoint, str) else checkpoint.path
-        if self.trainer is not None:
-            self.trainer.stop()
+        self._drop_trainer()
         self.trainer = Trainer.restore(path, self._values(self.config), trust_code=True)
         self.restored_from = os.path.abspath(path)
         # dsac's own record of the restore, beside the run's progress.jsonl: Tune's result.json
@@ -111,8 +111,16 @@ class DsacTrainable(tune.Trainable):
                    {"checkpoint": self.restored_from, **self.trainer.restored_counters})
 
     def cleanup(self) -> None:
+        self._drop_trainer()
+
+    def _drop_trainer(self) -> None:
+        """Stop the run and release its actor handles now. Tune ends a trial's process with
+        SIGTERM, on which Ray raises SystemExit in whatever runs: a handle collected then prints
+        a traceback from its ``__del__``."""
         if self.trainer is not None:
             self.trainer.stop()
+            self.trainer = None
+            gc.collect()
 
     @classmethod
     def default_resource_request(cls, config: dict) -> tune.PlacementGroupFactory:
