@@ -16,6 +16,7 @@ from dsac.errors import DsacError
 ALGORITHMS = {
     "sac": "dsac.algorithms.sac:ALGORITHM",
     "dqn": "dsac.algorithms.dqn:ALGORITHM",
+    "crossq": "dsac.algorithms.crossq:ALGORITHM",
 }
 ALGOS = tuple(ALGORITHMS)
 

@@ -205,7 +205,8 @@ def in_half_open_unit_interval(section, *names: str) -> None:
 class RunSettings:
     """What to train and when to stop: the algorithm, the env, the seed, the budgets, what to start from."""
 
-    algo: str = setting("sac", "algorithm: sac (continuous actions) or dqn (discrete actions)", choices=ALGOS)
+    algo: str = setting("sac", "algorithm: sac or crossq (continuous actions), dqn (discrete actions)",
+                        choices=ALGOS)
     env: str = setting("Pendulum-v1", "gymnasium environment id, or module:env-id / module:ClassName of your own")
     env_kwargs: dict = setting({}, 'keyword arguments of the env, as JSON: \'{"g": 9.81}\'', cli_type=json_object)
     flatten_obs: bool = setting(False, "flatten Dict/Tuple/Discrete/image observations into one flat Box")

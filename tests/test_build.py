@@ -54,7 +54,7 @@ def built(monkeypatch):
     return ids
 
 
-@pytest.mark.parametrize(("algo", "env"), [("sac", "Pendulum-v1"), ("dqn", "CartPole-v1")])
+@pytest.mark.parametrize(("algo", "env"), [("sac", "Pendulum-v1"), ("crossq", "Pendulum-v1"), ("dqn", "CartPole-v1")])
 def test_the_serial_runner_acts_learns_stores_and_evaluates_with_the_builders_parts(built, tmp_path, algo, env):
     config = Config(algo=algo, env=env, local=True, output_dir=str(tmp_path / "run"), total_env_steps=400,
                     learning_starts=100, start_steps=100, eval_every=200, eval_episodes=1, fcnet_hiddens=[16, 16],

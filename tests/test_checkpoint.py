@@ -26,7 +26,7 @@ def batch_for(env, n=16):
             "discount": np.full(n, 0.99, np.float32)}
 
 
-@pytest.mark.parametrize("algo, env_id", [("sac", "Pendulum-v1"), ("dqn", "CartPole-v1")])
+@pytest.mark.parametrize("algo, env_id", [("sac", "Pendulum-v1"), ("dqn", "CartPole-v1"), ("crossq", "Pendulum-v1")])
 def test_full_state_round_trip_continues_training_identically(algo, env_id, tmp_path):
     env = gym.make(env_id)
     config = Config(algo=algo, env=env_id, fcnet_hiddens=[16]).validate()

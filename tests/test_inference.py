@@ -29,6 +29,7 @@ def payload_for(policy, algo, env_id, **model):
 
 @pytest.mark.parametrize("algo, env_id, model", [
     ("sac", "Pendulum-v1", {"fcnet_hiddens": [32, 16], "fcnet_activation": "tanh"}),
+    ("crossq", "Pendulum-v1", {"fcnet_hiddens": [32, 16], "critic_hiddens": [8]}),
     ("dqn", "CartPole-v1", {"fcnet_hiddens": [32], "dueling": True}),
     ("dqn", "CartPole-v1", {"fcnet_hiddens": [16], "dueling": False, "num_atoms": 11, "v_min": 0.0, "v_max": 50.0}),
 ])
@@ -40,8 +41,8 @@ def test_load_policy_matches_the_tf_networks(algo, env_id, model, tmp_path):
     save_weights(path, payload_for(trained, algo, env_id, **model))
     policy = load_policy(path)
     obs = np.random.default_rng(0).normal(size=(50, *env.observation_space.shape)).astype(np.float32)
-    if algo == "sac":
-        mean = trained.actor(obs).numpy()[:, :1]
+    if algo in ("sac", "crossq"):
+        mean = trained.actor(obs).numpy()[:, :1]  # CrossQ's: batch renormalization's inference mode
         np.testing.assert_allclose(policy(obs), 2.0 * np.tanh(mean), atol=1e-5)  # Pendulum bounds: ±2
         assert policy(obs[0]).shape == (1,)  # one observation -> one action
         assert not np.allclose(policy(obs, explore=True), policy(obs))
@@ -117,6 +118,7 @@ def test_infer_script_runs_episodes(tmp_path):
 
 @pytest.mark.parametrize("algo, env_id, model", [
     ("sac", "Pendulum-v1", {"fcnet_hiddens": [16]}),
+    ("crossq", "Pendulum-v1", {"fcnet_hiddens": [16], "critic_hiddens": [8]}),
     ("dqn", "CartPole-v1", {"fcnet_hiddens": [16], "num_atoms": 5, "v_min": 0.0, "v_max": 10.0}),
 ])
 def test_savedmodel_export_matches_the_numpy_policy(algo, env_id, model, tmp_path):
@@ -134,7 +136,7 @@ def test_savedmodel_export_matches_the_numpy_policy(algo, env_id, model, tmp_pat
     obs = np.random.default_rng(1).normal(size=(20, *env.observation_space.shape)).astype(np.float32)
     exported = serve(obs=tf.constant(obs))["action"].numpy()
     expected = load_policy(path)(obs)
-    if algo == "sac":
+    if algo in ("sac", "crossq"):
         np.testing.assert_allclose(exported, expected, atol=1e-5)
     else:
         np.testing.assert_array_equal(exported, expected)

@@ -11,17 +11,18 @@ from dsac.envs import require_box_observation
 from dsac.errors import DsacError
 
 
-def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
-    """A flat or image Box observation and a bounded, flat Box action space."""
+def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space, algo: str = "sac") -> None:
+    """A flat or image Box observation and a bounded, flat Box action space (``algo``: whose
+    check, for the message)."""
     require_box_observation(env_id, observation_space)
     if isinstance(action_space, gym.spaces.Discrete):
         raise DsacError(
-            f"--algo sac needs a continuous Box action space, but {env_id} has {action_space} (use --algo dqn)"
+            f"--algo {algo} needs a continuous Box action space, but {env_id} has {action_space} (use --algo dqn)"
         )
     if not (isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1):
-        raise DsacError(f"--algo sac needs a flat Box action space, but {env_id} has {action_space}")
+        raise DsacError(f"--algo {algo} needs a flat Box action space, but {env_id} has {action_space}")
     if not (np.all(np.isfinite(action_space.low)) and np.all(np.isfinite(action_space.high))):
-        raise DsacError(f"--algo sac needs a bounded action space, but {env_id} has {action_space}")
+        raise DsacError(f"--algo {algo} needs a bounded action space, but {env_id} has {action_space}")
 
 
 ALGORITHM = Algorithm(

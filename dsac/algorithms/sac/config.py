@@ -11,20 +11,30 @@ from dsac.settings import AlgorithmSettings, in_half_open_unit_interval, positiv
 
 
 @dataclass(frozen=True)
-class SACSettings(AlgorithmSettings):
-    """SAC's settings: the shared ones (:class:`dsac.settings.AlgorithmSettings`) and the
-    entropy-regularized critics' own."""
+class MaxEntropySettings(AlgorithmSettings):
+    """The entropy coefficient's settings, which SAC and CrossQ share: the shared ones
+    (:class:`dsac.settings.AlgorithmSettings`) and automatic entropy tuning's."""
 
-    tau: float = setting(0.005, "polyak averaging coefficient of the target critics (sac)")
-    init_alpha: float = setting(1.0, "initial entropy coefficient (sac)")
-    target_entropy: float | None = setting(None, "entropy target (sac; default: -|A|)")
+    init_alpha: float = setting(1.0, "initial entropy coefficient (sac, crossq)")
+    target_entropy: float | None = setting(None, "entropy target (sac, crossq; default: -|A|)")
 
     def check(self) -> None:
         super().check()
         positive_numbers(self, "init_alpha")
-        in_half_open_unit_interval(self, "tau")
         if self.target_entropy is not None and not math.isfinite(self.target_entropy):
             raise DsacError(f"--target_entropy must be a finite number, got {self.target_entropy!r}")
+
+
+@dataclass(frozen=True)
+class SACSettings(MaxEntropySettings):
+    """SAC's settings: the entropy coefficient's (:class:`MaxEntropySettings`) and the target
+    critics'."""
+
+    tau: float = setting(0.005, "polyak averaging coefficient of the target critics (sac)")
+
+    def check(self) -> None:
+        super().check()
+        in_half_open_unit_interval(self, "tau")
 
 
 SETTINGS = SACSettings

@@ -1,0 +1,42 @@
+"""CrossQ (Bhatt et al. 2024, "CrossQ: Batch Normalization in Deep Reinforcement Learning for
+Greater Sample Efficiency and Simplicity"): SAC's actor and entropy tuning, critics with batch
+renormalization and no target networks, the actor updated every few critic updates."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from dsac.algorithms import Algorithm
+from dsac.algorithms.crossq.policy import CrossQPolicy
+from dsac.algorithms.sac import check_spaces as check_sac_spaces
+from dsac.envs import is_flat_box
+from dsac.errors import DsacError
+
+
+def check_spaces(env_id: str, observation_space: gym.Space, action_space: gym.Space) -> None:
+    """A flat Box observation and a bounded, flat Box action space."""
+    if not is_flat_box(observation_space):
+        raise DsacError(
+            f"--algo crossq needs a flat Box observation, but {env_id} has {observation_space} "
+            "(--flatten_obs flattens a Dict or Tuple; for images use --algo sac)"
+        )
+    check_sac_spaces(env_id, observation_space, action_space, algo="crossq")
+
+
+ALGORITHM = Algorithm(
+    name="crossq",
+    policy_class=CrossQPolicy,
+    learner="dsac.algorithms.crossq.learner:CrossQLearner",
+    # sb3-contrib's and rl-zoo's settings (lr 1e-3, batch 256, one update per env step, the
+    # actor every 3rd, Adam's beta_1 0.5) but the networks' widths, which cost updates per second
+    # on a CPU: measured on 2 cores (benchmarks/results/crossq/widths.json, docs/benchmarks.md).
+    defaults={
+        "lr": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 200,
+        "start_steps": 200, "updates_per_step": 1.0, "n_step": 1, "prioritized": False,
+        "total_env_steps": 20_000, "fcnet_hiddens": [256, 256], "critic_hiddens": [256, 256],
+        "eval_every": 1_000, "eval_episodes": 10,
+    },
+    check_spaces=check_spaces,
+    serving="dsac.algorithms.crossq.serving:serving",
+    model_keys=(),
+)
