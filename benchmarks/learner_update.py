@@ -1,8 +1,12 @@
-"""What one learner update costs: SAC's compiled update loop (``learn_on_batches``, 8 batches of 256 a
-call) on random batches of a given observation and action size, plain and compiled with XLA
-(``--learner_xla``), each in its own process, A B A B.
+"""What one learner update costs: an algorithm's compiled update loop (``learn_on_batches``, 8 batches
+of 256 a call; SAC's defaults unless told) on random batches of a given observation and action size,
+plain and compiled with XLA (``--learner_xla``), each in its own process, A B A B.
 
     python -m benchmarks learner-update --sizes 17x6 348x17 --seconds 20 --threads 1
+    python -m benchmarks learner-update --algo crossq --sizes 105x8 --settings '{"critic_hiddens": [512, 512]}'
+
+The first line is the machine-pace figure the MuJoCo table records beside its runs (``--sizes 17x6
+--seconds 10 --repeats 1``, plain).
 
 Prints updates per second and the first call's seconds (tracing, and XLA's compile) per variant.
 Sizes: 17x6 is HalfCheetah-v5's observation and action, 348x17 Humanoid-v5's.
@@ -20,9 +24,11 @@ from benchmarks import harness
 from benchmarks.harness import REPO_ROOT
 
 
-def measure(obs_dim: int, act_dim: int, xla: bool, seconds: float, threads: int) -> dict:
-    """One variant in this process, built as a learner task builds it (``--learner_xla``):
-    updates/s over ``seconds`` after the first call, and that call's seconds."""
+def measure(obs_dim: int, act_dim: int, xla: bool, seconds: float, threads: int, algo: str = "sac",
+            settings: dict | None = None) -> dict:
+    """One variant in this process, built as a learner task builds it (``--learner_xla``) with
+    ``--algo algo`` and the config ``settings``: updates/s over ``seconds`` after the first call,
+    and that call's seconds."""
     import time
 
     import gymnasium as gym
@@ -34,7 +40,8 @@ def measure(obs_dim: int, act_dim: int, xla: bool, seconds: float, threads: int)
     from dsac.build import make_learner
     from dsac.config import Config
 
-    config = Config(env="Pendulum-v1", learner_xla=xla).validate()  # the SAC defaults: 2x64, lr 1e-3, batch 256
+    # The algorithm's defaults (SAC's: 2x64, lr 1e-3, batch 256) and what ``settings`` change.
+    config = Config(algo=algo, env="Pendulum-v1", learner_xla=xla, **(settings or {})).validate()
     policy = make_learner(config, gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
                           gym.spaces.Box(-1.0, 1.0, (act_dim,), np.float32))
     batches = harness.random_sac_batches(8, config.batch_size, obs_dim, act_dim, 1.0)
@@ -51,11 +58,15 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="timed seconds per variant, after its first call")
     parser.add_argument("--threads", type=int, default=1, help="TensorFlow threads")
     parser.add_argument("--repeats", type=int, default=2, help="A B rounds")
+    parser.add_argument("--algo", default="sac", choices=["sac", "crossq"], help="whose update")
+    parser.add_argument("--settings", default="{}", help="config settings as JSON, e.g. "
+                        "'{\"fcnet_hiddens\": [256, 256]}'")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: one variant, in a fresh process
     args = parser.parse_args(argv)
     if args.one:
         spec = json.loads(args.one)
-        print(json.dumps(measure(spec["obs"], spec["act"], spec["xla"], args.seconds, args.threads)))
+        print(json.dumps(measure(spec["obs"], spec["act"], spec["xla"], args.seconds, args.threads, args.algo,
+                                 json.loads(args.settings))))
         return 0
     try:
         sizes = [tuple(int(x) for x in size.split("x")) for size in args.sizes]
@@ -69,7 +80,8 @@ def main(argv=None) -> int:
             for name in rows:
                 spec = json.dumps({"obs": obs_dim, "act": act_dim, "xla": name == "xla"})
                 run = subprocess.run([sys.executable, "-m", "benchmarks.learner_update", "--one", spec,
-                                      "--seconds", str(args.seconds), "--threads", str(args.threads)],
+                                      "--seconds", str(args.seconds), "--threads", str(args.threads),
+                                      "--algo", args.algo, "--settings", args.settings],
                                      capture_output=True, text=True, cwd=REPO_ROOT,
                                      env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
                 if run.returncode != 0:

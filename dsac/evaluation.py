@@ -155,3 +155,37 @@ class _SideBySide:
     def close(self) -> None:
         for env in self.envs:
             env.close()
+
+
+class EvaluationBudget:
+    """What evaluations during training may cost: their CPU time at most ``share`` of ``cores``
+    over the run's wall time so far. An evaluation due while they have used more waits, and the
+    next one the budget allows evaluates the weights of then, so long episodes or a fast learner
+    mean fewer evaluations rather than an evaluator that takes a core from collection and
+    learning. The final evaluation is not asked.
+
+    Args:
+        share: the most of ``cores`` evaluations may use (``--eval_cpu_share``; 0: no limit).
+        cores: the CPUs the run has (the cluster's; 1 for the serial runner, whose evaluations
+            stop everything else while they play).
+        wall, cpu: the clocks of wall time and of this thread's CPU time.
+    """
+
+    def __init__(self, share: float, cores: float, wall: Callable[[], float] = time.monotonic,
+                 cpu: Callable[[], float] = time.thread_time):
+        self.rate = float(share) * float(cores)
+        self.wall, self.cpu = wall, cpu
+        self.started = wall()
+        self.spent = 0.0
+
+    def allows(self) -> bool:
+        """Whether an evaluation may start now."""
+        return self.rate <= 0 or self.spent <= self.rate * (self.wall() - self.started)
+
+    def timed(self, evaluation: Callable[[], object]):
+        """Run ``evaluation()``, counting its CPU time against the budget; its result."""
+        started = self.cpu()
+        try:
+            return evaluation()
+        finally:
+            self.spent += self.cpu() - started

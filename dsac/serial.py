@@ -18,6 +18,7 @@ from dsac import build, video
 from dsac.build import EnvRestartBudget, role_seeds
 from dsac.config import Config
 from dsac.envs import EnvCrashed, env_restart_message, one_line
+from dsac.evaluation import EvaluationBudget
 from dsac.learning import NonFiniteUpdates
 from dsac.messages import FinishedEpisode, Latest, LearnerState
 from dsac.preparation import Prepared, check_resume_state, prepare
@@ -75,6 +76,9 @@ class SerialRun:
         self.next_eval = (self.storage.added // config.output.eval_every + 1) * config.output.eval_every
         self.evaluated_version = -1
         self.evaluations = 0  # this process's, for --video_every
+        # One process: an evaluation stops collection and learning while it plays, so its share
+        # is of this process's one core.
+        self.eval_budget = EvaluationBudget(config.output.eval_cpu_share, 1)
         if config.output.video_every:
             video.prepare_headless_rendering()
         self.last_checkpoint = time.monotonic()
@@ -139,16 +143,18 @@ class SerialRun:
                 self.publish()
 
     def evaluate_if_due(self, final: bool = False) -> list[dict]:
-        """``eval_episodes`` deterministic episodes every ``eval_every`` env steps (and of the
-        final weights); returns the progress lines written."""
+        """``eval_episodes`` deterministic episodes every ``eval_every`` env steps, as the
+        evaluation budget allows (``--eval_cpu_share``), and of the final weights; returns the
+        progress lines written."""
         config = self.config
-        if not (self.storage.added >= self.next_eval or (final and self.evaluated_version != self.version)):
+        due = self.storage.added >= self.next_eval and self.eval_budget.allows()
+        if not (due or (final and self.evaluated_version != self.version)):
             return []
         self.evaluator.set_weights(self.weights)
         self.evaluations += 1
-        evaluation = build.evaluate(config, self.evaluator, self.eval_seed, self.evaluations, final,
-                                    (self.storage.added, self.loop.updates, self.version),
-                                    self._env_crash_handler("evaluator"))
+        evaluation = self.eval_budget.timed(lambda: build.evaluate(
+            config, self.evaluator, self.eval_seed, self.evaluations, final,
+            (self.storage.added, self.loop.updates, self.version), self._env_crash_handler("evaluator")))
         self.next_eval = (self.storage.added // config.output.eval_every + 1) * config.output.eval_every
         self.evaluated_version = self.version
         restarts = self.env_restarts.by_env()

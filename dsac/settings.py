@@ -445,6 +445,11 @@ class OutputSettings:
 
     eval_every: int | None = setting(None, "evaluate every this many env steps (algorithm default)")
     eval_episodes: int | None = setting(None, "deterministic episodes per evaluation (algorithm default)")
+    eval_cpu_share: float = setting(
+        0.1, "most of the run's CPUs (their number x the wall time) evaluations during training may use: one that "
+        "is due waits while they have used more, then evaluates the weights of then (0: every --eval_every; the "
+        "final evaluation always runs)"
+    )
     video_every: int = setting(0, "record episode 0 of every this-many-th evaluation, and of the final one, as "
                              "<output_dir>/videos/<env_steps>.mp4, the best of them as videos/best.mp4 (0: off)")
     output_dir: str | None = setting(
@@ -478,6 +483,8 @@ class OutputSettings:
 
     def check(self) -> None:
         positive_ints(self, "eval_every", "eval_episodes")
+        if not (isinstance(self.eval_cpu_share, int | float) and 0.0 <= self.eval_cpu_share <= 1.0):
+            raise DsacError(f"--eval_cpu_share must be in [0, 1], got {self.eval_cpu_share!r}")
         non_negative_ints(self, "video_every")
         positive_numbers(self, "log_every")
         optional_positive(self, "checkpoint_every")

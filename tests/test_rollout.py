@@ -4,7 +4,7 @@ reset observation is never stored as a next_obs."""
 import numpy as np
 import pytest
 
-from dsac.evaluation import evaluate
+from dsac.evaluation import EvaluationBudget, evaluate
 from dsac.rollout import EnvCollector
 
 
@@ -98,3 +98,22 @@ def test_n_step_returns_at_termination():
         terminal = start + k - 1 == end
         assert got["terminated"][j] == float(terminal)
         np.testing.assert_array_equal(got["next_obs"][j], ref["next_obs"][start + k - 1])
+
+
+def test_evaluations_wait_while_they_have_used_more_than_their_share_of_the_cpus():
+    now = {"wall": 0.0, "cpu": 0.0}
+
+    def evaluation(cpu_s):
+        now["cpu"] += cpu_s
+        return "evaluated"
+
+    budget = EvaluationBudget(0.1, 2, wall=lambda: now["wall"], cpu=lambda: now["cpu"])
+    assert budget.allows()  # nothing spent: the first one plays at once
+    assert budget.timed(lambda: evaluation(1.0)) == "evaluated" and budget.spent == 1.0
+    now["wall"] = 4.9  # 0.1 x 2 CPUs x 4.9 s = 0.98 s < 1 s spent
+    assert not budget.allows()
+    now["wall"] = 5.0
+    assert budget.allows()
+    unlimited = EvaluationBudget(0.0, 2, wall=lambda: now["wall"], cpu=lambda: now["cpu"])
+    unlimited.timed(lambda: evaluation(100.0))
+    assert unlimited.allows()  # --eval_cpu_share 0: every --eval_every

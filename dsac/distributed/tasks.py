@@ -19,6 +19,7 @@ from dsac.distributed.learner_transport import GradientSync, LearnerTransport, S
 from dsac.distributed.topology import describe_process
 from dsac.distributed.weights_client import IDLE_SLEEP_S, WeightsClient
 from dsac.envs import one_line
+from dsac.evaluation import EvaluationBudget
 from dsac.frames import frame_layout
 from dsac.learning import NonFiniteUpdates
 from dsac.messages import Placement
@@ -206,15 +207,18 @@ def learner(config, observation_space, action_space, shards: list, ps, monitor, 
 @ray.remote
 def evaluator(config, observation_space, action_space, ps, monitor, seed: int,
               weights_board: str | None = None) -> int:
-    """Every ``config.eval_every`` env steps, runs ``config.eval_episodes`` deterministic
-    episodes with the latest weights and reports the returns; a last evaluation of the final
-    weights when the run stops. Returns the number of evaluations. Weights come from its
-    node's weights board (``weights_board``) where this machine has it, else from waiting
-    pulls on the parameter server. Evaluations go to the run ``monitor``."""
+    """Every ``config.eval_every`` env steps, as the evaluation budget allows
+    (:class:`dsac.evaluation.EvaluationBudget`: ``--eval_cpu_share`` of the cluster's CPUs), runs
+    ``config.eval_episodes`` deterministic episodes with the latest weights and reports the
+    returns; a last evaluation of the final weights when the run stops. Returns the number of
+    evaluations. Weights come from its node's weights board (``weights_board``) where this
+    machine has it, else from waiting pulls on the parameter server. Evaluations go to the run
+    ``monitor``."""
     monitor.report_placement.remote(Placement("evaluator", **describe_process()))
     policy = build.acting_policy(config, observation_space, action_space, seed)
     weights = WeightsClient(ps, policy, board=weights_board)
     next_eval, evaluated_version, count = config.output.eval_every, 0, 0
+    budget = EvaluationBudget(config.output.eval_cpu_share, ray.cluster_resources().get("CPU", 1.0))
 
     if config.output.video_every:
         video.prepare_headless_rendering()
@@ -233,8 +237,8 @@ def evaluator(config, observation_space, action_space, ps, monitor, seed: int,
         if weights.stop:
             break
         env_steps = weights.report.env_steps
-        if policy.has_weights and env_steps >= next_eval:
-            run_evaluation()
+        if policy.has_weights and env_steps >= next_eval and budget.allows():
+            budget.timed(run_evaluation)
             evaluated_version, count = weights.version, count + 1
             next_eval = (env_steps // config.output.eval_every + 1) * config.output.eval_every
     # The final weights: the learner's last push may land just after the stop flag.
