@@ -276,9 +276,10 @@ class ResourceSettings:
         None, "TensorFlow threads of a learner (default: its node's cores, at most 4: rollout workers mostly "
         "wait for the learner, so it may use the cores they leave idle)"
     )
-    learner_xla: bool = setting(
-        False, "compile the learner's update loop with XLA (an experiment: ~1.5x updates/s of a 2x64 SAC on "
-        "17 observations in a microbenchmark, none on 348; ~7-10 s more at start; docs/benchmarks.md)"
+    learner_xla: bool | None = setting(
+        None, "compile the learner's update loop with XLA: more updates/s for small networks (~1.5x a 2x64 SAC on 17 "
+        "observations, 1.4-2x CrossQ's batch-renormalized critics), ~7-10 s more at start (algorithm default: on "
+        "for crossq; docs/benchmarks.md)"
     )
     max_restarts: int = setting(
         10, "times each role (rollout worker, learner, evaluator, replay shard, parameter server) is restarted "

@@ -31,6 +31,7 @@ ALGORITHM = Algorithm(
     # actor every 3rd, Adam's beta_1 0.5) but the networks' widths, which cost updates per second
     # on a CPU: measured on 2 cores (benchmarks/results/crossq/widths.json, docs/benchmarks.md).
     defaults={
+        "learner_xla": True,
         "lr": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 200,
         "start_steps": 200, "updates_per_step": 1.0, "n_step": 1, "prioritized": False,
         "total_env_steps": 20_000, "fcnet_hiddens": [256, 256], "critic_hiddens": [256, 256],
