@@ -77,9 +77,9 @@ def per_actor_step(learning_rate, policy_delay: int):
     """The actor's and α's learning rate: a schedule steps by its optimizer's own count, which
     the policy delay slows, so its horizon shrinks by the same factor."""
     if isinstance(learning_rate, keras.optimizers.schedules.PolynomialDecay):
-        config = learning_rate.get_config()
-        config["decay_steps"] = max(1, round(config["decay_steps"] / policy_delay))
-        return type(learning_rate).from_config(config)
+        schedule = learning_rate.get_config()
+        schedule["decay_steps"] = max(1, round(schedule["decay_steps"] / policy_delay))
+        return type(learning_rate).from_config(schedule)
     return learning_rate
 
 
