@@ -149,8 +149,9 @@ def _run_dsac(out, flags, env, seed, budget, eval_every, stop_return, timeout, a
 def run_sb3(algo: str, env: str, kwargs: dict, seed: int, budget: int, eval_every: int,
             stop_return: float | None = None, timeout: float | None = None,
             max_seconds: float | None = None) -> dict | None:
-    """SB3 with constructor ``kwargs`` (``sb3_baseline.py --curve``), until ``budget`` env steps,
-    ``stop_return`` or ``max_seconds`` from process start; None when SB3 is not installed."""
+    """SB3's ``algo`` (``sac``, ``dqn``; ``crossq``: sb3-contrib's) with constructor ``kwargs``
+    (``sb3_baseline.py --curve``), until ``budget`` env steps, ``stop_return`` or ``max_seconds``
+    from process start; None when SB3 (or sb3-contrib, for ``crossq``) is not installed."""
     spec = {"algo": algo, "env": env, "kwargs": kwargs, "seed": seed, "budget": budget, "eval_every": eval_every,
             "stop_return": stop_return, "max_seconds": max_seconds}
     started = time.time()
@@ -324,6 +325,16 @@ def band(runs: list[dict], axis: str, grid: np.ndarray) -> tuple[np.ndarray, np.
         n = np.sum(~np.isnan(c), axis=0)
         half = 1.96 * np.nanstd(c, axis=0, ddof=1) / np.sqrt(np.maximum(n, 1)) if len(c) > 1 else 0 * mean
     return mean, mean - half, mean + half
+
+
+def pyplot():
+    """matplotlib's pyplot drawing into files (the Agg backend: no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def random_sac_batches(count: int, size: int, obs_dim: int, act_dim: int, action_bound: float,

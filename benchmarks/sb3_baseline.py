@@ -1,6 +1,7 @@
-"""Stable-Baselines3 on the benchmark's tasks, evaluated exactly as dsac evaluates: the same
-``dsac.evaluation.evaluate`` on the same start states (``evaluation_seed(seed) + j``), the same
-number of deterministic episodes. Prints one JSON line; exits 3 when SB3 is not installed
+"""Stable-Baselines3 (and sb3-contrib's CrossQ) on the benchmark's tasks, evaluated exactly as
+dsac evaluates: the same ``dsac.evaluation.evaluate`` on the same start states
+(``evaluation_seed(seed) + j``), the same number of deterministic episodes. Prints one JSON line;
+exits 3 when SB3 (or, for ``"algo": "crossq"``, sb3-contrib) is not installed
 (``pip install -r requirements-bench.txt``).
 
     python -m benchmarks.sb3_baseline --algo sac --seed 0
@@ -80,13 +81,23 @@ def _schedule(value):
     return value
 
 
+def model_class(algo: str):
+    """The SB3 class of ``algo``: ``sac`` and ``dqn`` from SB3, ``crossq`` from sb3-contrib."""
+    if algo == "crossq":
+        from sb3_contrib import CrossQ
+
+        return CrossQ
+    import stable_baselines3 as sb3
+
+    return {"sac": sb3.SAC, "dqn": sb3.DQN}[algo]
+
+
 def learning_curve(spec: dict) -> list[dict]:
     """SB3 with constructor arguments ``spec["kwargs"]`` for ``spec["budget"]`` env steps (or
     until an evaluation reaches ``spec["stop_return"]``, or until ``spec["max_seconds"]`` from
     process start), evaluating every ``spec["eval_every"]`` env steps on dsac's start states:
     [{env_steps, updates, wall_s, return}, ...]."""
     import gymnasium as gym
-    import stable_baselines3 as sb3
     from stable_baselines3.common.callbacks import BaseCallback
 
     env_id, seed, every, stop = spec["env"], spec["seed"], spec["eval_every"], spec.get("stop_return")
@@ -94,8 +105,7 @@ def learning_curve(spec: dict) -> list[dict]:
     kwargs = dict(spec["kwargs"])
     if "learning_rate" in kwargs:
         kwargs["learning_rate"] = _schedule(kwargs["learning_rate"])
-    model = (sb3.SAC if spec["algo"] == "sac" else sb3.DQN)("MlpPolicy", gym.make(env_id), seed=seed, verbose=0,
-                                                             **kwargs)
+    model = model_class(spec["algo"])("MlpPolicy", gym.make(env_id), seed=seed, verbose=0, **kwargs)
     points = []
 
     class Evaluate(BaseCallback):
@@ -130,6 +140,9 @@ def main(argv=None) -> int:
     try:
         import stable_baselines3  # noqa: F401
         import torch
+
+        if args.curve and json.loads(args.curve)["algo"] == "crossq":
+            import sb3_contrib  # noqa: F401
 
         torch.set_num_threads(1)  # two threads were no faster on 2 cores
     except ImportError:
