@@ -144,11 +144,7 @@ def markdown(results: dict) -> str:
 
 def plot(name: str, res: dict, path: str) -> None:
     """Return against env steps and against updates, mean and 95% band over seeds, a line per variant."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = harness.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, axis in zip(axes, ("env_steps", "updates"), strict=True):
         top = max((p[axis] for runs in res["variants"].values() for r in runs for p in r["points"]), default=1)
