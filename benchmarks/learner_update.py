@@ -23,6 +23,36 @@ import sys
 from benchmarks import harness
 from benchmarks.harness import REPO_ROOT
 
+# The machine's pace, as a table records it beside its runs: the plain update's rate on
+# HalfCheetah's sizes, one thread, one round (the xla row it also prints is not read).
+PACE_ARGS = ["--sizes", "17x6", "--seconds", "10", "--threads", "1", "--repeats", "1"]
+
+
+def machine_pace(timeout: float = 600.0) -> tuple[float | None, str]:
+    """This machine's pace now: the plain row's updates/s of ``python -m benchmarks learner-update``
+    with :data:`PACE_ARGS`, and that command; None (with a warning on stderr) when it fails."""
+    command = ["python", "-m", "benchmarks", "learner-update", *PACE_ARGS]
+    try:
+        run = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, cwd=REPO_ROOT,
+                             timeout=timeout, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        output, failed = run.stdout, run.returncode != 0 and (run.stderr.strip().splitlines() or ["?"])[-1]
+    except subprocess.TimeoutExpired:
+        output, failed = "", f"timed out after {timeout:.0f} s"
+    pace = plain_rate(output)
+    if failed or pace is None:
+        print(f"benchmarks: warning: no machine pace ({failed or 'no plain row'}): records carry none",
+              file=sys.stderr)
+    return pace, " ".join(command)
+
+
+def plain_rate(table: str) -> float | None:
+    """The first plain row's updates/s in the table :func:`main` prints (the first round's)."""
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[1] == "plain":
+            return float(cells[2].split("/")[0])
+    return None
+
 
 def measure(obs_dim: int, act_dim: int, xla: bool, seconds: float, threads: int, algo: str = "sac",
             settings: dict | None = None) -> dict:
