@@ -5,11 +5,13 @@ tables (from the result files the benchmarks write), each between two markers in
     ...
     <!-- end generated: mujoco -->
 
-    python -m benchmarks docs            # rewrite every generated block in README.md and docs/*.md
+    python -m benchmarks docs            # rewrite every generated block in README.md and docs/*.md, and its figures
     python -m benchmarks docs --check    # exit 1, naming them, if any block is stale (the tests run this)
     python -m benchmarks docs --print flags
 
 A page holds a block by carrying its two markers; what is between them is never typed by hand.
+A block may link figures drawn from the same file (the MuJoCo curves): ``docs`` draws them anew,
+``--check`` reads only the text (the docs tests check that every link resolves).
 """
 
 from __future__ import annotations
@@ -60,10 +62,22 @@ def _from_file(path: str, render) -> str:
     return render(full)
 
 
+MUJOCO_RESULTS = "benchmarks/results/mujoco/results.jsonl"
+
+
 def mujoco_table() -> str:
     from benchmarks import mujoco
 
-    return _from_file("benchmarks/results/mujoco/results.jsonl", mujoco.report)
+    # The links are relative to docs/, where the page that holds the block lives.
+    return _from_file(MUJOCO_RESULTS, lambda path: mujoco.report(path, figures="../benchmarks/results/mujoco/"))
+
+
+def mujoco_figures() -> list[str]:
+    """Each env's curves PNG, beside the MuJoCo result file."""
+    from benchmarks import mujoco
+
+    full = os.path.join(REPO_ROOT, MUJOCO_RESULTS)
+    return mujoco.plot(full, os.path.dirname(full)) if os.path.exists(full) else []
 
 
 def atari_table() -> str:
@@ -134,6 +148,8 @@ BLOCKS = {"flags": flags_table, "mujoco": mujoco_table, "atari": atari_table, "s
           "parity": parity_table, "speed": speed_table, "sweep-dqn": sweep_dqn_table,
           "scale-collection": scale_collection_table, "scale-capacity": scale_capacity_table,
           "scale-board": scale_board_table, "scale-delivery": scale_delivery_table}
+# block name -> what draws the figures it links (rewritten by ``docs``, not read by ``--check``)
+FIGURES = {"mujoco": mujoco_figures}
 MARKERS = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",
                      re.S)
 
@@ -184,7 +200,9 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 1
     if not args.check:
+        drawn = [os.path.relpath(png, REPO_ROOT) for draw in FIGURES.values() for png in draw()]
         print("\n".join(f"rewrote {s}" for s in stale) or "every generated block is up to date")
+        print("\n".join(f"drew {png}" for png in drawn))
     return 0
 
 

@@ -1,25 +1,43 @@
-"""The MuJoCo v5 table: dsac's SAC defaults against Stable-Baselines3's SAC with rl-zoo's
-settings, each for a wall-clock budget on this machine, one run at a time.
+"""The MuJoCo v5 table: dsac's SAC and CrossQ defaults against Stable-Baselines3's SAC and
+sb3-contrib's CrossQ with rl-zoo's settings, each for a wall-clock budget on this machine, one
+run at a time, several seeds, with the machine's pace beside every run.
 
     python -m benchmarks mujoco --envs HalfCheetah-v5 --sides dsac sb3     # 15 minutes each
+    python -m benchmarks mujoco --envs Ant-v5 --sides dsac --algos sac crossq --seeds 0 1 2
+    python -m benchmarks mujoco --envs Walker2d-v5 --sides sb3-crossq
     python -m benchmarks mujoco --envs Humanoid-v5 --minutes 60
-    python -m benchmarks mujoco --report                                  # the table of --out
+    python -m benchmarks mujoco --report                                  # the tables of --out
+    python -m benchmarks mujoco --plot                                    # a curves PNG per env, beside --out
 
-Both sides get rl-zoo's env-step budget (1M; Humanoid 2M) and stop at ``--minutes`` from their
-process start, whichever comes first, and both evaluate 10 deterministic episodes on the same
-start states (``dsac.evaluation.evaluation_seed``):
-  dsac  ``python launch.py --algo sac --env E --seed S --total_env_steps N --max_seconds M``, as a
-        user types it (its defaults: 2 rollout workers, evaluation every 1,000 env steps in its
-        own process; ``--max_seconds`` counts from the driver's start, a few seconds after the
-        process's).
-  sb3   ``benchmarks/sb3_baseline.py`` with rl-zoo's ``hyperparams/sac.yml`` for the MuJoCo envs
-        (``learning_starts`` 10,000, SB3's defaults otherwise: 2x256 networks, lr 3e-4, batch
-        256, one update per env step), torch at 1 thread, evaluating every 10,000 env steps in
-        its own process (the evaluations' time is on its clock).
+Every side gets rl-zoo's SAC env-step budget (1M; Humanoid 2M) and stops at ``--minutes`` from its
+process start, whichever comes first, and every side evaluates 10 deterministic episodes on the
+same start states (``dsac.evaluation.evaluation_seed``):
+  dsac        ``python launch.py --algo A --env E --seed S --total_env_steps N --max_seconds M``
+              for each A of ``--algos`` (sac, crossq), as a user types it (its defaults: 2 rollout
+              workers, evaluation every 1,000 env steps in its own process; ``--max_seconds``
+              counts from the driver's start, a few seconds after the process's).
+  sb3         SB3's SAC (``benchmarks/sb3_baseline.py``) with rl-zoo's ``hyperparams/sac.yml``
+              for the MuJoCo envs (``learning_starts`` 10,000, SB3's defaults otherwise: 2x256
+              networks, lr 3e-4, batch 256, one update per env step).
+  sb3-crossq  sb3-contrib's CrossQ with rl-zoo's ``hyperparams/crossq.yml`` for the MuJoCo envs
+              (``mujoco-defaults``: lr 1e-3, ``learning_starts`` 5,000, ``policy_delay`` 3,
+              buffer 1M, actor 2x256 and critics 2x2048; sb3-contrib's defaults otherwise). Its
+              ``n_timesteps`` (5M) is not used: the lr is constant, so the budget only caps the run,
+              and the wall clock caps it first.
+Both SB3 sides run torch at 1 thread and evaluate every 10,000 env steps in their own process
+(the evaluations' time is on their clock).
+
 The score at a mark is the last evaluation made by then; at the budget's mark, the evaluation of
-the weights the run stopped with. One JSON line per run in ``--out`` (command, commit, date,
-machine, scores at the marks, the curve); ``--report`` prints the table, with rl-zoo's published
-score after its full budget (``benchmark.md``, the v3 envs) beside it. SB3 needs
+the weights the run stopped with. Before its runs an invocation measures the machine's pace
+(``python -m benchmarks learner-update --sizes 17x6 --seconds 10 --threads 1 --repeats 1``, the
+plain update's rate), so that sittings on different days can be compared. One JSON line per run in
+``--out`` (command, commit, date, machine, algo, pace, scores at the marks, the curve);
+``--report`` prints the per-run table, with rl-zoo's published SAC score after its full budget
+(``benchmark.md``, the v3 envs) beside it, and the per-group table over seeds: the median, the
+interquartile mean with its 95% bootstrap interval (``benchmarks/stats.py``) of the final score
+and of the best evaluation. Records written before the pace was measured take it from
+``pace.jsonl`` beside ``--out`` (lines ``{"commit", "date", "pace_updates_per_s", "command"}``),
+matched by sitting; records without an ``algo`` are SAC's. The SB3 sides need
 ``requirements-bench.txt`` (a run of a missing side is recorded as an error).
 """
 
@@ -27,10 +45,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 
-from benchmarks import harness
+from benchmarks import harness, stats
 
 # env -> rl-zoo's SAC budget (env steps) and its published score after it (benchmark.md, v3).
 SUITE = {
@@ -41,35 +60,63 @@ SUITE = {
     "Humanoid-v5": (2_000_000, 6232.3),
 }
 ZOO_SAC_MUJOCO = {"learning_starts": 10_000}  # rl-zoo hyperparams/sac.yml: mujoco-defaults
+ZOO_CROSSQ_MUJOCO = {  # rl-zoo hyperparams/crossq.yml: mujoco-defaults (n_timesteps aside)
+    "learning_rate": 1e-3, "learning_starts": 5_000, "policy_delay": 3, "buffer_size": 1_000_000,
+    "policy_kwargs": {"net_arch": {"pi": [256, 256], "qf": [2048, 2048]}},
+}
 SB3_EVAL_EVERY = 10_000
 MARKS_MIN = (5, 15, 30, 60)
+ALGOS = ("sac", "crossq")  # dsac's continuous-action algorithms
+# side -> (name in the tables, the algorithm of a peer side, its settings, the package it needs)
+SIDES = {
+    "dsac": ("dsac", None, None, None),
+    "sb3": ("sb3", "sac", ZOO_SAC_MUJOCO, "stable_baselines3"),
+    "sb3-crossq": ("sb3-contrib", "crossq", ZOO_CROSSQ_MUJOCO, "sb3_contrib"),
+}
+# algo -> the peer a dsac row is timed against: its label in the tables and its name in a cell
+PEERS = {"sac": ("sb3 sac", "SB3"), "crossq": ("sb3-contrib crossq", "sb3-contrib")}
 
 
-def run(env: str, side: str, seed: int, minutes: float, extra: list[str] | None = None) -> dict:
-    """One run of ``side`` on ``env`` for ``minutes`` (dsac with ``extra`` launch.py flags: a
-    candidate change): its result record."""
+def run(env: str, side: str, seed: int, minutes: float, extra: list[str] | None = None, algo: str = "sac",
+        pace: float | None = None) -> dict:
+    """One run of ``side`` on ``env`` for ``minutes`` (dsac: of ``algo``, with ``extra``
+    launch.py flags, a candidate change): its result record, carrying the machine's ``pace``."""
     budget, _ = SUITE[env]
     cap = 60.0 * minutes
+    _, peer_algo, settings, package = SIDES[side]
     if side == "dsac":
-        flags = ["--algo", "sac", "--max_seconds", f"{cap:g}", *(extra or [])]
+        flags = ["--algo", algo, "--max_seconds", f"{cap:g}", *(extra or [])]
         result = harness.run_dsac(flags, env, seed, budget, None, timeout=cap + 1800, as_typed=True)
         command = result["command"]
     else:
-        result = harness.run_sb3("sac", env, ZOO_SAC_MUJOCO, seed, budget, SB3_EVAL_EVERY, timeout=cap + 1800,
+        algo = peer_algo
+        result = harness.run_sb3(algo, env, settings, seed, budget, SB3_EVAL_EVERY, timeout=cap + 1800,
                                  max_seconds=cap)
         if result is None:
-            result = {"points": [], "error": "stable_baselines3 is not installed (requirements-bench.txt)"}
+            result = {"points": [], "error": f"{package} is not installed (requirements-bench.txt)"}
         command = result.get("command") or ["python", "-m", "benchmarks.sb3_baseline"]
     points = result["points"]
     return {
-        "suite": "mujoco", "env": env, "side": side, "seed": seed, "minutes": minutes,
+        "suite": "mujoco", "env": env, "side": side, "algo": algo, "seed": seed, "minutes": minutes,
         "flags": list(extra or []) if side == "dsac" else [], **harness.provenance(command),
+        "pace_updates_per_s": pace,
         "scores": harness.scores_at_marks(points, sorted({*(m for m in MARKS_MIN if m < minutes), minutes}), minutes),
         "best": max((p["return"] for p in points), default=None),
         # [env steps, return, seconds from process start, updates] of each evaluation
         "curve": [[p["env_steps"], round(p["return"], 1), p["wall_s"], p.get("updates")] for p in points],
         "error": result["error"],
     }
+
+
+def algo_of(rec: dict) -> str:
+    """The algorithm of a record: records written before dsac had CrossQ carry none, and are SAC's."""
+    return rec.get("algo") or "sac"
+
+
+def label_of(rec: dict) -> str:
+    """A record's row label: its side's name, its algorithm and dsac's extra flags (``dsac crossq``,
+    ``sb3 sac``, ``dsac sac --fcnet_hiddens 256 256``)."""
+    return " ".join([SIDES.get(rec["side"], (rec["side"],))[0], algo_of(rec), *rec.get("flags", [])])
 
 
 def first_at(curve: list, level: float) -> float | None:
@@ -83,64 +130,205 @@ def sitting_of(rec: dict) -> tuple[str, str]:
     return rec["commit"], rec["date"][:10]
 
 
-def report(path: str) -> str:
-    """The table of the records in ``path`` (the latest run of each env, side and budget). The time
-    dsac took to reach SB3's final return is given only where both ran in one sitting (one
-    snapshot commit, one day)."""
+def load(path: str) -> dict:
+    """The latest record of each (env, budget, seed, row label) in ``path``."""
     latest: dict = {}
     for line in open(path):
         if line.strip():
             rec = json.loads(line)
-            label = " ".join([rec["side"], *rec.get("flags", [])])
-            latest[(rec["env"], rec["minutes"], rec["seed"], label)] = rec
+            latest[(rec["env"], rec["minutes"], rec["seed"], label_of(rec))] = rec
+    return latest
+
+
+def read_paces(path: str) -> dict:
+    """{sitting: [updates/s, ...]} from a pace side file (``pace.jsonl``: lines ``{"commit", "date",
+    "pace_updates_per_s", "command"}``), for records written before runs measured their own; {}
+    without the file."""
+    paces: dict = {}
+    if os.path.exists(path):
+        for line in open(path):
+            if line.strip():
+                rec = json.loads(line)
+                paces.setdefault(sitting_of(rec), []).append(float(rec["pace_updates_per_s"]))
+    return paces
+
+
+def pace_of(rec: dict, paces: dict) -> float | None:
+    """A record's machine pace: its own, else the median of its sitting's in ``paces``, else None."""
+    if rec.get("pace_updates_per_s") is not None:
+        return rec["pace_updates_per_s"]
+    found = paces.get(sitting_of(rec))
+    return harness.spread(found)[0] if found else None
+
+
+def fmt_pace(pace: float | None) -> str:
+    return f"{pace:,.0f}" if pace is not None else "—"
+
+
+def order(key: tuple) -> tuple:
+    """Rows in the suite's env order, then by budget, seed or label."""
+    return (list(SUITE).index(key[0]) if key[0] in SUITE else 99, *key)
+
+
+def catch_up(rec: dict, latest: dict) -> str:
+    """The time a dsac run took to reach its peer's final return (SB3's SAC for SAC, sb3-contrib's
+    CrossQ for CrossQ) on the same env, budget and seed: only where both ran in one sitting."""
+    if rec["side"] != "dsac" or algo_of(rec) not in PEERS:
+        return "—"
+    label, name = PEERS[algo_of(rec)]
+    other = latest.get((rec["env"], rec["minutes"], rec["seed"], label))
+    if not other:
+        return "—"
+    if sitting_of(other) != sitting_of(rec):
+        return f"— ({name} ran in another sitting)"  # a ratio counts only from one sitting
+    if not other["curve"]:
+        return "—"
+    level = other["curve"][-1][1]
+    at = first_at(rec["curve"], level)
+    return f"{at:,.0f} s ({name}: {level:,.0f} at {other['curve'][-1][2]:,.0f} s)" if at is not None else \
+        f"not reached ({name}: {level:,.0f})"
+
+
+def runs_table(latest: dict, paces: dict) -> list[str]:
+    """One row per run: the score at each mark, the best, the time to the peer's final return,
+    rl-zoo's SAC score, the machine's pace and the sitting."""
     marks = sorted({float(m) for rec in latest.values() for m in rec["scores"]})
-    lines = ["Evaluation return (mean of 10 deterministic episodes) at each mark, minutes from process start; "
-             "env steps in brackets.", "",
-             "| env | budget | side | " + " | ".join(f"{m:g} min" for m in marks)
-             + " | best | dsac reached the SB3 run's final return after | rl-zoo SAC (its budget) | commit |",
-             "|---|---|---|" + "---|" * len(marks) + "---|---|---|---|"]
-    for (env, minutes, seed, side), rec in sorted(latest.items(), key=lambda kv: (list(SUITE).index(kv[0][0])
-                                                                                  if kv[0][0] in SUITE else 99, kv[0])):
+    lines = ["| env | budget | side | " + " | ".join(f"{m:g} min" for m in marks)
+             + " | best | dsac reached the peer's final return after | rl-zoo SAC (its budget) | pace (updates/s) "
+             "| sitting |",
+             "|---|---|---|" + "---|" * len(marks) + "---|---|---|---|---|"]
+    for (env, minutes, seed, label), rec in sorted(latest.items(), key=lambda kv: order(kv[0])):
         cells = []
         for m in marks:
             s = rec["scores"].get(f"{m:g}")
             cells.append(f"{s['return']:,.0f} ({s['env_steps'] / 1000:,.0f}k)" if s else "—")
-        other = latest.get((env, minutes, seed, "sb3"))
-        catch = "—"
-        if side.startswith("dsac") and other and sitting_of(other) != sitting_of(rec):
-            catch = "— (SB3 ran in another sitting)"  # a ratio counts only from one sitting
-        elif side.startswith("dsac") and other and other["curve"]:
-            level = other["curve"][-1][1]
-            at = first_at(rec["curve"], level)
-            catch = f"{at:,.0f} s (SB3: {level:,.0f} at {other['curve'][-1][2]:,.0f} s)" if at is not None else \
-                f"not reached (SB3: {level:,.0f})"
         budget, zoo = SUITE.get(env, (None, None))
         best = f"{rec['best']:,.0f}" if rec["best"] is not None else "—"
         error = f" ({rec['error']})" if rec.get("error") else ""
-        lines.append(f"| {env} | {minutes:g} min, seed {seed} | {side}{error} | " + " | ".join(cells)
-                     + f" | {best} | {catch} | {f'{zoo:,.0f} ({budget / 1e6:g}M)' if zoo else '—'} | {rec['commit']} |")
+        lines.append(f"| {env} | {minutes:g} min, seed {seed} | {label}{error} | " + " | ".join(cells)
+                     + f" | {best} | {catch_up(rec, latest)} | {f'{zoo:,.0f} ({budget / 1e6:g}M)' if zoo else '—'} "
+                     f"| {fmt_pace(pace_of(rec, paces))} | {' '.join(sitting_of(rec))} |")
+    return lines
+
+
+def groups(latest: dict) -> dict:
+    """{(env, budget, row label): [the latest record of each seed]}."""
+    out: dict = {}
+    for (env, minutes, _, label), rec in sorted(latest.items(), key=lambda kv: order(kv[0])):
+        out.setdefault((env, minutes, label), []).append(rec)
+    return out
+
+
+def groups_table(latest: dict, paces: dict) -> list[str]:
+    """One row per env, budget and side over its seeds: how many, the median and the IQM with its
+    95% bootstrap interval of the final score and of the best evaluation, the machine's pace
+    (median and range over the runs) and the sittings."""
+    lines = ["| env | budget | side | seeds | final: median | final: IQM [95% CI] | best: median "
+             "| best: IQM [95% CI] | pace (updates/s) | sittings |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (env, minutes, label), recs in groups(latest).items():
+        final = stats.summarize(rec["scores"].get(f"{minutes:g}", {}).get("return") for rec in recs)
+        best = stats.summarize(rec["best"] for rec in recs)
+        run_paces = [pace_of(rec, paces) for rec in recs]
+        missing = sum(p is None for p in run_paces)
+        pace = harness.fmt_spread(harness.spread(run_paces)) if missing < len(recs) else "—"
+        if 0 < missing < len(recs):
+            pace += f", {missing} without"
+        seeds = f"{final['n']}" + (f" ({len(recs) - final['n']} without a score)" if final["n"] < len(recs) else "")
+        sittings = "; ".join(sorted({" ".join(sitting_of(rec)) for rec in recs}))
+        lines.append(f"| {env} | {minutes:g} min | {label} | {seeds} | " + " | ".join(stats.fmt_summary(final))
+                     + " | " + " | ".join(stats.fmt_summary(best)) + f" | {pace} | {sittings} |")
+    return lines
+
+
+def report(path: str, figures: str | None = None) -> str:
+    """The tables of the records in ``path`` (the latest run of each env, side, budget and seed):
+    per run, then per group over seeds. The time dsac took to reach its peer's final return is given
+    only where both ran in one sitting (one snapshot commit, one day). With ``figures`` (a link
+    prefix), a link to each env's curves PNG (:func:`plot` writes them)."""
+    latest = load(path)
+    paces = read_paces(os.path.join(os.path.dirname(os.path.abspath(path)), "pace.jsonl"))
+    lines = ["Evaluation return (mean of 10 deterministic episodes) at each mark, minutes from process start; "
+             "env steps in brackets. Pace: the machine's learner updates/s in the run's sitting "
+             "(`python -m benchmarks learner-update --sizes 17x6 --seconds 10 --threads 1 --repeats 1`, plain).", "",
+             *runs_table(latest, paces), "",
+             "Over seeds (the latest run of each): the final score (the budget's mark) and the best evaluation, "
+             "median and interquartile mean with its 95% percentile-bootstrap interval (2,000 resamples); "
+             "one seed: its value, n=1, no interval.", "",
+             *groups_table(latest, paces)]
+    if figures is not None:
+        envs = sorted({env for env, *_ in latest}, key=lambda env: order((env,)))
+        lines += ["", "Curves, each seed's evaluation return against wall-clock minutes: "
+                  + ", ".join(f"[{env}]({figures}{env}.png)" for env in envs)]
     lines += ["", "Commands: " + "; ".join(sorted({f"`{rec['command']}`" for rec in latest.values()}))]
     return "\n".join(lines)
+
+
+def plot(path: str, out_dir: str) -> list[str]:
+    """One PNG per env of the records in ``path``, ``<out_dir>/<env>.png``: each seed's evaluation
+    return against wall-clock minutes from process start, a colour per row label (and budget,
+    where an env has several); the paths written."""
+    plt = harness.pyplot()
+    by_env: dict = {}
+    for (env, minutes, _, label), rec in sorted(load(path).items(), key=lambda kv: order(kv[0])):
+        by_env.setdefault(env, []).append((minutes, label, rec))
+    written = []
+    for env, runs in by_env.items():
+        several = len({minutes for minutes, _, _ in runs}) > 1
+        names = [f"{label}, {minutes:g} min" if several else label for minutes, label, _ in runs]
+        colours = {name: f"C{i % 10}" for i, name in enumerate(dict.fromkeys(names))}
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        seen: dict = {}
+        for name, (_, _, rec) in zip(names, runs, strict=True):
+            seen[name] = seen.get(name, 0) + 1
+            minutes = [c[2] / 60 for c in rec["curve"]]
+            ax.plot(minutes, [c[1] for c in rec["curve"]], color=colours[name], linewidth=1, alpha=0.8,
+                    label=name if seen[name] == 1 else None)
+        for line in ax.get_legend_handles_labels()[0]:
+            count = seen[line.get_label()]
+            line.set_label(f"{line.get_label()} ({count} seed{'s' if count > 1 else ''})")
+        ax.set_xlabel("wall-clock minutes from process start")
+        ax.set_ylabel("evaluation return (10 episodes)")
+        ax.set_title(f"{env}: each seed's evaluations")
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        written.append(os.path.join(out_dir, f"{env}.png"))
+        os.makedirs(out_dir, exist_ok=True)
+        fig.savefig(written[-1], dpi=90, metadata={"Software": None})
+        plt.close(fig)
+    return written
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=[e for e in SUITE if e != "Humanoid-v5"], choices=sorted(SUITE))
-    parser.add_argument("--sides", nargs="+", default=["dsac", "sb3"], choices=["dsac", "sb3"])
+    parser.add_argument("--sides", nargs="+", default=["dsac", "sb3"], choices=list(SIDES),
+                        help="dsac, SB3's SAC (sb3), sb3-contrib's CrossQ (sb3-crossq)")
+    parser.add_argument("--algos", nargs="+", default=["sac"], choices=ALGOS, help="dsac's algorithms to run")
     harness.add_seed_flags(parser, "0")
     parser.add_argument("--flags", default="", help="extra launch.py flags for dsac's side, a candidate change "
                         "(e.g. --flags='--fcnet_hiddens 256 256'); the table shows them")
+    parser.add_argument("--plot", action="store_true", help="draw each env's curves (<env>.png beside --out) and stop")
     harness.add_results_flags(parser, "runs/mujoco.jsonl", "benchmarks/results/mujoco/results.jsonl", minutes=15.0)
     args = parser.parse_args(argv)
+    if args.plot:
+        if not os.path.exists(args.out):
+            parser.error(f"no results in {args.out} yet")
+        print("\n".join(plot(args.out, os.path.dirname(os.path.abspath(args.out)))))
+        return 0
     if not args.report:
         harness.check_minutes(parser, args.minutes)
+        from benchmarks.learner_update import machine_pace
+
+        pace, pace_command = machine_pace()
+        print(f"machine pace: {fmt_pace(pace)} updates/s ({pace_command})", file=sys.stderr, flush=True)
         for env in args.envs:
             for seed in harness.seeds_of(args, [0]):
                 for side in args.sides:
-                    rec = run(env, side, seed, args.minutes, shlex.split(args.flags))
-                    harness.append_record(args.out, rec)
-                    print(f"{env} {side} seed {seed}: {rec['scores']} best {rec['best']} error {rec['error']}",
-                          file=sys.stderr, flush=True)
+                    for algo in args.algos if side == "dsac" else [SIDES[side][1]]:
+                        rec = run(env, side, seed, args.minutes, shlex.split(args.flags), algo, pace)
+                        harness.append_record(args.out, rec)
+                        print(f"{env} {label_of(rec)} seed {seed}: {rec['scores']} best {rec['best']} "
+                              f"error {rec['error']}", file=sys.stderr, flush=True)
     return harness.print_report(parser, args.out, report)
 
 

@@ -1,10 +1,15 @@
-"""The MuJoCo table's statistics: the IQM and its bootstrap interval as rliable defines them."""
+"""The MuJoCo table's statistics and rendering, on synthetic records (no training): the IQM and
+its bootstrap interval as rliable defines them, old records read as SAC's, one-seed rows without
+an interval, the machine's pace from the records or the sitting's side file, and a run loop that
+labels every record with its algorithm and pace."""
+
+import json
 
 import numpy as np
 import pytest
 import scipy.stats
 
-from benchmarks import stats
+from benchmarks import learner_update, mujoco, stats
 
 
 @pytest.mark.parametrize("values, expected", [
@@ -40,3 +45,124 @@ def test_summaries_leave_out_missing_values_and_show_one_seed_without_an_interva
     assert median == "2,000" and iqm.startswith("2,000 [") and iqm.endswith("]")
     assert stats.fmt_summary(stats.summarize([5442.4])) == ("5,442 (n=1)", "5,442 (n=1)")
     assert stats.fmt_summary(stats.summarize([None])) == ("—", "—")
+
+
+def record(side="dsac", seed=0, final=1000.0, best=None, algo=None, flags=(), commit="aaa",
+           date="2026-11-27T01:00:00+00:00", pace=None, env="Walker2d-v5"):
+    """A result record as ``mujoco.run`` writes it (old ones: no ``algo``, no pace)."""
+    curve = [[5_000, final / 2, 100.0, 4_000], [60_000, final, 905.0, 59_000]]
+    rec = {"suite": "mujoco", "env": env, "side": side, "seed": seed, "minutes": 15.0, "flags": list(flags),
+           "command": f"{side} {algo} {seed}", "commit": commit, "date": date,
+           "scores": {"5": {"return": final / 2, "env_steps": 5_000}, "15": {"return": final, "env_steps": 60_000}},
+           "best": best if best is not None else final, "curve": curve, "error": None}
+    if algo is not None:
+        rec["algo"] = algo
+    if pace is not None:
+        rec["pace_updates_per_s"] = pace
+    return rec
+
+
+def test_rows_are_labelled_by_side_and_algorithm_old_records_as_sac():
+    assert mujoco.label_of(record()) == "dsac sac"
+    assert mujoco.label_of(record(algo="crossq", flags=["--lr", "3e-4"])) == "dsac crossq --lr 3e-4"
+    assert mujoco.label_of(record(side="sb3")) == "sb3 sac"
+    assert mujoco.label_of(record(side="sb3-crossq", algo="crossq")) == "sb3-contrib crossq"
+
+
+def write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def table_rows(text, header):
+    """{side label: row cells} of the table under ``header``'s line."""
+    table = text.split(header, 1)[1].split("\n\n", 2)[1]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    return {(row[1], row[2]): row for row in rows}
+
+
+def test_report_groups_seeds_with_statistics_and_pace(tmp_path):
+    records = [record(algo="crossq", seed=s, final=f, best=b, pace=p) for s, f, b, p in
+               ((0, 3000.0, 3500.0, 400.0), (1, 1000.0, 1200.0, 380.0), (2, 2000.0, 2100.0, 420.0))]
+    records += [record(), record(side="sb3", commit="bbb", date="2026-11-26T05:00:00+00:00"),
+                record(side="sb3-crossq", algo="crossq", final=900.0)]
+    path = write(tmp_path / "results.jsonl", records)
+    (tmp_path / "pace.jsonl").write_text(json.dumps({"commit": "bbb", "date": "2026-11-26T04:00:00+00:00",
+                                                     "pace_updates_per_s": 228.0, "command": "..."}) + "\n")
+    text = mujoco.report(path)
+    groups = table_rows(text, "Over seeds")
+    crossq = groups[("15 min", "dsac crossq")]
+    assert crossq[3:5] == ["3", "2,000"], crossq
+    lo, hi = stats.bootstrap_interval([3000.0, 1000.0, 2000.0])
+    assert crossq[5] == f"2,000 [{lo:,.0f}, {hi:,.0f}]" and crossq[6] == "2,100"
+    assert crossq[8] == "400 (380–420)" and crossq[9] == "aaa 2026-11-27"
+    assert groups[("15 min", "dsac sac")][3:9] == ["1", "1,000 (n=1)", "1,000 (n=1)", "1,000 (n=1)", "1,000 (n=1)",
+                                                   "—"]  # an old record: SAC's, no pace anywhere
+    assert groups[("15 min", "sb3 sac")][8] == "228"  # its sitting's pace, from pace.jsonl
+    runs = table_rows(text, "env steps in brackets.")
+    assert runs[("15 min, seed 1", "dsac crossq")][-2] == "380"
+    assert runs[("15 min, seed 0", "dsac sac")][-2] == "—"
+    # Each dsac algorithm is timed against its own peer, within one sitting only.
+    assert "(sb3-contrib: 900 at 905 s)" in runs[("15 min, seed 0", "dsac crossq")][-4]
+    assert "SB3 ran in another sitting" in runs[("15 min, seed 0", "dsac sac")][-4]
+
+
+def test_report_links_each_envs_curves_and_plot_draws_them(tmp_path):
+    path = write(tmp_path / "results.jsonl", [record(), record(algo="crossq", seed=1), record(env="Ant-v5")])
+    text = mujoco.report(path, figures="../figs/")
+    assert "[Walker2d-v5](../figs/Walker2d-v5.png), [Ant-v5](../figs/Ant-v5.png)" in text
+    written = mujoco.plot(path, str(tmp_path / "out"))
+    assert sorted(written) == sorted(str(tmp_path / "out" / f"{env}.png") for env in ("Walker2d-v5", "Ant-v5"))
+    assert all(open(png, "rb").read(4) == b"\x89PNG" for png in written)
+
+
+def test_pace_is_the_plain_rows_first_round():
+    table = ("| obs x act | variant | updates/s (each round) | first call s |\n|---|---|---|---|\n"
+             "| 17 x 6 | plain | 412 / 399 | 2.1 / 2.0 |\n| 17 x 6 | xla | 530 | 9.0 |\n")
+    assert learner_update.plain_rate(table) == 412.0
+    assert learner_update.plain_rate("benchmarks: error: ...") is None
+
+
+def test_a_sitting_runs_each_dsac_algorithm_and_each_peer_with_the_machines_pace(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_dsac(flags, env, seed, budget, eval_every, timeout=None, as_typed=False):
+        calls.append(("dsac", flags))
+        return {"points": [{"env_steps": 1000, "updates": 900, "wall_s": 30.0, "return": 5.0}], "error": None,
+                "command": ["python", "launch.py", *flags]}
+
+    def fake_sb3(algo, env, kwargs, seed, budget, eval_every, timeout=None, max_seconds=None):
+        calls.append((algo, kwargs))
+        return None if algo == "crossq" else {"points": [], "error": None, "command": ["python", "-m", "x"]}
+
+    monkeypatch.setattr(mujoco.harness, "run_dsac", fake_dsac)
+    monkeypatch.setattr(mujoco.harness, "run_sb3", fake_sb3)
+    monkeypatch.setattr(learner_update, "machine_pace", lambda: (321.0, "python -m benchmarks learner-update"))
+    out = tmp_path / "results.jsonl"
+    assert mujoco.main(["--envs", "Ant-v5", "--sides", "dsac", "sb3", "sb3-crossq", "--algos", "sac", "crossq",
+                        "--seeds", "3", "--minutes", "1", "--flags=--lr 3e-4", "--out", str(out)]) == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["side"], r["algo"], r["flags"]) for r in recs] == [
+        ("dsac", "sac", ["--lr", "3e-4"]), ("dsac", "crossq", ["--lr", "3e-4"]), ("sb3", "sac", []),
+        ("sb3-crossq", "crossq", [])]
+    assert all(r["pace_updates_per_s"] == 321.0 and r["seed"] == 3 for r in recs)
+    assert calls[1] == ("dsac", ["--algo", "crossq", "--max_seconds", "60", "--lr", "3e-4"])
+    assert calls[3] == ("crossq", mujoco.ZOO_CROSSQ_MUJOCO)
+    assert recs[3]["error"] == "sb3_contrib is not installed (requirements-bench.txt)"
+
+
+def test_rl_zoo_crossq_mujoco_settings_are_sb3_contrib_arguments():
+    """The peer's settings are constructor arguments of sb3-contrib's CrossQ, as rl-zoo gives them
+    (read from its source: importing it brings torch, which takes seconds)."""
+    import ast
+    import importlib.util
+    import pathlib
+
+    spec = importlib.util.find_spec("sb3_contrib")
+    if spec is None:
+        pytest.skip("sb3-contrib is not installed (requirements-bench.txt)")
+    tree = ast.parse((pathlib.Path(spec.origin).parent / "crossq" / "crossq.py").read_text())
+    init = next(node for cls in tree.body if isinstance(cls, ast.ClassDef) and cls.name == "CrossQ"
+                for node in cls.body if isinstance(node, ast.FunctionDef) and node.name == "__init__")
+    assert set(mujoco.ZOO_CROSSQ_MUJOCO) <= {a.arg for a in init.args.args}
+    assert mujoco.ZOO_CROSSQ_MUJOCO["policy_kwargs"] == {"net_arch": {"pi": [256, 256], "qf": [2048, 2048]}}
