@@ -29,12 +29,13 @@ ALGORITHM = Algorithm(
     learner="dsac.algorithms.crossq.learner:CrossQLearner",
     # sb3-contrib's and rl-zoo's settings (lr 1e-3, batch 256, one update per env step, the
     # actor every 3rd, Adam's beta_1 0.5) but the networks' widths, which cost updates per second
-    # on a CPU: measured on 2 cores (benchmarks/results/crossq/widths.json, docs/benchmarks.md).
+    # on a CPU: 2x128 critics make ~2x the updates of 2x256 and learned Ant-v5 as well per env
+    # step (docs/benchmarks.md#crossq-network-width); XLA, 1.4-2x the updates.
     defaults={
         "learner_xla": True,
         "lr": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 200,
         "start_steps": 200, "updates_per_step": 1.0, "n_step": 1, "prioritized": False,
-        "total_env_steps": 20_000, "fcnet_hiddens": [256, 256], "critic_hiddens": [256, 256],
+        "total_env_steps": 20_000, "fcnet_hiddens": [128, 128], "critic_hiddens": [128, 128],
         "eval_every": 1_000, "eval_episodes": 10,
     },
     check_spaces=check_spaces,
