@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dsac import video
+from dsac.cpu import CpuMeter
 from dsac.evaluation import evaluation_seed, play_episodes
 from dsac.frames import FrameEncoder, FrameLayout
 from dsac.learning import UpdateLoop
@@ -191,7 +192,7 @@ def replay_storage(specs: dict, capacity: int, *, seed: int, prioritized: bool, 
 
 def evaluate(config, policy, seed: int, number: int, final: bool, counters: tuple[int, int, int],
              on_env_crash: CrashFn | None = None,
-             on_progress: Callable[[int], None] | None = None) -> Evaluation:
+             on_progress: Callable[[int], None] | None = None, cpu: CpuMeter | None = None) -> Evaluation:
     """``eval_episodes`` deterministic episodes of ``policy``'s weights (episode j reset with
     ``seed + j``), with a video when ``--video_every`` asks for one.
 
@@ -204,13 +205,14 @@ def evaluate(config, policy, seed: int, number: int, final: bool, counters: tupl
         counters: ``(env_steps, updates, weights_version)`` the weights come with.
         on_env_crash: asked whether an env that raised may be rebuilt.
         on_progress: called with the steps played so far, at most every few seconds.
+        cpu: counts the CPU of acting and of env steps (:class:`dsac.cpu.CpuMeter`), or None.
     """
     run = config.run
     started = time.monotonic()
     frames = video.Frames() if video.wanted(config.output.video_every, number, final) else None
     episodes = play_episodes(lambda obs: policy.compute_actions(obs, explore=False), run.env,
                              config.output.eval_episodes, seed, run.env_kwargs, run.flatten_obs, config.frames,
-                             on_env_crash, frames, on_progress=on_progress)
+                             on_env_crash, frames, on_progress=on_progress, cpu=cpu)
     mp4, video_error, gif = video.finish(frames, gif=config.output.tensorboard)
     env_steps, updates, version = counters
     return Evaluation(

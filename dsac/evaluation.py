@@ -9,6 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dsac.atari import FrameSettings
+from dsac.cpu import CpuMeter
 from dsac.envs import make_env
 from dsac.rollout import ActFn, CrashFn, rebuild_or_raise
 
@@ -52,7 +53,7 @@ def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict
 def play_episodes(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
                   flatten_obs: bool = False, atari: FrameSettings | None = None,
                   on_env_crash: CrashFn | None = None, frames=None,
-                  on_progress: Callable[[int], None] | None = None) -> Episodes:
+                  on_progress: Callable[[int], None] | None = None, cpu: CpuMeter | None = None) -> Episodes:
     """Run ``episodes`` episodes side by side (episode ``j`` reset with ``seed + j``), acting
     on the batch of unfinished ones; return their returns, lengths and time-limit ends.
 
@@ -68,7 +69,8 @@ def play_episodes(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs:
     ``render_mode="rgb_array"``; an env that cannot render sets its ``error`` instead.
     ``on_progress(steps)`` is called with the agent steps played so far, at most every
     ``PROGRESS_EVERY_S`` seconds: a long evaluation says it is alive (the distributed stop
-    waits for it).
+    waits for it). ``cpu``, when given, counts acting (``act``) and stepping the batch of
+    episodes (``env_step``), once per batch.
     """
     build = _env_builder(env_id, env_kwargs, flatten_obs, atari, frames)
     playing = _SideBySide(build, episodes, seed, frames, on_env_crash)
@@ -78,9 +80,14 @@ def play_episodes(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs:
             on_progress(int(playing.lengths.sum()))
             said = time.monotonic()
         idx = np.flatnonzero(playing.active)
+        started = cpu.now() if cpu is not None else 0.0
         actions = act(playing.obs[idx])
+        if cpu is not None:
+            started = cpu.add("act", started)
         for k, j in enumerate(idx):
             playing.step(int(j), actions[k])
+        if cpu is not None:
+            cpu.add("env_step", started)
     playing.close()
     return Episodes(playing.returns, playing.lengths, playing.truncations)
 

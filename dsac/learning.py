@@ -6,11 +6,13 @@ forwards its outputs; the serial runner feeds it from a local replay storage.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from dsac.cpu import CpuMeter
 from dsac.messages import LearnerReport
 
 
@@ -58,6 +60,9 @@ class UpdateLoop:
         self.stats: dict[str, float] = {}  # means over the updates between the last two pushes
         self._sums: dict[str, float] = {}
         self._count = 0
+        # The update runs on TensorFlow's threads: process CPU. Its transport times its own
+        # sampling and pushes on the same meter.
+        self.cpu = CpuMeter(time.process_time)
 
     def step(self, stacked: dict[str, np.ndarray],
              learn: Callable[[list[dict]], list[dict] | None] | None = None) -> UpdateStep:
@@ -70,9 +75,12 @@ class UpdateLoop:
             NonFiniteUpdates: ``max_nonfinite_updates`` updates in a row were skipped (the
                 weights are still the last good ones).
         """
+        started = self.cpu.now()
         count = len(stacked["reward"])
         batches = [{key: value[i] for key, value in stacked.items()} for i in range(count)]
+        started = self.cpu.add("sample", started)
         results = (learn or self.learner.learn_on_batches)(batches)
+        self.cpu.add("update", started)
         block_start = self.updates
         if results is None:
             return UpdateStep(push=False, priorities=None, stopped=True)
@@ -115,7 +123,8 @@ class UpdateLoop:
 
     def report(self, env_steps: int, learner_wait_s: float = 0.0, final: bool = False) -> LearnerReport:
         """What the learner tells the parameter server with its weights (counters, stats)."""
-        return LearnerReport(self.updates, env_steps, self.stats, self.skipped, learner_wait_s, final)
+        return LearnerReport(self.updates, env_steps, self.stats, self.skipped, learner_wait_s, final,
+                             self.cpu.seconds())
 
     def state(self) -> dict[str, np.ndarray]:
         """The learner's full state for a checkpoint, with this loop's update count."""

@@ -91,6 +91,7 @@ class LearnerReport(NamedTuple):
     skipped_updates: int = 0  # updates with non-finite gradients, not applied
     learner_wait_s: float = 0.0  # seconds spent waiting for batches
     final: bool = False  # the last push of the run
+    cpu: dict | None = None  # CPU seconds by part (update, sample, push, total) since the learner started
 
 
 class LearnerOrders(NamedTuple):

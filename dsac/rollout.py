@@ -28,6 +28,7 @@ import numpy as np
 
 from dsac.atari import EPISODE_CONTINUES, REAL_REWARD, FrameSettings
 from dsac.callbacks import Callbacks, Episode, overrides
+from dsac.cpu import CpuMeter
 from dsac.envs import EnvCrashed, make_env, one_line, with_simulated_cost
 from dsac.messages import FinishedEpisode
 from dsac.replay import FIELDS
@@ -67,12 +68,16 @@ class EnvCollector:
             after another, so a batch costs ``num_envs`` times a step.
         on_env_crash: asked when an env's ``step`` or ``reset`` raised: True rebuilds it (its
             episode is dropped), False (or None) raises :class:`dsac.envs.EnvCrashed`.
+
+    ``cpu`` counts this thread's CPU in acting (``act``) and in stepping the batch of envs with
+    its per-transition bookkeeping (``env_step``), timed once per batch.
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int, gamma: float = 0.99, n_step: int = 1,
                  callbacks: Callbacks | None = None, worker_index: int | None = None,
                  env_kwargs: dict | None = None, flatten_obs: bool = False, atari: FrameSettings | None = None,
                  env_step_ms: float = 0.0, env_reset_ms: float = 0.0, on_env_crash: CrashFn | None = None):
+        self.cpu = CpuMeter(time.thread_time)  # the envs and acting run on this thread
         self._make_env = lambda: with_simulated_cost(
             make_env(env_id, env_kwargs, flatten_obs, atari, training=True), env_step_ms, env_reset_ms)
         self.envs = [self._make_env() for _ in range(num_envs)]
@@ -149,8 +154,11 @@ class EnvCollector:
         steps = max(1, -(-max_transitions // n_envs))
         chunk = self._new_chunk((steps + self.n_step) * n_envs)
         n = taken = 0
+        cpu = self.cpu
         for _ in range(steps):
+            started = cpu.now()
             actions = act(self.obs)
+            started = cpu.add("act", started)
             for i, env in enumerate(self.envs):
                 try:
                     next_obs, reward, terminated, truncated, info = env.step(actions[i])
@@ -175,6 +183,7 @@ class EnvCollector:
                     n = self._emit(chunk, n, pending, next_obs, False)
                     pending.popleft()
                 self.obs[i] = next_obs
+            cpu.add("env_step", started)
             if on_step is not None:
                 on_step(n_envs)
             if deadline is not None and time.monotonic() >= deadline:
