@@ -14,7 +14,7 @@ import statistics
 import time
 from collections import deque
 
-from dsac import build, video
+from dsac import build, cpu, video
 from dsac.build import EnvRestartBudget, role_seeds
 from dsac.config import Config
 from dsac.envs import EnvCrashed, env_restart_message, one_line
@@ -58,6 +58,7 @@ class SerialRun:
                                          self._env_crash_handler("rollout_worker_0"))
         self.actor = build.acting_policy(config, obs_space, act_space, seeds.workers[0], 0, 1)
         self.evaluator = build.acting_policy(config, obs_space, act_space, seeds.evaluator)
+        self.evaluator_cpu = cpu.CpuMeter(time.thread_time)
         self.loop = build.learner_loop(config, obs_space, act_space, seeds.learner, self.callbacks,
                                        prepared.initial_weights, checkpoint["state"] if checkpoint else None)
         specs, frames = replay_specs(obs_space, act_space)
@@ -102,8 +103,10 @@ class SerialRun:
     # --- the roles, in turn ----------------------------------------------------------------
     def publish(self) -> None:
         """What a push and the workers' pull do: the acting policy takes the learner's weights."""
+        started = self.loop.cpu.now()
         self.weights = self.loop.get_weights()
         self.actor.set_weights(self.weights)
+        self.loop.cpu.add("push", started)
         self.version += 1
 
     def collect(self) -> list[FinishedEpisode]:
@@ -131,11 +134,13 @@ class SerialRun:
         """Every sample call the update ratio allows now, each through the learner's loop."""
         config, storage = self.config, self.storage
         while self.limiter.can_sample(storage.added, storage.sampled_batches, config.flow.batches_per_sample):
+            started = self.loop.cpu.now()
             if config.replay.prioritized:
                 beta = annealed_beta(config.replay.priority_beta, storage.added, config.run.total_env_steps)
                 sampled = storage.sample(config.algorithm.batch_size, config.flow.batches_per_sample, beta)
             else:
                 sampled = storage.sample(config.algorithm.batch_size, config.flow.batches_per_sample)
+            self.loop.cpu.add("sample", started)
             step = self.loop.step(sampled.batches)
             if step.priorities is not None and sampled.indices is not None:
                 storage.update_priorities(sampled.indices, sampled.generations, step.priorities)
@@ -154,7 +159,8 @@ class SerialRun:
         self.evaluations += 1
         evaluation = self.eval_budget.timed(lambda: build.evaluate(
             config, self.evaluator, self.eval_seed, self.evaluations, final,
-            (self.storage.added, self.loop.updates, self.version), self._env_crash_handler("evaluator")))
+            (self.storage.added, self.loop.updates, self.version), self._env_crash_handler("evaluator"),
+            cpu=self.evaluator_cpu))
         self.next_eval = (self.storage.added // config.output.eval_every + 1) * config.output.eval_every
         self.evaluated_version = self.version
         restarts = self.env_restarts.by_env()
@@ -243,6 +249,9 @@ class SerialRun:
             "mode": "serial", "restarts": self.env_restarts.by_env(), "skipped_updates": self.loop.skipped,
             "replay_add_calls": self.add_calls,
             "transitions_per_add": round(self.storage.added / max(1, self.add_calls), 1),
+            # One process: the roles' parts, and the process's whole CPU (start-up included).
+            "cpu": cpu.section(self.loop.cpu.parts, [self.collector.cpu.parts], self.evaluator_cpu.parts,
+                               process=time.process_time()),
         })
 
 

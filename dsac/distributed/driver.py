@@ -20,6 +20,7 @@ from collections import deque
 
 import ray
 
+from dsac import cpu
 from dsac.config import Config
 from dsac.distributed.cluster import connect_ray, ship_user_code
 from dsac.distributed.recovery import LearnerCheckpoint, Recovery, process_died, ray_error_line
@@ -97,6 +98,8 @@ class DistributedRun:
         }
         self.learner_stats: dict = {}
         self.learner_results: dict[str, dict] = {}  # what each learner task returned
+        self.task_results: dict[str, object] = {}  # what every task that stopped returned
+        self.learner_cpu: dict | None = None  # the learner's CPU by part, as of its last report
         self.last_checkpoint = time.monotonic()
         self.placements: dict[str, str] = {}  # role -> node id
         self.failure: str | None = None
@@ -198,6 +201,7 @@ class DistributedRun:
     def _count(self, reports: Reports, shard_stats: list[ShardStats], version: int) -> None:
         report = reports.report
         self.learner_stats = report.stats or self.learner_stats
+        self.learner_cpu = report.cpu or self.learner_cpu
         worker_versions = reports.worker_versions.values()
         self.counters.update(
             env_steps=sum(s.added for s in shard_stats), updates=report.updates, version=version,
@@ -309,8 +313,9 @@ class DistributedRun:
             for role, result, exc in self.system.stop(reason):
                 if exc is not None:
                     self.failure = self.failure or f"{role}: {ray_error_line(exc)}"
-                elif role.startswith("learner"):
-                    self.learner_results[role] = result
+                else:
+                    self.task_results[role] = result
+            self.learner_results = {r: v for r, v in self.task_results.items() if r.startswith("learner")}
             self.read_and_record()
             self.recorder.system(self.status(), [], self.learner_stats, force=True)
             self.save_latest()
@@ -330,7 +335,18 @@ class DistributedRun:
             "replay_shards": self.system.replay_writers(),
             **({"learners": self.learner_results, "gradients_per_learner": self.system.averager_contributions()}
                if self.system.averager is not None else {}),
+            "cpu": cpu_section(self.learner_cpu, self.task_results),
         })
+
+
+def cpu_section(learner_cpu: dict | None, task_results: dict[str, object]) -> dict:
+    """The roles' CPU by part (:func:`dsac.cpu.section`): the learner's from its last report,
+    the rollout workers' and the evaluator's from what their tasks returned (a task that was
+    cancelled counts none, a restarted one only its last process), and this driver's."""
+    results = [r for r in task_results.values() if isinstance(r, dict) and "cpu" in r]
+    workers = [r["cpu"] for r in results if "worker" in r]
+    evaluator = next((r["cpu"] for r in results if "evaluations" in r), None)
+    return cpu.section(learner_cpu, workers, evaluator, driver=time.process_time())
 
 
 def log_plan(plan, config: Config, output_dir: str, observation_space, action_space) -> None:

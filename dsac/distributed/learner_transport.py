@@ -169,7 +169,9 @@ class LearnerTransport:
 
     def step(self) -> None:
         """One sample call's batches through the loop, and its outputs forwarded."""
+        started = self.loop.cpu.now()
         shard, sampled = self.sampler.next()
+        self.loop.cpu.add("sample", started)
         if sampled is None:  # the ratio holds the learner back, or the run is stopping
             reply, wanted = ray.get([self.ps.pull.remote(self.orders.version), self._report_to_monitor()])
             self.orders = LearnerOrders(max(self.orders.version, reply.version), reply.stop, wanted)
@@ -203,13 +205,17 @@ class LearnerTransport:
         if self.last_report is not None and ray.get(self.last_report):
             self.orders = self.orders._replace(state_wanted=True)
             self.monitor.put_state.remote(self.loop.state(), self.report())
+        started = self.loop.cpu.now()
         self.last_push = self.ps.push.remote(self.loop.get_weights(), self.report())
+        self.loop.cpu.add("push", started)
         self.last_report = self._report_to_monitor()  # after the state: it says whether more is wanted
 
     def first_push(self) -> None:
         """Learner 0's first weights, waited for (the workers wait for them)."""
         if self.primary:
+            started = self.loop.cpu.now()
             self.orders = ray.get(self.ps.push.remote(self.loop.get_weights(), self.report()))
+            self.loop.cpu.add("push", started)
             self.last_report = self._report_to_monitor()
 
     def hand_over(self, state: bool) -> None:

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import ray
 
 from dsac import build, video
+from dsac.cpu import CpuMeter
 from dsac.distributed.learner_transport import GradientSync, LearnerTransport, ShardedSampler, weights_digest
 from dsac.distributed.topology import describe_process
 from dsac.distributed.weights_client import IDLE_SLEEP_S, WeightsClient
@@ -124,9 +125,13 @@ def rollout_worker(index: int, config, replay, ps, monitor, seed: int, num_shard
     and its reply (more budget) is taken once that chunk is done: a worker waits for the shard
     only when it kept no budget (the ratio holding it back, or a fast env that fills its whole
     grant in one chunk).
+
+    Returns its counters, with its CPU seconds by part (``cpu``: env steps, acting, its total).
     """
+    cpu_started = time.process_time()
     monitor.report_placement.remote(Placement(f"rollout_worker_{index}", **describe_process()))
     parts = worker_parts(index, config, ps, monitor, seed, weights_board)
+    parts.collector.cpu.started = cpu_started  # the worker's total counts from its task's start
     weights, chunk_seconds = parts.weights, chunk_seconds or config.flow.chunk_seconds
     chunks_sent, chunk_s = 0, chunk_seconds
     try:
@@ -157,7 +162,8 @@ def rollout_worker(index: int, config, replay, ps, monitor, seed: int, num_shard
     finally:
         weights.close()
         parts.collector.close()
-    return {"worker": index, "env_steps": parts.collector.total_steps, "chunks": chunks_sent}
+    return {"worker": index, "env_steps": parts.collector.total_steps, "chunks": chunks_sent,
+            "cpu": parts.collector.cpu.seconds()}
 
 
 def learner_role(index: int, num_learners: int) -> str:
@@ -181,11 +187,13 @@ def learner(config, observation_space, action_space, shards: list, ps, monitor, 
     update is the mean of all learners' gradients."""
     from dsac.tf_setup import configure_tensorflow
 
+    cpu_started = time.process_time()
     device = configure_tensorflow(num_gpus, num_cpus, config.resources.learner_threads, config.output.verbose)
     role = learner_role(index, config.resources.num_learners)
     monitor.report_placement.remote(Placement(role, **describe_process(), device=device))
     loop = build.learner_loop(config, observation_space, action_space, seed, callbacks_for(config.run),
                               initial_weights, initial_state)
+    loop.cpu.started = cpu_started  # TensorFlow's start-up is the learner's too
     sync = GradientSync(averager, index) if averager is not None else None
     if sync is not None and not sync.join(loop):
         return {"learner": index, "updates": loop.updates}
@@ -206,14 +214,16 @@ def learner(config, observation_space, action_space, shards: list, ps, monitor, 
 
 @ray.remote
 def evaluator(config, observation_space, action_space, ps, monitor, seed: int,
-              weights_board: str | None = None) -> int:
+              weights_board: str | None = None) -> dict:
     """Every ``config.eval_every`` env steps, as the evaluation budget allows
     (:class:`dsac.evaluation.EvaluationBudget`: ``--eval_cpu_share`` of the cluster's CPUs), runs
     ``config.eval_episodes`` deterministic episodes with the latest weights and reports the
     returns; a last evaluation of the final weights when the run stops. Returns the number of
-    evaluations. Weights come from its node's weights board (``weights_board``) where this
+    evaluations (``evaluations``) and its CPU seconds by part (``cpu``: env steps, acting, its
+    total). Weights come from its node's weights board (``weights_board``) where this
     machine has it, else from waiting pulls on the parameter server. Evaluations go to the run
     ``monitor``."""
+    cpu = CpuMeter(time.thread_time)  # its envs and acting run on this thread
     monitor.report_placement.remote(Placement("evaluator", **describe_process()))
     policy = build.acting_policy(config, observation_space, action_space, seed)
     weights = WeightsClient(ps, policy, board=weights_board)
@@ -228,7 +238,7 @@ def evaluator(config, observation_space, action_space, ps, monitor, seed: int,
         evaluation = build.evaluate(
             config, policy, seed, count + 1, final, (report.env_steps, report.updates, weights.version),
             env_crash_handler(monitor, "evaluator", config.resources.env_restarts),
-            on_progress=lambda steps: monitor.evaluator_alive.remote(steps, final))
+            on_progress=lambda steps: monitor.evaluator_alive.remote(steps, final), cpu=cpu)
         # Waited for: the final report must reach the run monitor before this task ends.
         ray.get(monitor.report_eval.remote(evaluation))
 
@@ -252,4 +262,4 @@ def evaluator(config, observation_space, action_space, ps, monitor, seed: int,
     if policy.has_weights and weights.version != evaluated_version:
         run_evaluation(final=True)
         count += 1
-    return count
+    return {"evaluations": count, "cpu": cpu.seconds()}
