@@ -1,0 +1,68 @@
+"""Where a run's CPU goes: each role counts its CPU by part (the learner's update, sampling and
+pushes; the workers' and the evaluator's env steps and acting), and summary.json has them."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import REPO_ROOT
+
+from dsac import cpu
+
+
+def test_a_meter_counts_each_part_and_the_process_total():
+    meter = cpu.CpuMeter(time.thread_time)
+    started = meter.now()
+    sum(i * i for i in range(200_000))
+    meter.add("work", started)
+    seconds = meter.seconds()
+    assert 0 < seconds["work"] <= seconds["total"] + 1e-3
+
+
+def test_the_section_adds_each_roles_rest_sums_the_workers_and_counts_what_trains():
+    section = cpu.section({"update": 6.0, "sample": 1.0, "push": 0.5, "total": 10.0},
+                          [{"env_step": 2.0, "act": 1.0, "total": 4.0}, {"env_step": 3.0, "act": 1.0, "total": 5.0}],
+                          {"env_step": 1.0, "act": 0.5, "total": 2.0}, driver=3.0)
+    assert section["learner"] == {"update": 6.0, "sample": 1.0, "push": 0.5, "rest": 2.5, "total": 10.0}
+    assert section["rollout_workers"] == {"env_step": 5.0, "act": 2.0, "rest": 2.0, "total": 9.0, "processes": 2}
+    assert section["evaluator"]["rest"] == 0.5 and section["driver"] == {"total": 3.0}
+    # The evaluator's env steps measure the policy; they do not train it.
+    assert section["useful_s"] == 11.0
+    # Parts timed on another clock than the total never make the rest negative.
+    assert cpu.with_rest({"update": 2.0, "total": 1.9})["rest"] == 0.0
+
+
+def test_a_serial_run_writes_its_cpu_by_part(tmp_path):
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--local", "--env", "Pendulum-v1",
+         "--fcnet_hiddens", "32", "32", "--total_env_steps", "500", "--learning_starts", "200", "--start_steps",
+         "200", "--eval_every", "250", "--eval_episodes", "1", "--seed", "0", "--no-tensorboard",
+         "--output_dir", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONPATH": REPO_ROOT},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    section = json.loads((out / "summary.json").read_text())["cpu"]
+    learner, workers, evaluator = section["learner"], section["rollout_workers"], section["evaluator"]
+    assert learner["update"] > 0 and learner["sample"] > 0 and learner["push"] > 0
+    assert workers["env_step"] > 0 and workers["act"] > 0 and workers["processes"] == 1
+    assert evaluator["env_step"] > 0 and evaluator["act"] > 0
+    parts = sum(learner.values()) + workers["env_step"] + workers["act"] + evaluator["env_step"] + evaluator["act"]
+    assert parts <= section["process"]["total"] + 0.05  # one process: its parts fit in its CPU
+    assert section["useful_s"] == pytest.approx(learner["update"] + workers["env_step"], abs=2e-3)
+
+
+def test_a_distributed_run_writes_every_roles_cpu_by_part(small_launch_run):
+    out, _ = small_launch_run
+    section = json.loads((out / "summary.json").read_text())["cpu"]
+    learner, workers, evaluator = section["learner"], section["rollout_workers"], section["evaluator"]
+    assert learner["update"] > 0 and learner["sample"] > 0 and learner["push"] > 0
+    assert learner["total"] >= learner["update"] + learner["sample"] + learner["push"] - 0.05
+    assert workers["processes"] == 3 and workers["env_step"] > 0 and workers["act"] > 0
+    assert workers["total"] >= workers["env_step"] + workers["act"]
+    assert evaluator["env_step"] > 0 and evaluator["total"] >= evaluator["env_step"]
+    assert section["driver"]["total"] > 0
+    assert section["useful_s"] == pytest.approx(learner["update"] + workers["env_step"], abs=2e-3)
