@@ -17,6 +17,7 @@ COMMANDS = {
     "mujoco": ("mujoco", "the MuJoCo v5 table: dsac's defaults against SB3 with rl-zoo's settings"),
     "atari": ("atari", "the Atari games table on a wall-clock budget, beside published figures"),
     "soak": ("soak", "a long run watched for memory growth and stuck roles"),
+    "cpu-share": ("cpu_share", "where a run's CPU goes per role, and its useful share (updates + env steps)"),
     "threshold": ("threshold", "where run directories first reached a return"),
     "video-cost": ("video_cost", "what recording evaluation videos costs"),
     "learner-update": ("learner_update", "what one SAC update costs, plain and compiled with XLA (--learner_xla)"),

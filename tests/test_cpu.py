@@ -66,3 +66,55 @@ def test_a_distributed_run_writes_every_roles_cpu_by_part(small_launch_run):
     assert evaluator["env_step"] > 0 and evaluator["total"] >= evaluator["env_step"]
     assert section["driver"]["total"] > 0
     assert section["useful_s"] == pytest.approx(learner["update"] + workers["env_step"], abs=2e-3)
+
+
+def test_the_benchmark_names_each_process_of_a_run_by_its_role():
+    from benchmarks.cpu_share import role_of
+
+    site = "/venv/lib/python3.11/site-packages/ray"
+    assert role_of(["/venv/bin/python", "launch.py", "--env", "Hopper-v5"], is_driver=True) == "driver"
+    assert role_of(["ray::learner"]) == role_of(["ray::learner_1"]) == "learner"
+    assert role_of(["ray::rollout_worker"]) == "rollout workers"
+    assert role_of(["ray::evaluator"]) == "evaluator"
+    assert role_of(["ray::ReplayBuffer.sample"]) == role_of(["ray::ReplayBuffer"]) == "ReplayBuffer"
+    assert role_of(["ray::ParameterServer.push()"]) == "ParameterServer"
+    assert role_of(["ray::RunMonitor"]) == "RunMonitor"
+    assert role_of(["ray::IDLE"]) == role_of(["python", f"{site}/_private/workers/default_worker.py"]) == \
+        "idle Ray workers"
+    for daemon in ([f"{site}/core/src/ray/gcs/gcs_server", "--log_dir=x"], [f"{site}/core/src/ray/raylet/raylet"],
+                   ["python", f"{site}/dashboard/dashboard.py"], ["python", "-u", f"{site}/_private/log_monitor.py"],
+                   ["ray::DashboardAgent"], ["ray::RuntimeEnvAgent"]):
+        assert role_of(daemon) == "Ray", daemon
+    assert role_of(["ray::SomethingElse"]) == role_of(["bash"]) == role_of([]) == "other"
+
+
+def test_the_benchmark_splits_roles_by_the_summarys_parts_and_computes_the_useful_share():
+    from benchmarks.cpu_share import shares, table
+
+    roles = {"learner": 50.0, "rollout workers": 30.0, "evaluator": 10.0, "Ray": 6.0, "driver": 4.0}
+    inside = {"learner": {"update": 35.0, "sample": 3.0, "push": 5.0},
+              "rollout_workers": {"env_step": 15.0, "act": 10.0}, "evaluator": {"env_step": 6.0, "act": 2.0}}
+    result = shares(roles, inside, cores=2, wall_s=100.0)
+    assert result["total_cpu_s"] == 100.0 and result["capacity_cpu_s"] == 200.0
+    assert result["useful_share"] == 0.5  # (35 + 15) / 100: the evaluator's env steps do not train
+    rows = {(r["role"], r["part"]): r for r in result["rows"]}
+    assert rows[("learner", "rest")]["cpu_s"] == 7.0 and rows[("rollout workers", "rest")]["cpu_s"] == 5.0
+    assert rows[("learner", "all")]["of_run"] == 0.5 and rows[("learner", "all")]["of_machine"] == 0.25
+    assert [r["role"] for r in result["rows"] if r["part"] == "all"] == [
+        "learner", "rollout workers", "evaluator", "driver", "Ray"]
+    assert "= 50.0%" in table(result)
+    assert shares(roles, None, 2, 100.0)["useful_share"] is None  # a run that wrote no cpu section
+
+
+def test_the_sampler_keeps_the_cpu_of_processes_that_exited(tmp_path):
+    from benchmarks.cpu_share import RunSampler
+
+    burn = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\n"
+    code = f"import subprocess, sys, time\nsubprocess.run([sys.executable, '-c', {burn!r}])\ntime.sleep(1.5)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    sampler = RunSampler(proc.pid)
+    while proc.poll() is None:
+        sampler.sample()
+        time.sleep(0.05)
+    assert sampler.roles.get("other", 0.0) >= 0.4, sampler.roles  # the child's, read before it exited
+    assert sampler.processes["driver"] and len(sampler.processes["other"]) == 1

@@ -1,0 +1,256 @@
+"""Where a run's CPU goes, per role, and its useful share: CPU in the learner's updates plus the
+rollout workers' env steps, over all the CPU the run used.
+
+    python -m benchmarks cpu-share                           # HalfCheetah-v5, 2 workers, 300 s
+    python -m benchmarks cpu-share --seconds 60 --flags="--eval_every 20000"
+
+It runs ``launch.py`` as a user types it (``--env``, ``--num_workers``, ``--max_seconds``,
+``--seed``, and ``--flags``; the run directory is temporary) and reads every process of the
+run from ``/proc`` once a second: the driver and everything under it (the Ray it starts: GCS,
+raylet, dashboard, agents, and the worker processes of the tasks and actors). Each process's
+last user+system CPU is kept, so processes that exit still count. A process's CPU between two
+samples goes to the role its title names then (``ray::learner``, ``ray::ReplayBuffer``,
+``ray::IDLE`` ...). The run's ``summary.json`` ``cpu`` section splits the learner, the rollout
+workers and the evaluator inside (update, sampling, pushing; env steps, acting); their
+``rest`` is what their processes used beyond those parts (start-up included). The table and a
+JSON record go to ``benchmarks/results/cpu_share/<name>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+
+from benchmarks import harness
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO_ROOT, "benchmarks", "results", "cpu_share")
+
+# Roles in the order the table shows them. Actors and tasks by their Ray title; "Ray" is Ray's
+# own processes (GCS, raylet, dashboard, agents, monitors); "idle Ray workers" are worker
+# processes waiting for a task (or starting up).
+ROLES = ("learner", "rollout workers", "evaluator", "ReplayBuffer", "ParameterServer", "RunMonitor",
+         "WeightsCache", "GradientAverager", "driver", "Ray", "idle Ray workers", "other")
+TITLED = {"rollout_worker": "rollout workers", "evaluator": "evaluator", "IDLE": "idle Ray workers",
+          "DashboardAgent": "Ray", "RuntimeEnvAgent": "Ray"}
+# The parts of a role that summary.json's cpu section splits out: (its key there, part keys).
+INSIDE = {"learner": ("learner", ("update", "sample", "push")),
+          "rollout workers": ("rollout_workers", ("env_step", "act")),
+          "evaluator": ("evaluator", ("env_step", "act"))}
+
+
+def role_of(cmdline: list[str], is_driver: bool = False) -> str:
+    """The role of a process of the run, from its command line (Ray sets a worker's to its
+    title: ``ray::learner``, ``ray::ReplayBuffer.sample``, ``ray::IDLE``)."""
+    if is_driver:
+        return "driver"
+    first = cmdline[0].strip() if cmdline else ""
+    if first.startswith("ray::"):
+        name = first[len("ray::"):].split()[0].split(".")[0] if first[len("ray::"):].strip() else ""
+        if name == "learner" or name.startswith("learner_"):
+            return "learner"
+        if name in TITLED:
+            return TITLED[name]
+        return name if name in ROLES else "other"
+    words = " ".join(cmdline)
+    if "default_worker.py" in words:  # a worker process before it sets its title
+        return "idle Ray workers"
+    base = os.path.basename(first.split()[0]) if first else ""
+    if base in ("gcs_server", "raylet") or f"{os.sep}ray{os.sep}" in words:
+        return "Ray"
+    return "other"
+
+
+class RunSampler:
+    """The CPU of a process tree by role: :meth:`sample` reads every process under ``root``
+    (and any seen before that is still alive, wherever it moved) and adds each one's CPU since
+    its last sample to the role it has now."""
+
+    def __init__(self, root: int):
+        self.root = psutil.Process(root)
+        self.known: dict[tuple[int, float], psutil.Process] = {}
+        self.last: dict[tuple[int, float], float] = {}  # user+system seconds at the last sample
+        self.roles: dict[str, float] = {}
+        self.processes: dict[str, set] = {}
+
+    def _tree(self) -> list[psutil.Process]:
+        try:
+            found = [self.root, *self.root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            found = []
+        return found + list(self.known.values())
+
+    def sample(self) -> None:
+        """One reading of every process of the run."""
+        seen = set()
+        for proc in self._tree():
+            try:
+                with proc.oneshot():
+                    key = (proc.pid, proc.create_time())
+                    if key in seen:
+                        continue
+                    times, cmdline = proc.cpu_times(), proc.cmdline()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            seen.add(key)
+            self.known[key] = proc
+            now = times.user + times.system
+            role = role_of(cmdline, is_driver=proc.pid == self.root.pid)
+            self.roles[role] = self.roles.get(role, 0.0) + now - self.last.get(key, 0.0)
+            self.processes.setdefault(role, set()).add(key)
+            self.last[key] = now
+        for key in set(self.known) - seen:  # exited: its last reading stays counted
+            del self.known[key]
+
+
+def shares(roles: dict[str, float], inside: dict | None, cores: int, wall_s: float) -> dict:
+    """The table's rows and the useful share: each role's CPU (``roles``, from /proc) with the
+    parts ``inside`` (summary.json's ``cpu`` section) splits out of it, as seconds, % of the
+    run's CPU and % of the machine (``cores`` × ``wall_s``)."""
+    total = sum(roles.values())
+    capacity = cores * wall_s
+    rows = []
+
+    def row(role: str, part: str, seconds: float) -> None:
+        rows.append({"role": role, "part": part, "cpu_s": round(seconds, 2),
+                     "of_run": round(seconds / total, 4) if total else None,
+                     "of_machine": round(seconds / capacity, 4) if capacity else None})
+
+    for role in [*ROLES, *sorted(set(roles) - set(ROLES))]:
+        if role not in roles:
+            continue
+        row(role, "all", roles[role])
+        key, parts = INSIDE.get(role, (None, ()))
+        split = (inside or {}).get(key) if key else None
+        if split:
+            for part in parts:
+                row(role, part, split.get(part, 0.0))
+            row(role, "rest", max(0.0, roles[role] - sum(split.get(p, 0.0) for p in parts)))
+    useful = useful_seconds(inside)
+    return {"rows": rows, "total_cpu_s": round(total, 2), "capacity_cpu_s": round(capacity, 2),
+            "useful_cpu_s": None if useful is None else round(useful, 2),
+            "useful_share": None if useful is None or not total else round(useful / total, 4)}
+
+
+def useful_seconds(inside: dict | None) -> float | None:
+    """The learner's updates plus the rollout workers' env steps, from the ``cpu`` section;
+    None without one (a run that failed before writing it)."""
+    if not inside or "learner" not in inside or "rollout_workers" not in inside:
+        return None
+    return float(inside["learner"].get("update", 0.0) + inside["rollout_workers"].get("env_step", 0.0))
+
+
+def table(result: dict) -> str:
+    """The rows as a markdown table, with the useful share under it."""
+    lines = ["| role | part | CPU s | % of run CPU | % of machine |", "|---|---|---:|---:|---:|"]
+    def pct(x: float | None) -> str:
+        return "" if x is None else f"{100 * x:.1f}"
+
+    for r in result["rows"]:
+        name = r["role"] if r["part"] == "all" else ""
+        part = "" if r["part"] == "all" else r["part"].replace("_", " ")
+        lines.append(f"| {name} | {part} | {r['cpu_s']:.1f} | {pct(r['of_run'])} | {pct(r['of_machine'])} |")
+    lines.append(f"| **all** | | {result['total_cpu_s']:.1f} | 100.0 | "
+                 f"{100 * result['total_cpu_s'] / max(result['capacity_cpu_s'], 1e-9):.1f} |")
+    share = result["useful_share"]
+    lines.append("")
+    lines.append("useful share (learner updates + rollout workers' env steps) / all CPU of the run: "
+                 + ("n/a (no cpu section in summary.json)" if share is None
+                    else f"{result['useful_cpu_s']:.1f} / {result['total_cpu_s']:.1f} s = {100 * share:.1f}%"))
+    return "\n".join(lines)
+
+
+def machine_busy() -> float:
+    """CPU seconds every process of the machine has used (all cores), from /proc/stat."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
+def run_and_sample(command: list[str], interval: float, log_path: str, nice: int) -> dict:
+    """Run ``command`` and sample its processes every ``interval`` s until it exits."""
+    busy_before, started = machine_busy(), time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                                preexec_fn=(lambda: os.nice(nice)) if nice else None)
+    sampler = RunSampler(proc.pid)
+    try:
+        while proc.poll() is None:
+            sampler.sample()
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+    code = proc.wait()
+    sampler.sample()  # what is still up after the driver (nothing, normally)
+    wall = time.monotonic() - started
+    return {"exit_code": code, "wall_s": round(wall, 1), "roles": sampler.roles,
+            "processes": {role: len(keys) for role, keys in sampler.processes.items()},
+            "machine_busy_cpu_s": round(machine_busy() - busy_before, 1)}
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--num_workers", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=300.0, help="the run's --max_seconds")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--flags", default="", help="more launch.py flags, as one string")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between readings of /proc")
+    parser.add_argument("--nice", type=int, default=0, help="run launch.py at this niceness")
+    parser.add_argument("--name", default=None, help="the record's name (default: <env>-<workers>w-<date>)")
+    parser.add_argument("--no-record", action="store_true", help="print the table only")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    tmp = tempfile.mkdtemp(prefix="dsac-cpu-share-")
+    run_dir = os.path.join(tmp, "run")
+    command = [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--env", args.env, "--num_workers",
+               str(args.num_workers), "--max_seconds", f"{args.seconds:g}", "--seed", str(args.seed),
+               *shlex.split(args.flags), "--output_dir", run_dir]
+    print(f"cpu-share: {shlex.join(command[1:])}", flush=True)
+    try:
+        measured = run_and_sample(command, args.interval, os.path.join(tmp, "launch.log"), args.nice)
+        summary_path = os.path.join(run_dir, "summary.json")
+        summary = {}
+        if os.path.exists(summary_path):
+            with open(summary_path) as f:
+                summary = json.load(f)
+        if measured["exit_code"] != 0:
+            with open(os.path.join(tmp, "launch.log")) as f:
+                print(f.read()[-3000:], file=sys.stderr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    cores = len(os.sched_getaffinity(0))
+    result = shares(measured["roles"], summary.get("cpu"), cores, measured["wall_s"])
+    print(table(result))
+    print(f"wall {measured['wall_s']:.0f} s on {cores} cores; the whole machine was busy "
+          f"{measured['machine_busy_cpu_s']:.0f} CPU s meanwhile (this run: {result['total_cpu_s']:.0f})")
+    typed = ["python", "-m", "benchmarks", "cpu-share", *(sys.argv[1:] if argv is None else argv)]
+    record = {**harness.provenance(typed),
+              "launch": shlex.join(command[1:-2]), **measured, **result, "inside": summary.get("cpu"),
+              "env_steps": summary.get("env_steps"), "updates": summary.get("updates"),
+              "best_eval_return": summary.get("best_eval_return"), "cores": cores}
+    if not args.no_record:
+        name = args.name or f"{args.env}-{args.num_workers}w-{datetime.date.today().isoformat()}"
+        os.makedirs(RESULTS, exist_ok=True)
+        path = os.path.join(RESULTS, f"{name}.json")
+        with open(path, "w") as f:
+            json.dump(record, f, indent=1)
+        print(f"cpu-share: wrote {os.path.relpath(path, REPO_ROOT)}")
+    return 0 if measured["exit_code"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
