@@ -83,6 +83,7 @@ class RunSampler:
         self.last: dict[tuple[int, float], float] = {}  # user+system seconds at the last sample
         self.roles: dict[str, float] = {}
         self.processes: dict[str, set] = {}
+        self.unknown: set[str] = set()  # what the processes classed "other" were
 
     def _tree(self) -> list[psutil.Process]:
         try:
@@ -109,6 +110,8 @@ class RunSampler:
             role = role_of(cmdline, is_driver=proc.pid == self.root.pid)
             self.roles[role] = self.roles.get(role, 0.0) + now - self.last.get(key, 0.0)
             self.processes.setdefault(role, set()).add(key)
+            if role == "other":
+                self.unknown.add(" ".join(cmdline)[:120])
             self.last[key] = now
         for key in set(self.known) - seen:  # exited: its last reading stays counted
             del self.known[key]
@@ -195,6 +198,7 @@ def run_and_sample(command: list[str], interval: float, log_path: str, nice: int
     wall = time.monotonic() - started
     return {"exit_code": code, "wall_s": round(wall, 1), "roles": sampler.roles,
             "processes": {role: len(keys) for role, keys in sampler.processes.items()},
+            "other_processes": sorted(sampler.unknown),
             "machine_busy_cpu_s": round(machine_busy() - busy_before, 1)}
 
 
