@@ -70,24 +70,24 @@ def play_episodes(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs:
     ``on_progress(steps)`` is called with the agent steps played so far, at most every
     ``PROGRESS_EVERY_S`` seconds: a long evaluation says it is alive (the distributed stop
     waits for it). ``cpu``, when given, counts acting (``act``) and stepping the batch of
-    episodes (``env_step``), once per batch.
+    episodes (``env_step``): two clock reads per batch.
     """
     build = _env_builder(env_id, env_kwargs, flatten_obs, atari, frames)
     playing = _SideBySide(build, episodes, seed, frames, on_env_crash)
     said = time.monotonic()
+    started = cpu.now() if cpu is not None else 0.0
     while playing.active.any():
         if on_progress is not None and time.monotonic() - said >= PROGRESS_EVERY_S:
             on_progress(int(playing.lengths.sum()))
             said = time.monotonic()
         idx = np.flatnonzero(playing.active)
-        started = cpu.now() if cpu is not None else 0.0
         actions = act(playing.obs[idx])
         if cpu is not None:
             started = cpu.add("act", started)
         for k, j in enumerate(idx):
             playing.step(int(j), actions[k])
         if cpu is not None:
-            cpu.add("env_step", started)
+            started = cpu.add("env_step", started)
     playing.close()
     return Episodes(playing.returns, playing.lengths, playing.truncations)
 

@@ -69,8 +69,9 @@ class EnvCollector:
         on_env_crash: asked when an env's ``step`` or ``reset`` raised: True rebuilds it (its
             episode is dropped), False (or None) raises :class:`dsac.envs.EnvCrashed`.
 
-    ``cpu`` counts this thread's CPU in acting (``act``) and in stepping the batch of envs with
-    its per-transition bookkeeping (``env_step``), timed once per batch.
+    ``cpu`` counts this thread's CPU in acting (``act``: the policy, and taking new weights
+    through ``on_step``) and in stepping the batch of envs with its per-transition bookkeeping
+    (``env_step``): two clock reads per batch.
     """
 
     def __init__(self, env_id: str, num_envs: int, seed: int, gamma: float = 0.99, n_step: int = 1,
@@ -155,8 +156,8 @@ class EnvCollector:
         chunk = self._new_chunk((steps + self.n_step) * n_envs)
         n = taken = 0
         cpu = self.cpu
+        started = cpu.now()
         for _ in range(steps):
-            started = cpu.now()
             actions = act(self.obs)
             started = cpu.add("act", started)
             for i, env in enumerate(self.envs):
@@ -183,7 +184,7 @@ class EnvCollector:
                     n = self._emit(chunk, n, pending, next_obs, False)
                     pending.popleft()
                 self.obs[i] = next_obs
-            cpu.add("env_step", started)
+            started = cpu.add("env_step", started)  # and acting's from here: taking new weights
             if on_step is not None:
                 on_step(n_envs)
             if deadline is not None and time.monotonic() >= deadline:
