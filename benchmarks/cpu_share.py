@@ -52,12 +52,14 @@ INSIDE = {"learner": ("learner", ("update", "sample", "push")),
 
 def role_of(cmdline: list[str], is_driver: bool = False) -> str:
     """The role of a process of the run, from its command line (Ray sets a worker's to its
-    title: ``ray::learner``, ``ray::ReplayBuffer.sample``, ``ray::IDLE``)."""
+    title: ``ray::learner``, ``ray::ReplayBuffer.sample``, ``ray::IDLE``; a named actor's
+    ``ray::<name>:ParameterServer.push``)."""
     if is_driver:
         return "driver"
     first = cmdline[0].strip() if cmdline else ""
     if first.startswith("ray::"):
-        name = first[len("ray::"):].split()[0].split(".")[0] if first[len("ray::"):].strip() else ""
+        title = first[len("ray::"):].split()
+        name = title[0].split(":")[-1].split(".")[0] if title else ""
         if name == "learner" or name.startswith("learner_"):
             return "learner"
         if name in TITLED:

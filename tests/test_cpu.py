@@ -78,6 +78,7 @@ def test_the_benchmark_names_each_process_of_a_run_by_its_role():
     assert role_of(["ray::evaluator"]) == "evaluator"
     assert role_of(["ray::ReplayBuffer.sample"]) == role_of(["ray::ReplayBuffer"]) == "ReplayBuffer"
     assert role_of(["ray::ParameterServer.push()"]) == "ParameterServer"
+    assert role_of(["ray::dsac_parameter_server_8d158bf5a682:ParameterServer.__init__    "]) == "ParameterServer"
     assert role_of(["ray::RunMonitor"]) == "RunMonitor"
     assert role_of(["ray::IDLE"]) == role_of(["python", f"{site}/_private/workers/default_worker.py"]) == \
         "idle Ray workers"
