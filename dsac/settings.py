@@ -431,6 +431,11 @@ class FlowSettings:
     push_every: int = setting(
         20, "learner pushes weights every this many updates (after the sample call's batches that pass it)"
     )
+    push_interval: float = setting(
+        0.1, "least seconds between two weight pushes of a learner: a push due sooner waits for the next block of "
+        "updates after it (rollout workers take new weights between chunks, every --chunk_seconds; 0: every "
+        "--push_every updates)"
+    )
     chunk_seconds: float = setting(0.1, "a rollout worker sends what it gathered this often, or once it holds 128 "
                                     "transitions if that takes longer (at most 1 s)")
     max_chunk: int = setting(1024, "most transitions in one replay add call")
@@ -438,6 +443,8 @@ class FlowSettings:
     def check(self) -> None:
         positive_ints(self, "max_steps_ahead", "batches_per_sample", "prefetch", "push_every", "max_chunk")
         positive_numbers(self, "chunk_seconds")
+        if not (isinstance(self.push_interval, int | float) and 0.0 <= self.push_interval <= 60.0):
+            raise DsacError(f"--push_interval must be in [0, 60] seconds, got {self.push_interval!r}")
 
 
 @dataclass(frozen=True)

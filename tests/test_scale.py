@@ -8,7 +8,7 @@ from dsac import Trainer
 
 # Versions behind the latest a worker's weights are when its receiver asks for newer ones
 # (right after the env loop applied the last: what the worker acts with). The learner pushes
-# every 2 updates (~30 times a second here, every ~33 ms); a waiting pull is answered on the
+# every 2 updates (no --push_interval floor) (~30 times a second here, every ~33 ms); a waiting pull is answered on the
 # push, the env loop applies it at its next step (10 ms), and the receiver pulls again at most
 # every 20 ms: about one newer version lands meanwhile. p95 rather than the maximum: one
 # worker the 2 CI cores leave unscheduled for a second falls ~30 versions behind once.
@@ -20,7 +20,8 @@ def test_sixteen_workers_of_a_slow_env_all_deliver_and_act_with_fresh_weights(ra
     ray = ray_local
     config = {
         "env": "Pendulum-v1", "env_step_ms": 10.0, "num_workers": 16, "fcnet_hiddens": [32, 32], "batch_size": 64,
-        "learning_starts": 200, "start_steps": 200, "updates_per_step": 0.05, "push_every": 2, "batches_per_sample": 2,
+        "learning_starts": 200, "start_steps": 200, "updates_per_step": 0.05, "push_every": 2,
+        "push_interval": 0.0, "batches_per_sample": 2,
         "steps_per_iteration": 1_000, "eval_every": 10**9, "tensorboard": False, "progress_bar": False,
         "output_dir": str(tmp_path / "run"),
     }

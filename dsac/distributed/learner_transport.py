@@ -138,9 +138,10 @@ def weights_digest(weights: dict[str, np.ndarray]) -> str:
 class LearnerTransport:
     """The learner's Ray side, around a Ray-free :class:`dsac.learning.UpdateLoop`: feeds it
     the replay shards' batches and forwards what it decides — weights pushed to the parameter
-    server after a block that passed a multiple of ``push_every`` updates (not waited for: the
-    next push collects the reply and its stop flag), the full state to the run monitor when
-    its reply to the last push's report asked for it, new priorities back to the shard they
+    server after a block that passed a multiple of ``push_every`` updates, at most one per
+    ``push_interval`` seconds and at once when it runs out of batches (not waited for: the next
+    push collects the reply and its stop flag), the full state to the run monitor when its reply
+    to the last push's report asked for it, new priorities back to the shard they
     came from in one fire-and-forget call.
 
     With several learners (``sync`` given) only learner 0 pushes weights and state (the
@@ -148,9 +149,13 @@ class LearnerTransport:
     """
 
     def __init__(self, loop: UpdateLoop, ps, monitor, shards: list, sampler: ShardedSampler, index: int,
-                 sync: GradientSync | None):
+                 sync: GradientSync | None, push_interval: float = 0.0):
         self.loop, self.ps, self.monitor, self.shards = loop, ps, monitor, shards
         self.sampler, self.index, self.sync = sampler, index, sync
+        # A push sooner than this after the last one waits: readers take weights between chunks,
+        # so a faster learner would pay for versions nobody acts with.
+        self.push_interval = float(push_interval)
+        self.push_due, self.pushed_at = False, time.monotonic()
         self.primary = index == 0
         self.env_steps_by_shard = [0] * len(shards)
         self.orders = LearnerOrders(0, False, False)
@@ -173,6 +178,9 @@ class LearnerTransport:
         shard, sampled = self.sampler.next()
         self.loop.cpu.add("sample", started)
         if sampled is None:  # the ratio holds the learner back, or the run is stopping
+            if self.push_due:  # what it learned last reaches the readers while it waits
+                self.push_due = False
+                self.push()
             reply, wanted = ray.get([self.ps.pull.remote(self.orders.version), self._report_to_monitor()])
             self.orders = LearnerOrders(max(self.orders.version, reply.version), reply.stop, wanted)
             if wanted and self.primary:  # idle, e.g. between Trainer.train() calls
@@ -189,13 +197,16 @@ class LearnerTransport:
             return
         if step.stopped:
             self.orders = self.orders._replace(stop=True)
-        elif step.push:
-            self.push()
+        elif step.push or self.push_due:
+            self.push_due = time.monotonic() - self.pushed_at < self.push_interval
+            if not self.push_due:
+                self.push()
         if step.priorities is not None and sampled.indices is not None:
             self.shards[shard].update_priorities.remote(sampled.indices, sampled.generations, step.priorities)
 
     def push(self) -> None:
         """Push the weights (learner 0), and the state too when the last report's reply asked for it."""
+        self.pushed_at = time.monotonic()
         if not self.primary:
             if self.sync is not None:
                 self._report_to_monitor()

@@ -198,7 +198,7 @@ def learner(config, observation_space, action_space, shards: list, ps, monitor, 
     if sync is not None and not sync.join(loop):
         return {"learner": index, "updates": loop.updates}
     sampler = ShardedSampler(shards, config.algorithm.batch_size, config.flow.batches_per_sample, config.flow.prefetch)
-    transport = LearnerTransport(loop, ps, monitor, shards, sampler, index, sync)
+    transport = LearnerTransport(loop, ps, monitor, shards, sampler, index, sync, config.flow.push_interval)
     transport.first_push()
     try:
         while not transport.orders.stop:
