@@ -227,7 +227,8 @@ def test_serial_crossq_learns_pendulum(tmp_path):
                             env={**os.environ, "PYTHONPATH": REPO_ROOT})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     returns = [line["eval_return_mean"] for line in progress(out)]
-    assert returns[0] < -900 and max(returns) >= -200, returns
+    # The first evaluation comes after 800 updates: learning, not yet swinging up.
+    assert returns[0] < -600 and max(returns) >= -200, returns
     policy = load_policy(str(out / "best_weights.pkl"))
     assert policy(np.zeros(3, np.float32)).shape == (1,)
 
