@@ -23,7 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dsac.algorithms.crossq.networks import build_actor, build_critic
+from dsac.algorithms.crossq.networks import acting_variables, build_actor, build_critic
 from dsac.algorithms.learner import ADAM_EPSILON, Learner
 from dsac.algorithms.sac.learner import squashed_gaussian_sample
 from dsac.algorithms.sac.numpy_actor import to_unit_action
@@ -131,10 +131,9 @@ class CrossQLearner(Learner):
         self.critic_optimizer.build(self.critic_variables)
         self.alpha_optimizer.build([self.log_alpha])
         # What acting reads: the actor's weights and running statistics, not its step counters.
-        actor = named_variables(self.actor, "actor")
-        self.acting_weights = TensorFlowVariables({n: v for n, v in actor.items() if not n.endswith("/steps")})
+        self.acting_weights = TensorFlowVariables(acting_variables(self.actor))
         self.state = TensorFlowVariables({
-            **actor, **named_variables(self.q1, "q1"), **named_variables(self.q2, "q2"),
+            **named_variables(self.actor, "actor"), **named_variables(self.q1, "q1"), **named_variables(self.q2, "q2"),
             "log_alpha": self.log_alpha, "critic_updates": self.critic_updates,
             **optimizer_state(self.actor_optimizer, "actor_optimizer"),
             **optimizer_state(self.critic_optimizer, "critic_optimizer"),

@@ -79,6 +79,14 @@ def build_mlp(input_dim: int, hiddens: list[int], output_dim: int, name: str, ac
     return keras.Model(inputs, keras.layers.Dense(output_dim, name="out")(x), name=name)
 
 
+def acting_variables(actor) -> dict:
+    """The actor's variables by name (``actor/...``) that acting reads: its weights and the
+    renormalization's running statistics, not the layers' step counters."""
+    from dsac.weights import named_variables
+
+    return {name: v for name, v in named_variables(actor, "actor").items() if not name.endswith("/steps")}
+
+
 def build_actor(obs_dim: int, act_dim: int, model, algorithm):
     """s -> [mean, log_std] of a Gaussian over pre-tanh actions; hidden sizes ``--fcnet_hiddens``."""
     return build_mlp(obs_dim, list(model.fcnet_hiddens), 2 * act_dim, "actor", model.fcnet_activation, algorithm)

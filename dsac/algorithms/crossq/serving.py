@@ -11,15 +11,14 @@ def serving(loaded):
     acts deterministically."""
     import tensorflow as tf
 
-    from dsac.algorithms.crossq.networks import build_actor
+    from dsac.algorithms.crossq.networks import acting_variables, build_actor
     from dsac.algorithms.sac.numpy_actor import to_env_action
-    from dsac.weights import TensorFlowVariables, named_variables
+    from dsac.weights import TensorFlowVariables
 
     obs_dim = int(np.prod(loaded.observation_space.shape))
     act_dim = int(np.prod(loaded.action_space.shape))
     model = build_actor(obs_dim, act_dim, loaded.config.model, loaded.config.algorithm)
-    named = {n: v for n, v in named_variables(model, "actor").items() if not n.endswith("/steps")}
-    TensorFlowVariables(named).set_weights(loaded.payload["weights"])
+    TensorFlowVariables(acting_variables(model)).set_weights(loaded.payload["weights"])
     low = tf.constant(loaded.action_space.low, tf.float32)
     high = tf.constant(loaded.action_space.high, tf.float32)
 
