@@ -154,6 +154,7 @@ class Placement(NamedTuple):
     node: str
     pid: int
     device: str | None = None  # the learner's TensorFlow device
+    warning: str | None = None  # e.g. a GPU Ray gave that TensorFlow cannot see
 
 
 class Reports(NamedTuple):

@@ -107,13 +107,59 @@ def import_tensorflow(verbose: bool = False, configure=None):
     return tf
 
 
-def configure_tensorflow(num_gpus: float, num_cpus: float, threads: int | None = None, verbose: bool = False) -> str:
+# What a user with an NVIDIA GPU installs so that TensorFlow uses it (docs/guide.md#gpus).
+GPU_FIX = "pip install 'dsac[gpu]' (TensorFlow's CUDA 12 and cuDNN 9 libraries; an NVIDIA driver must be installed)"
+
+
+def gpu_memory_mib(index: str) -> int | None:
+    """Total memory of GPU ``index`` (a CUDA index or UUID) as the driver reports it, or None
+    (no ``nvidia-smi``, or it failed): TensorFlow has no public call for a device's total memory."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", index],
+                             capture_output=True, text=True, timeout=10)
+        return int(out.stdout.strip().splitlines()[0]) if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def describe_gpu(tf, gpu) -> str:
+    """``NVIDIA A10G, 22,731 MiB``: a TensorFlow GPU device's name and memory (unknown memory
+    left out)."""
+    try:
+        name = tf.config.experimental.get_device_details(gpu).get("device_name") or gpu.name
+    except (ValueError, RuntimeError):
+        name = gpu.name
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+    index = int(gpu.name.rsplit(":", 1)[-1])
+    memory = gpu_memory_mib(visible[index].strip() if index < len(visible) and visible[index].strip() else str(index))
+    return f"{name}, {memory:,} MiB" if memory else name
+
+
+def learner_device(tf, num_gpus: float) -> tuple[str, str | None]:
+    """``(device, warning)``: the GPU TensorFlow uses (named, with its memory) or ``CPU``; the
+    warning, one line naming the fix, when Ray gave the process a GPU that TensorFlow cannot see."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if num_gpus > 0 and gpus:
+        return f"GPU ({describe_gpu(tf, gpus[0])})", None
+    if num_gpus <= 0:
+        return "CPU", None
+    why = ("this TensorFlow is built without CUDA" if not tf.test.is_built_with_cuda()
+           else "CUDA's libraries or the NVIDIA driver were not found")
+    return "CPU", (f"Ray gave the learner {num_gpus:g} GPU but TensorFlow sees none ({why}), so it learns on the "
+                   f"CPU; fix: {GPU_FIX}")
+
+
+def configure_tensorflow(num_gpus: float, num_cpus: float, threads: int | None = None,
+                         verbose: bool = False) -> tuple[str, str | None]:
     """Call before building any model. Hides GPUs the process was not given (Ray does not
     always do it for ``num_gpus=0``), lets TF grow GPU memory instead of grabbing it all,
     and sizes TF's thread pools: ``threads``, else the CPUs the process asked for or, more,
     its node's cores up to 4 (rollout workers mostly wait for the learner under the rate
     limiter, so its matrix products may use the cores they leave idle: 1.5x the updates/s of
-    one thread on 2 cores). Returns the device used."""
+    one thread on 2 cores). Returns the device used, described (:func:`learner_device`; with
+    TF's threads), and the warning of a GPU given but not seen, if any."""
     if num_gpus <= 0:
         # Not given a GPU: keep CUDA from even probing for one (and logging that it failed).
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -136,6 +182,5 @@ def configure_tensorflow(num_gpus: float, num_cpus: float, threads: int | None =
             pass
 
     tf = import_tensorflow(verbose, configure)
-    gpus = tf.config.list_physical_devices("GPU")
-    device = f"GPU ({gpus[0].name})" if num_gpus > 0 and gpus else "CPU"
-    return f"{device}, {tf.config.threading.get_intra_op_parallelism_threads()} TF threads"
+    device, warning = learner_device(tf, num_gpus)
+    return f"{device}, {tf.config.threading.get_intra_op_parallelism_threads()} TF threads", warning

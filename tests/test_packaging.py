@@ -31,7 +31,12 @@ def test_pyproject_pins_are_the_requirements_files():
     assert set(extras["bench"]) == _pins("requirements-bench.txt")
     assert set(extras["dev"]) == _pins("requirements-dev.txt")
     assert set(extras["wandb"]) | set(extras["mlflow"]) <= _pins("requirements-dev.txt")  # the tests use them
+    assert set(extras["onnx"]) <= _pins("requirements-dev.txt") and {"onnx", "onnxruntime"} <= {
+        pin.split("==")[0] for pin in _pins("requirements-dev.txt")}
+    tensorflow = next(pin for pin in _pins("requirements.txt") if pin.startswith("tensorflow=="))
+    assert extras["gpu"] == [tensorflow.replace("tensorflow==", "tensorflow[and-cuda]==")]  # the same TensorFlow
     assert project["project"]["scripts"]["dsac-train"] == "dsac.cli:main"
+    assert project["project"]["scripts"]["dsac-doctor"] == "dsac.doctor:main"
 
 
 def test_editable_install_imports_dsac_from_anywhere(tmp_path):

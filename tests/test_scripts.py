@@ -14,7 +14,7 @@ from conftest import REPO_ROOT
 
 ROOT = pathlib.Path(REPO_ROOT)
 TOOLS = {"infer": "dsac-infer", "export": "dsac-export", "submit": "dsac-submit", "plot": "dsac-plot",
-         "convert_weights": "dsac-convert-weights"}
+         "convert_weights": "dsac-convert-weights", "doctor": "dsac-doctor"}
 SCRIPTS = ROOT / "scripts"
 
 

@@ -29,6 +29,9 @@ class Algorithm:
             one-line :class:`dsac.errors.DsacError` for spaces it cannot handle.
         serving: ``"module:function"`` of ``serving(loaded_policy) -> (keras model, act)``,
             ``act(obs) -> actions`` in TensorFlow, for a SavedModel (imported only by export).
+        onnx: ``"module:function"`` of ``onnx_graph(loaded_policy) -> onnx.ModelProto``, the
+            built-in networks' deterministic policy built from the weights alone (imported
+            only by export); None: no ONNX export.
         atari_defaults: what differs from ``defaults`` when ``--env`` is an ALE game.
         image_defaults: what differs from ``defaults`` for other envs whose observations are
             images of side >= ``LARGE_IMAGE_SIDE`` (a conv encoder a CPU learner pays tens of
@@ -42,6 +45,7 @@ class Algorithm:
     defaults: dict
     check_spaces: Callable
     serving: str
+    onnx: str | None = None
     model_keys: tuple[str, ...] = field(default_factory=tuple)
     atari_defaults: dict = field(default_factory=dict)
     image_defaults: dict = field(default_factory=dict)

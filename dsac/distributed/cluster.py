@@ -47,7 +47,8 @@ def connect_ray(config: Config) -> bool:
             pythonpath = os.pathsep.join(p for p in roots if p)
             start_local_ray(pythonpath)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
-        raise DsacError(f"cannot join a Ray cluster at {address}: {ray_error_line(exc)}") from None
+        where = f"join a Ray cluster at {address}" if address else "start a local Ray"
+        raise DsacError(f"cannot {where}: {ray_error_line(exc)}") from None
     if not config.output.verbose:
         quiet_ray_death_notices()
     return True

@@ -193,6 +193,8 @@ class DistributedRun:
             self.placements[p.role] = p.node
             log.info("placed %s on %s (node %s, pid %s)%s", p.role, p.host, p.node[:8], p.pid,
                      f" using {p.device}" if p.device else "")
+            if p.warning:
+                log.warning("%s: %s", p.role, p.warning)
             if p.role.startswith("rollout_worker"):
                 per_node = self.workers_per_node()
                 if sum(per_node.values()) == self.config.resources.num_workers:  # the last one just reported

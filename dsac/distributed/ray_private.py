@@ -15,9 +15,23 @@ import os
 from collections.abc import Callable
 
 
+def overridden(resource: str) -> float | None:
+    """A count set in ``RAY_OVERRIDE_RESOURCES`` (a JSON object), which a new local Ray takes
+    over what it detects: how autoscalers, and tests, give a node resources it does not see."""
+    import json
+
+    try:
+        value = json.loads(os.environ.get("RAY_OVERRIDE_RESOURCES") or "{}").get(resource)
+        return float(value) if value is not None else None
+    except (ValueError, TypeError, AttributeError):  # Ray itself refuses such a value at start-up
+        return None
+
+
 def num_cpus() -> int:
     """The CPUs ``ray.init()`` without an address will find on this machine: Ray's own count,
     which honours a container's CPU quota, or the CPUs this process may run on."""
+    if overridden("CPU") is not None:
+        return int(overridden("CPU"))
     try:
         from ray._private.utils import get_num_cpus
 
@@ -29,6 +43,8 @@ def num_cpus() -> int:
 def num_gpus() -> float:
     """The GPUs ``ray.init()`` without an address will find on this machine, or ``math.inf``
     when Ray's accelerator manager cannot say (the request is then checked once Ray is up)."""
+    if overridden("GPU") is not None:
+        return overridden("GPU")
     try:
         from ray._private.accelerators import get_accelerator_manager_for_resource
 

@@ -188,9 +188,10 @@ def learner(config, observation_space, action_space, shards: list, ps, monitor, 
     from dsac.tf_setup import configure_tensorflow
 
     cpu_started = time.process_time()
-    device = configure_tensorflow(num_gpus, num_cpus, config.resources.learner_threads, config.output.verbose)
+    device, warning = configure_tensorflow(num_gpus, num_cpus, config.resources.learner_threads,
+                                           config.output.verbose)
     role = learner_role(index, config.resources.num_learners)
-    monitor.report_placement.remote(Placement(role, **describe_process(), device=device))
+    monitor.report_placement.remote(Placement(role, **describe_process(), device=device, warning=warning))
     loop = build.learner_loop(config, observation_space, action_space, seed, callbacks_for(config.run),
                               initial_weights, initial_state)
     loop.cpu.started = cpu_started  # TensorFlow's start-up is the learner's too

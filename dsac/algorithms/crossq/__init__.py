@@ -40,5 +40,6 @@ ALGORITHM = Algorithm(
     },
     check_spaces=check_spaces,
     serving="dsac.algorithms.crossq.serving:serving",
+    onnx="dsac.algorithms.crossq.onnx_graph:onnx_graph",
     model_keys=(),
 )

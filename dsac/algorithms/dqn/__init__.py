@@ -68,6 +68,7 @@ ALGORITHM = Algorithm(
     },
     check_spaces=check_spaces,
     serving="dsac.algorithms.dqn.serving:serving",
+    onnx="dsac.algorithms.dqn.onnx_graph:onnx_graph",
     # The Q-network's shape and what its outputs mean: a weights file must match them.
     model_keys=("dueling", "num_atoms", "v_min", "v_max"),
 )

@@ -48,4 +48,5 @@ ALGORITHM = Algorithm(
     },
     check_spaces=check_spaces,
     serving="dsac.algorithms.sac.serving:serving",
+    onnx="dsac.algorithms.sac.onnx_graph:onnx_graph",
 )

@@ -1,0 +1,146 @@
+"""The catalog's network pieces as ONNX nodes, built from weights by name with the ``onnx``
+package alone (no TensorFlow): what ``dsac-export --format onnx`` writes for the built-in
+networks. Each method mirrors its numpy twin in :mod:`dsac.models.numpy_ops`, which acting
+uses, so an exported graph computes what :func:`dsac.load_policy` computes (tests/test_onnx.py
+compares them with onnxruntime).
+
+Opset 17 and IR version 8 keep the files loadable by onnxruntime 1.12 and newer, and by other
+runtimes of that age; LayerNormalization (SAC's image encoder) is the newest operator used.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dsac.errors import DsacError
+from dsac.models.vision import default_conv_filters, image_layout, obs_input
+
+OPSET = 17
+IR_VERSION = 8
+# The graph's input: a batch of observations as the env gives them (its shape and dtype).
+OBS_INPUT = "obs"
+
+
+def import_onnx():
+    """The ``onnx`` package, or a one-line error naming the extra that brings it."""
+    try:
+        import onnx
+    except ImportError:
+        raise DsacError("ONNX export needs the onnx package: pip install 'dsac[onnx]'") from None
+    return onnx
+
+
+class OnnxGraph:
+    """A graph under construction: nodes, and the weights they read as initializers.
+
+    Args:
+        weights: the policy's weights by name (``name/kernel``, ``name/bias``, ...), as a
+            weights file holds them.
+    """
+
+    def __init__(self, weights: dict[str, np.ndarray]):
+        self.onnx = import_onnx()
+        self.weights = weights
+        self.nodes: list = []
+        self.initializers: list = []
+        self.inputs: list = []
+        self.count = 0
+
+    def fresh(self, base: str) -> str:
+        """A tensor name not used yet, readable in a graph viewer."""
+        self.count += 1
+        return f"{base.replace('/', '_')}_{self.count}"
+
+    def const(self, value, base: str = "const") -> str:
+        """An initializer holding ``value`` (float32 unless it is an integer array)."""
+        array = np.asarray(value)
+        array = array.astype(np.int64 if array.dtype.kind in "iu" else np.float32)
+        name = self.fresh(base)
+        self.initializers.append(self.onnx.numpy_helper.from_array(array, name))
+        return name
+
+    def op(self, op_type: str, inputs: list[str], base: str | None = None, **attributes) -> str:
+        """One node with one output; returns the output's name."""
+        out = self.fresh(base or op_type.lower())
+        self.nodes.append(self.onnx.helper.make_node(op_type, inputs, [out], **attributes))
+        return out
+
+    def observations(self, observation_space) -> tuple[str, object]:
+        """The graph's input, of the env's observation shape and dtype with a free batch axis,
+        as float32 ``[batch, *input_shape]`` (:class:`dsac.models.vision.ObsInput`: flat for
+        vectors, the env's shape for images; uint8 frames not yet scaled)."""
+        shape, dtype = tuple(observation_space.shape), np.dtype(observation_space.dtype)
+        try:
+            elem = self.onnx.helper.np_dtype_to_tensor_dtype(dtype)
+        except (KeyError, ValueError, TypeError):
+            raise DsacError(f"ONNX has no tensor type for observations of dtype {dtype}") from None
+        self.inputs.append(self.onnx.helper.make_tensor_value_info(OBS_INPUT, elem, ["batch", *shape]))
+        obs = obs_input(observation_space)
+        x = self.op("Cast", [OBS_INPUT], "obs_float", to=self.onnx.TensorProto.FLOAT)
+        return self.op("Reshape", [x, self.const([-1, *obs.input_shape], "obs_shape")], "obs_batch"), obs
+
+    def dense(self, x: str, layer: str) -> str:
+        """x @ kernel + bias of dense layer ``layer``."""
+        kernel = self.const(self.weights[f"{layer}/kernel"], f"{layer}/kernel")
+        bias = self.const(self.weights[f"{layer}/bias"], f"{layer}/bias")
+        return self.op("Add", [self.op("MatMul", [x, kernel], layer), bias], layer)
+
+    def activation(self, x: str, name: str) -> str:
+        """Keras' activation ``name`` (those of :data:`dsac.models.numpy_ops.ACTIVATIONS`)."""
+        if name == "relu":
+            return self.op("Relu", [x])
+        if name == "tanh":
+            return self.op("Tanh", [x])
+        if name == "swish":
+            return self.op("Mul", [x, self.op("Sigmoid", [x])], "swish")
+        if name == "linear":
+            return x
+        raise DsacError(f"activation {name!r} has no ONNX export")
+
+    def mlp(self, x: str, layers: list[str], activation: str = "relu") -> str:
+        """:func:`dsac.models.numpy_ops.mlp_forward`: every layer but the last activated."""
+        for i, layer in enumerate(layers):
+            x = self.dense(x, layer)
+            if i < len(layers) - 1:
+                x = self.activation(x, activation)
+        return x
+
+    def image_features(self, x: str, prefix: str, obs, filters, activation: str = "relu") -> str:
+        """:func:`dsac.models.numpy_ops.image_features`: uint8 frames scaled to [0, 1], laid out
+        channels-last, the conv layers (ONNX convolves channels-first), flattened in Keras'
+        (height, width, channel) order."""
+        axes, (height, width, channels) = image_layout(obs.shape)
+        if obs.dtype == "uint8":
+            x = self.op("Mul", [x, self.const(np.float32(1 / 255), "inv_255")], "scaled")
+        if axes is not None:
+            x = self.op("Transpose", [x], "channels_last", perm=list(axes))
+        x = self.op("Reshape", [x, self.const([-1, height, width, channels], "image_shape")], "image")
+        x = self.op("Transpose", [x], "channels_first", perm=[0, 3, 1, 2])
+        for i, (_, size, stride) in enumerate(filters or default_conv_filters(obs.shape)):
+            layer = f"{prefix}conv_{i}"
+            kernel = self.const(self.weights[f"{layer}/kernel"].transpose(3, 2, 0, 1), f"{layer}/kernel")
+            bias = self.const(self.weights[f"{layer}/bias"], f"{layer}/bias")
+            x = self.op("Conv", [x, kernel, bias], layer, kernel_shape=[size, size], strides=[stride, stride])
+            x = self.activation(x, activation)
+        x = self.op("Transpose", [x], "features_hwc", perm=[0, 2, 3, 1])
+        return self.op("Flatten", [x], "features", axis=1)
+
+    def layer_norm(self, x: str, layer: str, epsilon: float) -> str:
+        """Keras' LayerNormalization over the last axis (``layer/gamma``, ``layer/beta``)."""
+        gamma = self.const(self.weights[f"{layer}/gamma"], f"{layer}/gamma")
+        beta = self.const(self.weights[f"{layer}/beta"], f"{layer}/beta")
+        return self.op("LayerNormalization", [x, gamma, beta], layer, axis=-1, epsilon=float(epsilon))
+
+    def model(self, outputs: list[tuple[str, str, int, list]], doc: str):
+        """The checked ModelProto; ``outputs``: (graph output name, tensor, element type, shape)."""
+        onnx = self.onnx
+        values = []
+        for name, tensor, elem, shape in outputs:
+            self.nodes.append(onnx.helper.make_node("Identity", [tensor], [name]))
+            values.append(onnx.helper.make_tensor_value_info(name, elem, shape))
+        graph = onnx.helper.make_graph(self.nodes, "dsac_policy", self.inputs, values, self.initializers)
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", OPSET)],
+                                       producer_name="dsac", doc_string=doc)
+        model.ir_version = IR_VERSION
+        onnx.checker.check_model(model, full_check=True)
+        return model

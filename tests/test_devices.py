@@ -1,0 +1,69 @@
+"""Devices: ``dsac-doctor`` says what a run will find, and a learner that Ray gives a GPU
+TensorFlow cannot see says so in one warning line naming the fix, then learns on the CPU.
+
+No GPU is lent to this project: the GPU is faked the way autoscalers give a node resources it
+does not detect (``RAY_OVERRIDE_RESOURCES``), so Ray schedules the learner with
+``num_gpus=1`` and sets its ``CUDA_VISIBLE_DEVICES``, and TensorFlow finds no device there."""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO_ROOT
+
+FAKE_GPU = {"RAY_OVERRIDE_RESOURCES": json.dumps({"GPU": 1})}
+
+
+def without_hidden_gpus() -> dict:
+    """This environment without conftest's empty CUDA_VISIBLE_DEVICES, which Ray refuses beside a GPU."""
+    return {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+
+
+def doctor(*args, env=None, timeout=180):
+    return subprocess.run([sys.executable, "-m", "dsac.doctor", *args], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_doctor_on_this_machine_finds_a_cpu_learner_and_no_problem_a_run_needs():
+    result = doctor("--json")
+    assert result.returncode == 0, result.stdout + result.stderr[-2000:]
+    found = json.loads(result.stdout)
+    assert found["learner_device"] == "CPU"
+    assert found["ray_gpus"] == 0 and found["tf_gpus"] == []
+    assert found["ok"] is True and isinstance(found["problems"], list)
+    assert found["cpus"] >= 1 and found["versions"]["tensorflow"] and found["versions"]["ray"]
+    text = doctor()
+    assert text.returncode == 0 and "learner device: CPU" in text.stdout
+    assert len(text.stdout.splitlines()) <= 8 and "Traceback" not in text.stderr
+
+
+def test_doctor_names_a_gpu_tensorflow_cannot_use_and_its_fix():
+    result = doctor("--json", env=FAKE_GPU)
+    assert result.returncode == 0, result.stderr[-2000:]  # a default run still works, on the CPU
+    found = json.loads(result.stdout)
+    assert found["ray_gpus"] == 1 and found["tf_gpus"] == [] and found["learner_device"] == "CPU"
+    assert any("TensorFlow sees none" in p and "dsac[gpu]" in p for p in found["problems"]), found["problems"]
+
+
+def test_doctor_exits_1_when_the_cluster_named_cannot_be_joined():
+    result = doctor("--address", "127.0.0.1:9", timeout=120)
+    assert result.returncode == 1
+    assert "problem: cannot join a Ray cluster at 127.0.0.1:9" in result.stdout and "Traceback" not in result.stderr
+
+
+def test_a_learner_given_a_gpu_tensorflow_cannot_see_warns_once_and_learns_on_the_cpu(tmp_path):
+    out = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--num_workers", "1", "--total_env_steps", "600",
+         "--eval_every", "600", "--eval_episodes", "1", "--fcnet_hiddens", "16", "--learning_starts", "200",
+         "--start_steps", "200", "--seed", "0", "--output_dir", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=300, env={**without_hidden_gpus(), **FAKE_GPU})
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-3000:]
+    assert "1 GPU" in log.split("placement plan:", 1)[1].splitlines()[0]  # the plan gave the learner the GPU
+    warnings = [line for line in log.splitlines() if "TensorFlow sees none" in line]
+    assert len(warnings) == 1 and "pip install 'dsac[gpu]'" in warnings[0], warnings
+    assert "using CPU" in log  # placed with a GPU, learning on the CPU
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failure"] is None and summary["updates"] > 0
