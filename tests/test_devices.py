@@ -67,3 +67,30 @@ def test_a_learner_given_a_gpu_tensorflow_cannot_see_warns_once_and_learns_on_th
     assert "using CPU" in log  # placed with a GPU, learning on the CPU
     summary = json.loads((out / "summary.json").read_text())
     assert summary["failure"] is None and summary["updates"] > 0
+
+
+def test_a_gpu_tensorflow_sees_is_named_with_its_memory(tmp_path, monkeypatch):
+    """The GPU path's description, on what can be faked without a GPU: TensorFlow's device list
+    (a stand-in with TF's call names) and the driver's ``nvidia-smi`` (a script on PATH)."""
+    from types import SimpleNamespace
+
+    from dsac.tf_setup import learner_device
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n[ \"$4\" = \"GPU-abc\" ] && echo 22731 || exit 6\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-abc")  # Ray may name the GPU it gives by UUID
+    gpu = SimpleNamespace(name="/physical_device:GPU:0", device_type="GPU")
+    tf = SimpleNamespace(
+        config=SimpleNamespace(
+            list_physical_devices=lambda kind: [gpu] if kind == "GPU" else [],
+            experimental=SimpleNamespace(get_device_details=lambda device: {"device_name": "NVIDIA A10G"})),
+        test=SimpleNamespace(is_built_with_cuda=lambda: True))
+    assert learner_device(tf, 1.0) == ("GPU (NVIDIA A10G, 22,731 MiB)", None)
+    assert learner_device(tf, 0.0) == ("CPU", None)  # not given one by Ray: hidden, not used
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")  # the driver does not answer for it: no memory figure
+    assert learner_device(tf, 1.0) == ("GPU (NVIDIA A10G)", None)
+    tf.config.list_physical_devices = lambda kind: []
+    device, warning = learner_device(tf, 1.0)
+    assert device == "CPU" and "TensorFlow sees none" in warning and "dsac[gpu]" in warning
