@@ -38,19 +38,27 @@ et al. 2018) and SB3's ``AtariWrapper``. ``--sticky_actions false`` gives the ol
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 import gymnasium as gym
 import numpy as np
 
 from dsac.errors import DsacError
-from dsac.settings import cli_framestack, setting
+from dsac.settings import framestack_value, setting
 
 ATARI_ENTRY_POINT = "ale_py.env:AtariEnv"
 # Keys of a step's info that a training env sets (read by the rollout collector).
 REAL_REWARD = "real_reward"
 EPISODE_CONTINUES = "episode_continues"
 
+
+def cli_framestack(text: str) -> int:
+    """``--framestack`` as argparse reads it: a one-line error for a bad value."""
+    try:
+        return framestack_value(text)
+    except DsacError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 @dataclasses.dataclass(frozen=True)
 class FrameSettings:

@@ -73,7 +73,9 @@ def collector(config, seed: int, worker_index: int, callbacks=None,
         callbacks=callbacks, worker_index=worker_index, env_kwargs=run.env_kwargs,
         flatten_obs=run.flatten_obs, atari=config.frames, env_step_ms=run.env_step_ms,
         env_reset_ms=run.env_reset_ms, on_env_crash=on_env_crash,
+        her_k=run.her_k if run.her else None, her_strategy=run.her_strategy,
     ))
+
 
 
 def acting_policy(config, observation_space, action_space, seed: int, worker_index: int | None = None,
@@ -145,15 +147,16 @@ def frame_encoder(config, frames: FrameLayout | None) -> FrameEncoder | None:
     return _built(FrameEncoder(frames, config.resources.envs_per_worker, config.replay.n_step))
 
 
-def make_chunk(batch: dict, policy, callbacks, encoder: FrameEncoder | None, worker_index: int) -> Chunk:
-    """What a rollout worker collected, as the chunk it stores: the policy's
-    ``postprocess_trajectory`` (e.g. initial priorities), the callbacks' ``on_sample_end``, and
-    image observations frame by frame."""
+def make_chunk(batch: dict, policy, callbacks, encoder: FrameEncoder | None, worker_index: int,
+               env_steps: int | None = None) -> Chunk:
+    """What a rollout worker collected in ``env_steps`` env steps, as the chunk it stores: the
+    policy's ``postprocess_trajectory`` (e.g. initial priorities), the callbacks'
+    ``on_sample_end``, and image observations frame by frame."""
     batch = policy.postprocess_trajectory(batch)
     if callbacks is not None:
         batch = callbacks.on_sample_end(worker_index=worker_index, batch=batch)
-    chunk = Chunk.from_batch(batch)
-    if encoder is not None:
+    chunk = Chunk.from_batch(batch, env_steps)
+    if encoder is not None and chunk.size:
         chunk = chunk._replace(transitions=encoder.encode(chunk.transitions))
     return chunk
 
@@ -212,7 +215,7 @@ def evaluate(config, policy, seed: int, number: int, final: bool, counters: tupl
     frames = video.Frames() if video.wanted(config.output.video_every, number, final) else None
     episodes = play_episodes(lambda obs: policy.compute_actions(obs, explore=False), run.env,
                              config.output.eval_episodes, seed, run.env_kwargs, run.flatten_obs, config.frames,
-                             on_env_crash, frames, on_progress=on_progress, cpu=cpu)
+                             on_env_crash, frames, on_progress=on_progress, cpu=cpu, goal=run.her)
     mp4, video_error, gif = video.finish(frames, gif=config.output.tensorboard)
     env_steps, updates, version = counters
     return Evaluation(

@@ -288,6 +288,8 @@ class Config:
         run, resources, model = self.run, self.resources, self.model
         spec = algorithm(run.algo)
         defaults = {**spec.defaults, **(spec.atari_defaults if is_atari_id(run.env) else {})}
+        if run.her:  # relabeled goals score one-step transitions: n-step sums would mix goals
+            defaults["n_step"] = 1
         fills = {key: value for key, value in defaults.items()
                  if key in SECTION_OF and getattr(getattr(self, SECTION_OF[key]), key, False) is None}
         if resources.num_replay_shards is None:  # one per learner, and one per 64 rollout workers (a plan
@@ -454,6 +456,9 @@ for _field in config_fields():
 def check_relations(config: Config) -> None:
     """Fields of different sections that must agree."""
     algorithm, buffer_size = config.algorithm, config.replay.buffer_size
+    if config.run.her and config.replay.n_step != 1:
+        raise DsacError(f"--her relabels one-step transitions; --n_step {config.replay.n_step} would sum rewards "
+                        "of the episode's own goal (use --n_step 1)")
     if algorithm.batch_size > buffer_size:
         raise DsacError(
             f"--batch_size {algorithm.batch_size} is larger than the replay capacity --buffer_size {buffer_size}"

@@ -18,14 +18,15 @@ NAMESPACE_PACKAGES = {"ALE": "ale-py", "MiniGrid": "minigrid", "BabyAI": "minigr
 
 
 def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = False,
-             atari: FrameSettings | None = None, training: bool = False) -> gym.Env:
+             atari: FrameSettings | None = None, training: bool = False, goal: bool = False) -> gym.Env:
     """Make an environment, turning gymnasium's errors into one-line ones.
 
     ``env_id`` is a registered gymnasium id, ``module:env-id`` (the module registers it when
     imported), or ``module:ClassName`` (a ``gymnasium.Env`` subclass). ``env_kwargs`` go to
     its constructor (``max_episode_steps`` to gymnasium's time limit); ``flatten_obs`` wraps
     it in ``FlattenObservation`` (Dict, Tuple, Discrete and image observations become a
-    flat Box).
+    flat Box). ``goal``: a goal-conditioned env (``--her``) observed as ``observation ++
+    desired_goal`` (:class:`dsac.her.GoalObservation`).
 
     An ALE (Atari) id gets DeepMind's preprocessing with ``atari``'s settings (default
     :class:`dsac.atari.FrameSettings`); ``training`` adds its training-only parts (life loss
@@ -67,6 +68,11 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
         env = wrap_atari(env, atari, training)
     else:
         env = wrap_image(env, atari or FrameSettings())
+    if goal:
+        from dsac.her import GoalObservation, check_goal_env
+
+        check_goal_env(env_id, env)
+        env = GoalObservation(env)
     if flatten_obs and not is_flat_box(env.observation_space):
         env = gym.wrappers.FlattenObservation(env)
     return env

@@ -35,25 +35,32 @@ class Episodes(NamedTuple):
     returns: np.ndarray  # undiscounted returns (float64)
     lengths: np.ndarray  # agent steps (int64): an Atari step is ``frame_skip`` frames
     truncated: np.ndarray  # bool: ended by a time limit (ALE's frame cap, TimeLimit), not by the env
+    # 1.0 / 0.0 where the last step's info["is_success"] said so (goal-conditioned envs), else NaN
+    successes: np.ndarray | None = None
 
     def summary(self) -> dict:
-        """The episodes as :class:`dsac.messages.Evaluation` reports them (its ``eval_*`` fields)."""
+        """The episodes as :class:`dsac.messages.Evaluation` reports them (its ``eval_*`` fields;
+        ``eval_success_rate`` over the episodes whose env reported success)."""
+        reported = self.successes[~np.isnan(self.successes)] if self.successes is not None else ()
         return {"eval_return_mean": float(self.returns.mean()), "eval_return_std": float(self.returns.std()),
                 "eval_returns": [float(r) for r in self.returns], "eval_lengths": tuple(int(n) for n in self.lengths),
-                "eval_truncated": int(self.truncated.sum())}
+                "eval_truncated": int(self.truncated.sum()),
+                "eval_success_rate": float(np.mean(reported)) if len(reported) else None}
 
 
 def evaluate(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
              flatten_obs: bool = False, atari: FrameSettings | None = None,
-             on_env_crash: CrashFn | None = None, frames=None) -> np.ndarray:
+             on_env_crash: CrashFn | None = None, frames=None, goal: bool = False) -> np.ndarray:
     """The returns of :func:`play_episodes` (same arguments)."""
-    return play_episodes(act, env_id, episodes, seed, env_kwargs, flatten_obs, atari, on_env_crash, frames).returns
+    return play_episodes(act, env_id, episodes, seed, env_kwargs, flatten_obs, atari, on_env_crash, frames,
+                         goal=goal).returns
 
 
 def play_episodes(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs: dict | None = None,
                   flatten_obs: bool = False, atari: FrameSettings | None = None,
                   on_env_crash: CrashFn | None = None, frames=None,
-                  on_progress: Callable[[int], None] | None = None, cpu: CpuMeter | None = None) -> Episodes:
+                  on_progress: Callable[[int], None] | None = None, cpu: CpuMeter | None = None,
+                  goal: bool = False) -> Episodes:
     """Run ``episodes`` episodes side by side (episode ``j`` reset with ``seed + j``), acting
     on the batch of unfinished ones; return their returns, lengths and time-limit ends.
 
@@ -70,9 +77,10 @@ def play_episodes(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs:
     ``on_progress(steps)`` is called with the agent steps played so far, at most every
     ``PROGRESS_EVERY_S`` seconds: a long evaluation says it is alive (the distributed stop
     waits for it). ``cpu``, when given, counts acting (``act``) and stepping the batch of
-    episodes (``env_step``): two clock reads per batch.
+    episodes (``env_step``): two clock reads per batch. ``goal``: a goal-conditioned env
+    observed as ``observation ++ desired_goal`` (``--her``; :func:`dsac.envs.make_env`).
     """
-    build = _env_builder(env_id, env_kwargs, flatten_obs, atari, frames)
+    build = _env_builder(env_id, env_kwargs, flatten_obs, atari, frames, goal)
     playing = _SideBySide(build, episodes, seed, frames, on_env_crash)
     said = time.monotonic()
     started = cpu.now() if cpu is not None else 0.0
@@ -89,21 +97,21 @@ def play_episodes(act: ActFn, env_id: str, episodes: int, seed: int, env_kwargs:
         if cpu is not None:
             started = cpu.add("env_step", started)
     playing.close()
-    return Episodes(playing.returns, playing.lengths, playing.truncations)
+    return Episodes(playing.returns, playing.lengths, playing.truncations, playing.successes)
 
 
 def _env_builder(env_id: str, env_kwargs: dict | None, flatten_obs: bool, atari: FrameSettings | None,
-                 frames) -> Callable[[int], object]:
+                 frames, goal: bool = False) -> Callable[[int], object]:
     """``build(j)``: a new env for episode ``j``; episode 0's renders for ``frames`` while it
     can (an env that cannot render sets ``frames.error`` and is made without rendering)."""
     def build(j: int):
         if frames is None or j != 0 or frames.error is not None:
-            return make_env(env_id, env_kwargs, flatten_obs, atari)
+            return make_env(env_id, env_kwargs, flatten_obs, atari, goal=goal)
         try:
-            return make_env(env_id, {**(env_kwargs or {}), "render_mode": "rgb_array"}, flatten_obs, atari)
+            return make_env(env_id, {**(env_kwargs or {}), "render_mode": "rgb_array"}, flatten_obs, atari, goal=goal)
         except Exception as exc:
             frames.fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-            return make_env(env_id, env_kwargs, flatten_obs, atari)
+            return make_env(env_id, env_kwargs, flatten_obs, atari, goal=goal)
 
     return build
 
@@ -130,6 +138,7 @@ class _SideBySide:
         self.returns = np.zeros(episodes, dtype=np.float64)
         self.lengths = np.zeros(episodes, dtype=np.int64)
         self.truncations = np.zeros(episodes, dtype=bool)
+        self.successes = np.full(episodes, np.nan)
         self.active = np.ones(episodes, dtype=bool)
 
     def step(self, j: int, action) -> None:
@@ -137,7 +146,7 @@ class _SideBySide:
         new env (or raises :class:`dsac.envs.EnvCrashed`)."""
         env, frames = self.envs[j], self.frames
         try:
-            next_obs, reward, terminated, truncated, _ = env.step(action)
+            next_obs, reward, terminated, truncated, info = env.step(action)
         except Exception as exc:
             self._restart(j, exc)
             return
@@ -149,6 +158,8 @@ class _SideBySide:
         if terminated or truncated:
             self.active[j] = False
             self.truncations[j] = bool(truncated) and not terminated
+            if "is_success" in info:
+                self.successes[j] = float(bool(np.asarray(info["is_success"]).any()))
 
     def _restart(self, j: int, exc: BaseException) -> None:
         """Episode ``j`` from its start state again, on a new env (its frames too)."""

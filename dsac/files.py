@@ -230,6 +230,7 @@ _PAYLOAD_SCHEMA = {
     "weights": (dict, True),
     "env_kwargs": (dict, False),
     "flatten_obs": (bool, False),
+    "her": (bool, False),
     "atari": (dict, False),
     "model": (dict, False),
     "policy_class": ((str, type(None)), False),

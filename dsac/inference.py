@@ -45,6 +45,8 @@ class LoadedPolicy:
         self.env_id = payload["env"]
         self.env_kwargs = dict(payload.get("env_kwargs") or {})
         self.flatten_obs = bool(payload.get("flatten_obs", False))
+        # --her: the env observes a goal Dict; the networks, observation ++ desired_goal
+        self.goal = bool(payload.get("her", False))
         try:
             self.atari = FrameSettings.from_dict(payload.get("atari") or {})
             self.observation_space = space_from_description(payload["observation_space"])
@@ -72,13 +74,25 @@ class LoadedPolicy:
         Atari frames), without training-only parts: its rewards are the env's own."""
         from dsac.envs import make_env
 
-        return make_env(self.env_id, {**self.env_kwargs, **extra_kwargs}, self.flatten_obs, self.atari)
+        return make_env(self.env_id, {**self.env_kwargs, **extra_kwargs}, self.flatten_obs, self.atari,
+                        goal=self.goal)
 
     def __call__(self, obs, explore: bool = False):
+        if self.goal and isinstance(obs, dict):  # a goal Dict as the env gives it (one or a batch)
+            obs = goal_vector(obs)
         obs = np.asarray(obs, dtype=self.observation_space.dtype)
         single = obs.shape == self.observation_space.shape
         actions = self.policy.compute_actions(obs[None] if single else obs, explore=explore)
         return actions[0] if single else actions
+
+
+def goal_vector(obs: dict) -> np.ndarray:
+    """``observation ++ desired_goal`` of a goal Dict observation, or of a batch of them (each
+    key's array with a leading batch axis), as :class:`dsac.her.GoalObservation` gives it."""
+    observation, goal = np.asarray(obs["observation"]), np.asarray(obs["desired_goal"])
+    if observation.ndim > 1 and goal.ndim > 1 and len(observation) == len(goal):
+        return np.concatenate([observation.reshape(len(observation), -1), goal.reshape(len(goal), -1)], axis=1)
+    return np.concatenate([observation.ravel(), goal.ravel()])
 
 
 def load_policy(path: str, *, algo: str | None = None, seed: int = 0, trust_code: bool = False) -> LoadedPolicy:

@@ -33,13 +33,22 @@ class Chunk(NamedTuple):
 
     transitions: dict[str, np.ndarray]  # FIELDS -> arrays with a leading axis of n transitions
     priorities: np.ndarray | None = None  # initial priority per transition (Ape-X), or None
+    # Env steps taken to collect it (None: one per transition). They differ when a worker
+    # stores more than it stepped (hindsight copies) or holds steps back (unfinished episodes,
+    # n-step windows): the replay's counters, its rate limiter and the run's budget count these.
+    env_steps: int | None = None
 
     @classmethod
-    def from_batch(cls, batch: dict[str, np.ndarray]) -> Chunk:
+    def from_batch(cls, batch: dict[str, np.ndarray], env_steps: int | None = None) -> Chunk:
         """Split a postprocessed batch (``Policy.postprocess_trajectory``) into transitions
         and the optional ``priority`` column the policy added."""
         transitions = dict(batch)
-        return cls(transitions, transitions.pop("priority", None))
+        return cls(transitions, transitions.pop("priority", None), env_steps)
+
+    @property
+    def steps(self) -> int:
+        """The env steps it counts for."""
+        return self.size if self.env_steps is None else int(self.env_steps)
 
     @property
     def size(self) -> int:
@@ -65,7 +74,7 @@ class SampledBatches(NamedTuple):
     """The replay shard's reply to ``sample``: ``num_batches`` batches stacked on a leading axis."""
 
     batches: dict[str, np.ndarray]  # FIELDS (+ importance ``weights`` when prioritized) -> (B, N, ...)
-    env_steps: int  # transitions this shard has received in all
+    env_steps: int  # env steps whose transitions this shard has received in all
     indices: np.ndarray | None = None  # prioritized replay: the slots sampled, (B, N)
     generations: np.ndarray | None = None  # ... and their write generations (stale updates are dropped)
 
@@ -73,7 +82,7 @@ class SampledBatches(NamedTuple):
 class ShardStats(NamedTuple):
     """A replay shard's counters, for the driver."""
 
-    added: int  # transitions received in all (a resumed run's count included)
+    added: int  # env steps whose transitions it received in all (a resumed run's count included)
     size: int  # transitions held now
     capacity: int
     sampled_batches: int
@@ -144,6 +153,7 @@ class Evaluation(NamedTuple):
     video_gif: tuple | None = None  # (gif, height, width): a small copy for TensorBoard's Images tab
     eval_lengths: tuple = ()  # each episode's agent steps
     eval_truncated: int = 0  # episodes ended by a time limit (ALE's frame cap) rather than the env
+    eval_success_rate: float | None = None  # share of episodes ending with info["is_success"], if the env says
 
 
 class Placement(NamedTuple):

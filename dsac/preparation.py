@@ -93,7 +93,7 @@ def env_spaces(config: Config) -> tuple:
     """The observation and action spaces of the run's env (built, reset once and closed), which
     its algorithm must take; one log line when its frames are preprocessed."""
     run = config.run
-    env = make_env(run.env, run.env_kwargs, run.flatten_obs, config.frames)
+    env = make_env(run.env, run.env_kwargs, run.flatten_obs, config.frames, goal=run.her)
     try:
         env.reset(seed=run.seed)
     except Exception as exc:  # the env's own reset raised

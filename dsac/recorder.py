@@ -93,6 +93,7 @@ class Recorder:
             "env": run.env,
             "env_kwargs": dict(run.env_kwargs),
             "flatten_obs": run.flatten_obs,
+            **({"her": True} if run.her else {}),
             "atari": config.frames.as_dict(),
             "observation_space": describe_space(self.observation_space),
             "action_space": describe_space(self.action_space),
@@ -131,6 +132,7 @@ class Recorder:
             "eval_episodes": len(ev.eval_returns),
             **({"eval_length_mean": statistics.fmean(ev.eval_lengths), "eval_truncated": int(ev.eval_truncated)}
                if len(ev.eval_lengths) else {}),
+            **({"eval_success_rate": ev.eval_success_rate} if ev.eval_success_rate is not None else {}),
             **extra,
         }
         append_jsonl(self.progress_path, line)
@@ -139,8 +141,9 @@ class Recorder:
         self.trackers.row(line)
         self.last_eval = line
         log.info(
-            "eval at %d env steps (%d updates, %.1f s): return %.1f +- %.1f",
+            "eval at %d env steps (%d updates, %.1f s): return %.1f +- %.1f%s",
             line["env_steps"], line["updates"], line["wall_s"], line["eval_return_mean"], line["eval_return_std"],
+            f", success {line['eval_success_rate']:.2f}" if "eval_success_rate" in line else "",
         )
         if ev.eval_return_mean > self.best_return:
             self.best_return = ev.eval_return_mean

@@ -99,9 +99,13 @@ class ReplayStorage:
     def nbytes(self) -> int:
         return storage_bytes(self.capacity, self.specs, self.frame_store.layout if self.frame_store else None)
 
-    def add(self, chunk: dict[str, np.ndarray]) -> np.ndarray:
-        """Write a chunk of transitions (arrays with a leading batch axis); returns the slots
-        written, in the chunk's order."""
+    def add(self, chunk: dict[str, np.ndarray], env_steps: int | None = None) -> np.ndarray:
+        """Write a chunk of transitions (arrays with a leading batch axis), collected in
+        ``env_steps`` env steps (None: one per transition), which ``added`` counts; returns the
+        slots written, in the chunk's order."""
+        self.added += len(chunk["reward"]) if env_steps is None else int(env_steps)
+        if len(chunk["reward"]) == 0:
+            return np.zeros(0, dtype=np.int64)
         if self.frame_store is not None:
             chunk, _ = self.frame_store.ingest(chunk)
         return self._write(chunk)
@@ -110,14 +114,12 @@ class ReplayStorage:
         n = len(chunk["reward"])
         if n > self.capacity:  # only the newest transitions would survive anyway
             chunk = {k: v[-self.capacity :] for k, v in chunk.items()}
-            self.added += n - self.capacity
             n = self.capacity
         idx = (self.next_index + np.arange(n)) % self.capacity
         for key in FIELDS:
             self.data[key][idx] = chunk[key]
         self.next_index = int((self.next_index + n) % self.capacity)
         self.size = min(self.size + n, self.capacity)
-        self.added += n
         return idx
 
     def sample(self, batch_size: int, num_batches: int = 1) -> SampledBatches:
@@ -207,8 +209,12 @@ class PrioritizedReplayStorage(ReplayStorage):
         self.sum_tree.update(idx, scaled)
         self.min_tree.update(idx, scaled)
 
-    def add(self, chunk: dict[str, np.ndarray], priorities: np.ndarray | None = None) -> np.ndarray:
+    def add(self, chunk: dict[str, np.ndarray], priorities: np.ndarray | None = None,
+            env_steps: int | None = None) -> np.ndarray:
         """Write a chunk with its initial priorities (default: the largest seen so far)."""
+        self.added += len(chunk["reward"]) if env_steps is None else int(env_steps)
+        if len(chunk["reward"]) == 0:
+            return np.zeros(0, dtype=np.int64)
         if self.frame_store is not None:
             chunk, kept = self.frame_store.ingest(chunk)
             priorities = None if priorities is None else np.asarray(priorities)[kept]

@@ -30,6 +30,8 @@ from dsac.atari import EPISODE_CONTINUES, REAL_REWARD, FrameSettings
 from dsac.callbacks import Callbacks, Episode, overrides
 from dsac.cpu import CpuMeter
 from dsac.envs import EnvCrashed, make_env, one_line, with_simulated_cost
+from dsac.errors import DsacError
+from dsac.her import ACHIEVED_GOAL, HindsightRelabeler
 from dsac.messages import FinishedEpisode
 from dsac.replay import FIELDS
 
@@ -68,6 +70,10 @@ class EnvCollector:
             after another, so a batch costs ``num_envs`` times a step.
         on_env_crash: asked when an env's ``step`` or ``reset`` raised: True rebuilds it (its
             episode is dropped), False (or None) raises :class:`dsac.envs.EnvCrashed`.
+        her_k: hindsight copies per transition (``--her``; None: no relabeling): the envs are
+            goal-conditioned, each episode is held until it ends and then emitted with its
+            relabeled copies (:class:`dsac.her.HindsightRelabeler`; one-step transitions only).
+        her_strategy: where the copies' goals come from (``--her_strategy``).
 
     ``cpu`` counts this thread's CPU in acting (``act``: the policy, and taking new weights
     through ``on_step``) and in stepping the batch of envs with its per-transition bookkeeping
@@ -77,10 +83,12 @@ class EnvCollector:
     def __init__(self, env_id: str, num_envs: int, seed: int, gamma: float = 0.99, n_step: int = 1,
                  callbacks: Callbacks | None = None, worker_index: int | None = None,
                  env_kwargs: dict | None = None, flatten_obs: bool = False, atari: FrameSettings | None = None,
-                 env_step_ms: float = 0.0, env_reset_ms: float = 0.0, on_env_crash: CrashFn | None = None):
+                 env_step_ms: float = 0.0, env_reset_ms: float = 0.0, on_env_crash: CrashFn | None = None,
+                 her_k: int | None = None, her_strategy: str = "future"):
         self.cpu = CpuMeter(time.thread_time)  # the envs and acting run on this thread
         self._make_env = lambda: with_simulated_cost(
-            make_env(env_id, env_kwargs, flatten_obs, atari, training=True), env_step_ms, env_reset_ms)
+            make_env(env_id, env_kwargs, flatten_obs, atari, training=True, goal=her_k is not None),
+            env_step_ms, env_reset_ms)
         self.envs = [self._make_env() for _ in range(num_envs)]
         self.seed = int(seed)
         self.on_env_crash = on_env_crash
@@ -99,6 +107,15 @@ class EnvCollector:
         self.worker_index = worker_index
         self.step_hook = overrides(callbacks, "on_episode_step")
         self.episodes = [self._start_episode(i) for i in range(num_envs)]
+        self.her = None if her_k is None else HindsightRelabeler(
+            her_k, her_strategy, self.envs[0].get_wrapper_attr("goal_shape"), seed)
+        if self.her is not None and self.n_step != 1:
+            raise DsacError("--her relabels one-step transitions: n-step returns would sum rewards of the real goal "
+                            "(set --n_step 1)")
+        # --her: per env, the current episode's steps (obs, action, reward, next_obs, terminated,
+        # achieved goal, info); finished episodes with their copies wait in ``ready``.
+        self.her_steps: list[list[tuple]] = [[] for _ in range(num_envs)]
+        self.ready: list[dict[str, np.ndarray]] = []
 
     def _start_episode(self, i: int) -> Episode:
         episode = Episode(env_index=i, worker_index=self.worker_index)
@@ -125,6 +142,7 @@ class EnvCollector:
         rebuild_or_raise(self.on_env_crash, self.envs[i], exc)
         self.env_rebuilds += 1
         self.pending[i].clear()
+        self.her_steps[i].clear()
         self.envs[i] = self._make_env()
         return self.envs[i].reset(seed=self.seed + self.num_envs * self.env_rebuilds + i)[0]
 
@@ -175,12 +193,18 @@ class EnvCollector:
                     self.callbacks.on_episode_step(
                         episode=episode, obs=next_obs, action=actions[i], reward=float(reward), info=info
                     )
+                if self.her is not None:
+                    self.her_steps[i].append((self.obs[i].copy(), actions[i], float(reward), next_obs,
+                                              bool(terminated), info))
+                    if terminated or truncated:
+                        self.ready.append(self._relabeled_episode(i))
                 pending = self.pending[i]
-                pending.append((self.obs[i].copy(), actions[i], float(reward)))
+                if self.her is None:
+                    pending.append((self.obs[i].copy(), actions[i], float(reward)))
                 if terminated or truncated:
                     n = self._end(i, chunk, n, next_obs, bool(terminated), bool(truncated), info)
                     continue
-                if len(pending) == self.n_step:
+                if pending and len(pending) == self.n_step:
                     n = self._emit(chunk, n, pending, next_obs, False)
                     pending.popleft()
                 self.obs[i] = next_obs
@@ -190,7 +214,21 @@ class EnvCollector:
             if deadline is not None and time.monotonic() >= deadline:
                 break
         self.total_steps += taken
-        return {key: chunk[key][:n] for key in FIELDS}
+        ready, self.ready = self.ready, []
+        return {key: np.concatenate([chunk[key][:n], *(episode[key] for episode in ready)]) for key in FIELDS}
+
+    def _relabeled_episode(self, i: int) -> dict[str, np.ndarray]:
+        """Env ``i``'s episode that just ended, as one-step transitions followed by their
+        hindsight copies (:meth:`dsac.her.HindsightRelabeler.relabel`)."""
+        steps, self.her_steps[i] = self.her_steps[i], []
+        obs, actions, rewards, next_obs, terminated, infos = zip(*steps, strict=True)
+        episode = {
+            "obs": np.stack(obs), "action": np.asarray(actions, dtype=self.action_space.dtype),
+            "reward": np.asarray(rewards, np.float32), "next_obs": np.stack(next_obs),
+            "terminated": np.asarray(terminated, np.float32), "discount": np.full(len(steps), self.gamma, np.float32),
+        }
+        achieved = np.stack([info[ACHIEVED_GOAL] for info in infos])
+        return self.her.relabel(episode, achieved, list(infos), self.envs[i])
 
     def _new_chunk(self, capacity: int) -> dict[str, np.ndarray]:
         """Room for ``capacity`` transitions, a column per field."""

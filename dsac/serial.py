@@ -121,12 +121,15 @@ class SerialRun:
         else:
             self.actor.set_env_steps(storage.added)  # schedules follow the run's (checkpointed) count
             act = lambda obs: self.actor.compute_actions(obs, explore=True)  # noqa: E731
-        chunk = build.make_chunk(self.collector.collect(act, room), self.actor, self.callbacks, self.encoder, 0)
-        if chunk.size:
+        steps_before = self.collector.total_steps
+        batch = self.collector.collect(act, room)
+        chunk = build.make_chunk(batch, self.actor, self.callbacks, self.encoder, 0,
+                                 env_steps=self.collector.total_steps - steps_before)
+        if chunk.size or chunk.steps:
             if self.config.replay.prioritized:
-                storage.add(chunk.transitions, chunk.priorities)
+                storage.add(chunk.transitions, chunk.priorities, env_steps=chunk.steps)
             else:
-                storage.add(chunk.transitions)
+                storage.add(chunk.transitions, env_steps=chunk.steps)
             self.add_calls += 1
         return self.collector.drain_episodes()
 

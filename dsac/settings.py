@@ -28,6 +28,7 @@ from dsac.registry import ALGOS
 
 # Settings that take a schedule (dsac.schedules) as well as a number.
 SCHEDULED = ("lr",)
+HER_STRATEGIES = ("future", "final", "episode")  # where --her's relabeled goals come from
 
 
 def setting(default, help: str, **kw):
@@ -152,13 +153,6 @@ def framestack_value(value) -> int:
     return _to_int("framestack", value)
 
 
-def cli_framestack(text: str) -> int:
-    try:
-        return framestack_value(text)
-    except DsacError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def positive_ints(section, *names: str) -> None:
     for name in names:
         value = getattr(section, name)
@@ -210,6 +204,10 @@ class RunSettings:
     env: str = setting("Pendulum-v1", "gymnasium environment id, or module:env-id / module:ClassName of your own")
     env_kwargs: dict = setting({}, 'keyword arguments of the env, as JSON: \'{"g": 9.81}\'', cli_type=json_object)
     flatten_obs: bool = setting(False, "flatten Dict/Tuple/Discrete/image observations into one flat Box")
+    her: bool = setting(False, "hindsight relabeling of a goal-conditioned env in the rollout workers (docs/guide.md)")
+    her_k: int = setting(4, "--her: relabeled copies stored per transition (0-64)")
+    her_strategy: str = setting("future", "--her: a copy's goal is one achieved at this step or later (future), at "
+                                "the episode's end (final), or anywhere in it (episode)", choices=HER_STRATEGIES)
     env_step_ms: float = setting(
         0.0, "rollout envs: each step takes at least this many milliseconds of wall time, sleeping, not computing "
         "(a stand-in for an expensive simulator, a robot or a remote service: benchmarks/scale.py)"
@@ -252,6 +250,10 @@ class RunSettings:
                 raise DsacError(f"--{name} must be a number of milliseconds in [0, 60000], got {value!r}")
         if not isinstance(self.env_kwargs, dict):
             raise DsacError(f"env_kwargs must be a dict, got {self.env_kwargs!r}")
+        if isinstance(self.her_k, bool) or not isinstance(self.her_k, int) or not 0 <= self.her_k <= 64:
+            raise DsacError(f"--her_k must be an integer in [0, 64], got {self.her_k!r}")
+        if self.her_strategy not in HER_STRATEGIES:
+            raise DsacError(f"--her_strategy must be one of {', '.join(HER_STRATEGIES)}, got {self.her_strategy!r}")
 
 
 @dataclass(frozen=True)

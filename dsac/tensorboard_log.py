@@ -72,7 +72,7 @@ class TensorBoardLog:
         """One progress line (an evaluation) of ``progress.jsonl``."""
         scalars = {"eval/return_mean": line["eval_return_mean"], "eval/return_std": line["eval_return_std"]}
         scalars.update({f"eval/{k[len('eval_'):]}": line[k]
-                        for k in ("eval_length_mean", "eval_truncated") if k in line})
+                        for k in ("eval_length_mean", "eval_truncated", "eval_success_rate") if k in line})
         scalars.update({k: v for k, v in line.items() if k.startswith("custom_metrics/")})
         self.writer.add_scalars(scalars, int(line["env_steps"]))
 

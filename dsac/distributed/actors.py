@@ -170,11 +170,11 @@ class ReplayBuffer:
         """
         keep = max(0, int(keep))
         async with self.changed:
-            if chunk is not None and chunk.size:
+            if chunk is not None and (chunk.size or chunk.steps):
                 if self.prioritized:
-                    self.storage.add(chunk.transitions, chunk.priorities)
+                    self.storage.add(chunk.transitions, chunk.priorities, env_steps=chunk.steps)
                 else:
-                    self.storage.add(chunk.transitions)
+                    self.storage.add(chunk.transitions, env_steps=chunk.steps)
                 self.add_calls += 1
                 self.added_by_writer[writer] += chunk.size
                 self.bytes_by_writer[writer] += chunk.nbytes

@@ -101,7 +101,7 @@ def collect_chunk(parts: WorkerParts, act, budget: int, seconds: float) -> tuple
     started, steps_before = time.monotonic(), collector.total_steps
     batch = collector.collect(act, budget, started + seconds, parts.weights.poll)
     steps, took = collector.total_steps - steps_before, time.monotonic() - started
-    chunk = build.make_chunk(batch, parts.policy, parts.callbacks, parts.encoder, parts.index)
+    chunk = build.make_chunk(batch, parts.policy, parts.callbacks, parts.encoder, parts.index, env_steps=steps)
     episodes = collector.drain_episodes()
     if episodes:
         parts.monitor.report_episodes.remote(episodes)

@@ -1,0 +1,142 @@
+"""Hindsight experience replay in the rollout workers (``--her``): every stored transition's
+reward is what the env's ``compute_reward`` gives for its goal, no transition crosses an
+episode's end, the replay and its rate limiter count env steps rather than stored copies, a bad
+fit is one line, and on bit flipping DQN learns with relabeling what it cannot learn without."""
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from dsac.config import Config
+from dsac.envs import make_env
+from dsac.errors import DsacError
+from dsac.her import GoalObservation, HindsightRelabeler
+from dsac.replay import RateLimiter, ReplayStorage, field_specs
+from dsac.rollout import EnvCollector
+from examples.bit_flipping import BitFlipping
+
+BITS = "examples.bit_flipping:BitFlipping"
+
+
+@pytest.mark.parametrize("strategy", ["future", "final", "episode"])
+def test_every_stored_transition_is_scored_by_compute_reward_within_its_own_episode(strategy):
+    n, k = 8, 4
+    collector = EnvCollector(BITS, 3, seed=0, env_kwargs={"n": n}, her_k=k, her_strategy=strategy)
+    rng = np.random.default_rng(0)
+    batch = collector.collect(lambda obs: rng.integers(0, n, len(obs)), 400)
+    steps = collector.total_steps
+    stored = len(batch["reward"])
+    assert stored % (k + 1) == 0 and 0 < stored <= (k + 1) * steps
+    state, goal = batch["obs"][:, :n], batch["obs"][:, n:]
+    next_state, next_goal = batch["next_obs"][:, :n], batch["next_obs"][:, n:]
+    np.testing.assert_array_equal(goal, next_goal)  # a transition keeps its goal
+    assert (np.abs(next_state - state).sum(axis=1) == 1).all()  # one bit flipped: no episode boundary crossed
+    env = BitFlipping(n)
+    np.testing.assert_array_equal(batch["reward"], env.compute_reward(next_state, goal, None))
+    np.testing.assert_array_equal(batch["terminated"], env.compute_terminated(next_state, goal, None))
+    real_successes = sum(e[0] > -e[1] for e in collector.drain_episodes())  # a -1 on every step but the last
+    assert (batch["reward"] == 0).sum() > (k + 1) * real_successes  # what relabeling adds
+
+
+def test_future_goals_come_from_the_same_step_or_later():
+    relabeler = HindsightRelabeler(6, "future", (3,), seed=1)
+    steps = relabeler.goal_steps(10)
+    assert steps.shape == (6, 10)
+    assert (steps >= np.arange(10)).all() and (steps <= 9).all()
+    assert (HindsightRelabeler(2, "final", (3,)).goal_steps(5) == 4).all()
+
+
+def test_the_replay_and_its_limiter_count_env_steps_not_stored_copies():
+    specs = field_specs((4,), np.float32, (), np.int64)
+    storage = ReplayStorage(specs, capacity=1000)
+    chunk = {"obs": np.zeros((50, 4), np.float32), "action": np.zeros(50, np.int64), "reward": np.zeros(50, np.float32),
+             "next_obs": np.zeros((50, 4), np.float32), "terminated": np.zeros(50, np.float32),
+             "discount": np.full(50, 0.99, np.float32)}
+    storage.add(chunk, env_steps=10)  # 10 env steps, 4 hindsight copies each
+    assert storage.added == 10 and storage.size == 50
+    storage.add({key: value[:0] for key, value in chunk.items()}, env_steps=7)  # an episode still running
+    assert storage.added == 17 and storage.size == 50
+    limiter = RateLimiter(updates_per_step=1.0, learning_starts=20, max_steps_ahead=100)
+    assert not limiter.can_sample(storage.added, 0, 1)  # 50 stored, but only 17 env steps
+    storage.add(chunk, env_steps=10)
+    assert limiter.can_sample(storage.added, 0, 1) and storage.added == 27
+
+
+def test_a_serial_run_counts_its_budget_in_env_steps(tmp_path, capfd, caplog):
+    from conftest import launch_here
+
+    out = tmp_path / "run"
+    run = launch_here(["--algo", "dqn", "--env", BITS, "--env_kwargs", '{"n": 6}', "--her", "--local",
+                       "--total_env_steps", "1200", "--learning_starts", "200", "--eval_every", "600",
+                       "--eval_episodes", "5", "--seed", "0", "--output_dir", out], capfd, caplog)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    assert lines[-1]["env_steps"] == 1200  # not 5 x 1200 stored transitions
+    assert "eval_success_rate" in lines[-1] and 0.0 <= lines[-1]["eval_success_rate"] <= 1.0
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--env", "Pendulum-v1", "--her"], "--her needs a Dict observation with keys observation, achieved_goal, "
+     "desired_goal, but Pendulum-v1 has"),
+    (["--algo", "dqn", "--env", BITS, "--her", "--n_step", "3"], "--her relabels one-step transitions"),
+    (["--env", BITS, "--her", "--her_k", "-1"], "--her_k must be an integer in [0, 64]"),
+])
+def test_a_bad_fit_is_one_line_before_ray_starts(flags, message, tmp_path, capfd, caplog):
+    from conftest import launch_here
+
+    run = launch_here([*flags, "--output_dir", tmp_path / "run"], capfd, caplog)
+    assert run.returncode == 2 and message in run.stderr, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and not (tmp_path / "run").exists()
+
+
+def test_an_env_without_compute_reward_is_refused():
+    class NoReward(BitFlipping):
+        compute_reward = None
+
+    with pytest.raises(DsacError, match="needs the env's compute_reward"):
+        GoalObservation(NoReward())
+
+
+def test_dqn_learns_bit_flipping_with_her_and_not_without(tmp_path, capfd, caplog):
+    """n=15 bits (the HER paper's pair): without relabeling a random policy meets its goal about
+    once in 2^15 / 15 episodes, so every reward is -1 and nothing is learned; with it, the goals
+    the episodes reached teach the Q-network to flip the bits that differ. The same flags
+    otherwise (without --her the Dict is flattened, as a user would run it)."""
+    from conftest import launch_here
+
+    rates = {}
+    for her in (True, False):
+        out = tmp_path / f"her-{her}"
+        flags = ["--algo", "dqn", "--env", BITS, "--env_kwargs", '{"n": 15}', "--local", "--total_env_steps", "8000",
+                 "--learning_starts", "1000", "--fcnet_hiddens", "256", "--lr", "1e-3", "--target_update_every", "500",
+                 "--eval_every", "4000", "--eval_episodes", "20", "--seed", "0", "--output_dir", out]
+        run = launch_here([*flags, "--her" if her else "--flatten_obs"], capfd, caplog)
+        assert run.returncode == 0, run.stderr[-2000:]
+        lines = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+        rates[her] = lines[-1]["eval_success_rate"]
+    assert rates[True] >= 0.8 and rates[False] <= 0.1, rates
+
+
+def test_load_policy_takes_the_goal_dict_as_the_env_gives_it(tmp_path, capfd, caplog):
+    from conftest import launch_here
+
+    from dsac import load_policy
+
+    out = tmp_path / "run"
+    run = launch_here(["--algo", "dqn", "--env", BITS, "--env_kwargs", '{"n": 5}', "--her", "--local",
+                       "--total_env_steps", "400", "--learning_starts", "100", "--eval_every", "400",
+                       "--output_dir", out], capfd, caplog)
+    assert run.returncode == 0, run.stderr[-2000:]
+    policy = load_policy(str(out / "weights.pkl"), trust_code=True)
+    env = BitFlipping(5)
+    obs, _ = env.reset(seed=0)
+    flat = np.concatenate([obs["observation"], obs["desired_goal"]])
+    assert policy(obs) == policy(flat) and 0 <= policy(obs) < 5
+    batch = {key: np.stack([value, value]) for key, value in obs.items()}
+    np.testing.assert_array_equal(policy(batch), [policy(flat)] * 2)
+    made = policy.make_env()
+    assert isinstance(made.observation_space, gym.spaces.Box) and made.observation_space.shape == (10,)
+    assert isinstance(make_env(BITS, {"n": 5}).observation_space, gym.spaces.Dict)
+    assert Config(env=BITS, her=True).validate().replay.n_step == 1
