@@ -77,6 +77,19 @@ class LoadedPolicy:
         return make_env(self.env_id, {**self.env_kwargs, **extra_kwargs}, self.flatten_obs, self.atari,
                         goal=self.goal)
 
+    def goal_spaces(self) -> dict | None:
+        """A ``--her`` policy's goal ``Dict`` as its env observes it (the env is made once to
+        read it: its key -> Box), or None for any other policy."""
+        if not self.goal:
+            return None
+        from dsac.envs import make_env
+
+        env = make_env(self.env_id, self.env_kwargs, False, self.atari)
+        try:
+            return dict(env.observation_space.spaces)
+        finally:
+            env.close()
+
     def __call__(self, obs, explore: bool = False):
         if self.goal and isinstance(obs, dict):  # a goal Dict as the env gives it (one or a batch)
             obs = goal_vector(obs)

@@ -143,3 +143,14 @@ def test_load_policy_takes_the_goal_dict_as_the_env_gives_it(tmp_path, capfd, ca
     assert isinstance(made.observation_space, gym.spaces.Box) and made.observation_space.shape == (10,)
     assert isinstance(make_env(BITS, {"n": 5}).observation_space, gym.spaces.Dict)
     assert Config(env=BITS, her=True).validate().replay.n_step == 1
+    # ONNX takes the Dict's keys as its inputs, as the env gives them
+    import onnxruntime as ort
+
+    from dsac.export import export_onnx
+
+    _, signature = export_onnx(str(out / "weights.pkl"), str(tmp_path / "goal.onnx"), trust_code=True)
+    assert signature.startswith("observation float32[batch, 5], achieved_goal float32[batch, 5], desired_goal "), signature
+    observations = [env.reset(seed=s)[0] for s in range(50)]
+    feed = {key: np.stack([o[key] for o in observations]) for key in obs}
+    action, _ = ort.InferenceSession(str(tmp_path / "goal.onnx")).run(None, feed)
+    np.testing.assert_array_equal(action, policy(feed))

@@ -65,19 +65,31 @@ class OnnxGraph:
         self.nodes.append(self.onnx.helper.make_node(op_type, inputs, [out], **attributes))
         return out
 
-    def observations(self, observation_space) -> tuple[str, object]:
+    def observations(self, observation_space, goal_spaces: dict | None = None) -> tuple[str, object]:
         """The graph's input, of the env's observation shape and dtype with a free batch axis,
         as float32 ``[batch, *input_shape]`` (:class:`dsac.models.vision.ObsInput`: flat for
-        vectors, the env's shape for images; uint8 frames not yet scaled)."""
-        shape, dtype = tuple(observation_space.shape), np.dtype(observation_space.dtype)
+        vectors, the env's shape for images; uint8 frames not yet scaled). ``goal_spaces`` (a
+        ``--her`` policy's goal Dict): one input per key, as the env gives them, and the
+        networks' ``observation ++ desired_goal`` made of them (``achieved_goal`` is unused)."""
+        obs = obs_input(observation_space)
+        if goal_spaces is not None:
+            parts = [self.input(key, goal_spaces[key]) for key in ("observation", "achieved_goal", "desired_goal")]
+            flat = [self.op("Reshape", [self.op("Cast", [part], to=self.onnx.TensorProto.FLOAT),
+                                        self.const([-1, int(np.prod(goal_spaces[key].shape))])], key)
+                    for part, key in ((parts[0], "observation"), (parts[2], "desired_goal"))]
+            return self.op("Concat", flat, "obs_batch", axis=1), obs
+        x = self.op("Cast", [self.input(OBS_INPUT, observation_space)], "obs_float", to=self.onnx.TensorProto.FLOAT)
+        return self.op("Reshape", [x, self.const([-1, *obs.input_shape], "obs_shape")], "obs_batch"), obs
+
+    def input(self, name: str, space) -> str:
+        """A graph input ``name`` of ``space``'s shape and dtype with a free batch axis."""
+        shape, dtype = tuple(space.shape), np.dtype(space.dtype)
         try:
             elem = self.onnx.helper.np_dtype_to_tensor_dtype(dtype)
         except (KeyError, ValueError, TypeError):
             raise DsacError(f"ONNX has no tensor type for observations of dtype {dtype}") from None
-        self.inputs.append(self.onnx.helper.make_tensor_value_info(OBS_INPUT, elem, ["batch", *shape]))
-        obs = obs_input(observation_space)
-        x = self.op("Cast", [OBS_INPUT], "obs_float", to=self.onnx.TensorProto.FLOAT)
-        return self.op("Reshape", [x, self.const([-1, *obs.input_shape], "obs_shape")], "obs_batch"), obs
+        self.inputs.append(self.onnx.helper.make_tensor_value_info(name, elem, ["batch", *shape]))
+        return name
 
     def dense(self, x: str, layer: str) -> str:
         """x @ kernel + bias of dense layer ``layer``."""

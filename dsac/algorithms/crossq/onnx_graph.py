@@ -26,7 +26,7 @@ def onnx_graph(loaded):
     env's shape and dtype, a free batch axis), output ``action`` float32[batch, act_dim]."""
     model = loaded.config.model
     graph = OnnxGraph(loaded.payload["weights"])
-    x, _ = graph.observations(loaded.observation_space)
+    x, _ = graph.observations(loaded.observation_space, loaded.goal_spaces())
     x = renorm(graph, x, "actor/norm_0")
     for i in range(len(model.fcnet_hiddens)):
         x = graph.activation(graph.dense(x, f"actor/hidden_{i}"), model.fcnet_activation)

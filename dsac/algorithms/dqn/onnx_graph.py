@@ -32,7 +32,7 @@ def onnx_graph(loaded):
     the env's numbering, its first maximum as numpy's argmax) and ``q_values`` float32[batch, n]."""
     algorithm, model = loaded.config.algorithm, loaded.config.model
     graph = OnnxGraph(loaded.payload["weights"])
-    x, obs = graph.observations(loaded.observation_space)
+    x, obs = graph.observations(loaded.observation_space, loaded.goal_spaces())
     if obs.is_image:
         x = graph.image_features(x, "q/", obs, model.conv_filters, model.conv_activation)
     torso, heads = q_layer_names(len(model.fcnet_hiddens), algorithm.dueling)

@@ -29,7 +29,7 @@ def onnx_graph(loaded):
     env's shape and dtype, a free batch axis), output ``action`` float32[batch, act_dim]."""
     model = loaded.config.model
     graph = OnnxGraph(loaded.payload["weights"])
-    x, obs = graph.observations(loaded.observation_space)
+    x, obs = graph.observations(loaded.observation_space, loaded.goal_spaces())
     if obs.is_image:  # φ(s): conv encoder, Dense, LayerNorm (Keras' epsilon 1e-3), tanh
         x = graph.image_features(x, "encoder/", obs, model.conv_filters, model.conv_activation)
         x = graph.op("Tanh", [graph.layer_norm(graph.dense(x, "encoder/head"), "encoder/norm", 1e-3)], "phi")
