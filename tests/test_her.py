@@ -149,7 +149,8 @@ def test_load_policy_takes_the_goal_dict_as_the_env_gives_it(tmp_path, capfd, ca
     from dsac.export import export_onnx
 
     _, signature = export_onnx(str(out / "weights.pkl"), str(tmp_path / "goal.onnx"), trust_code=True)
-    assert signature.startswith("observation float32[batch, 5], achieved_goal float32[batch, 5], desired_goal "), signature
+    inputs = "observation float32[batch, 5], achieved_goal float32[batch, 5], desired_goal float32[batch, 5] ->"
+    assert signature.startswith(inputs), signature
     observations = [env.reset(seed=s)[0] for s in range(50)]
     feed = {key: np.stack([o[key] for o in observations]) for key in obs}
     action, _ = ort.InferenceSession(str(tmp_path / "goal.onnx")).run(None, feed)
