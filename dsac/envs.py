@@ -69,10 +69,9 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
     else:
         env = wrap_image(env, atari or FrameSettings())
     if goal:
-        from dsac.her import GoalObservation, check_goal_env
+        from dsac.her import GoalObservation
 
-        check_goal_env(env_id, env)
-        env = GoalObservation(env)
+        env = GoalObservation(env, env_id)
     if flatten_obs and not is_flat_box(env.observation_space):
         env = gym.wrappers.FlattenObservation(env)
     return env

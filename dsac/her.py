@@ -57,11 +57,12 @@ def check_goal_env(env_id: str, env: gym.Env) -> None:
 class GoalObservation(gym.Wrapper):
     """A goal-conditioned env as the networks see it: ``observation ++ desired_goal``, flat.
     ``info["achieved_goal"]`` is the goal the step (or reset) reached, flat, which relabeling
-    reads; ``compute_reward`` and ``compute_terminated`` stay reachable through the wrapper."""
+    reads; ``compute_reward`` and ``compute_terminated`` stay reachable through the wrapper.
+    An env that does not fit is refused in one line naming ``env_id`` (default: its spec's id)."""
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env, env_id: str | None = None):
         super().__init__(env)
-        check_goal_env(str(env.spec.id if env.spec else env), env)
+        check_goal_env(env_id or str(env.spec.id if env.spec else env), env)
         obs, goal = env.observation_space["observation"], env.observation_space["desired_goal"]
         dtype = np.result_type(obs.dtype, goal.dtype)
         self.goal_shape = tuple(goal.shape)  # as compute_reward takes a goal (HindsightRelabeler)

@@ -214,6 +214,8 @@ class EnvCollector:
             if deadline is not None and time.monotonic() >= deadline:
                 break
         self.total_steps += taken
+        if not self.ready:  # views, not copies: a chunk of frames is megabytes
+            return {key: chunk[key][:n] for key in FIELDS}
         ready, self.ready = self.ready, []
         return {key: np.concatenate([chunk[key][:n], *(episode[key] for episode in ready)]) for key in FIELDS}
 
