@@ -112,8 +112,8 @@ class EnvCollector:
         if self.her is not None and self.n_step != 1:
             raise DsacError("--her relabels one-step transitions: n-step returns would sum rewards of the real goal "
                             "(set --n_step 1)")
-        # --her: per env, the current episode's steps (obs, action, reward, next_obs, terminated,
-        # achieved goal, info); finished episodes with their copies wait in ``ready``.
+        # --her: per env, the current episode's steps (obs, action, reward, next_obs, terminated, info:
+        # it holds the achieved goal); finished episodes with their copies wait in ``ready``.
         self.her_steps: list[list[tuple]] = [[] for _ in range(num_envs)]
         self.ready: list[dict[str, np.ndarray]] = []
 
