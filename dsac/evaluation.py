@@ -27,6 +27,9 @@ def evaluation_seed(run_seed: int) -> int:
 
 # How often, at most, an evaluation says it is still playing (``on_progress``).
 PROGRESS_EVERY_S = 2.0
+# Where an episode's last info says whether it reached its goal: Fetch and the hand tasks write
+# "is_success", gymnasium-robotics' mazes "success".
+SUCCESS_KEYS = ("is_success", "success")
 
 
 class Episodes(NamedTuple):
@@ -35,7 +38,7 @@ class Episodes(NamedTuple):
     returns: np.ndarray  # undiscounted returns (float64)
     lengths: np.ndarray  # agent steps (int64): an Atari step is ``frame_skip`` frames
     truncated: np.ndarray  # bool: ended by a time limit (ALE's frame cap, TimeLimit), not by the env
-    # 1.0 / 0.0 where the last step's info["is_success"] said so (goal-conditioned envs), else NaN
+    # 1.0 / 0.0 where the last step's info said so (SUCCESS_KEYS; goal-conditioned envs), else NaN
     successes: np.ndarray | None = None
 
     def summary(self) -> dict:
@@ -158,8 +161,9 @@ class _SideBySide:
         if terminated or truncated:
             self.active[j] = False
             self.truncations[j] = bool(truncated) and not terminated
-            if "is_success" in info:
-                self.successes[j] = float(bool(np.asarray(info["is_success"]).any()))
+            reported = next((info[key] for key in SUCCESS_KEYS if key in info), None)
+            if reported is not None:
+                self.successes[j] = float(bool(np.asarray(reported).any()))
 
     def _restart(self, j: int, exc: BaseException) -> None:
         """Episode ``j`` from its start state again, on a new env (its frames too)."""

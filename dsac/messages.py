@@ -153,7 +153,7 @@ class Evaluation(NamedTuple):
     video_gif: tuple | None = None  # (gif, height, width): a small copy for TensorBoard's Images tab
     eval_lengths: tuple = ()  # each episode's agent steps
     eval_truncated: int = 0  # episodes ended by a time limit (ALE's frame cap) rather than the env
-    eval_success_rate: float | None = None  # share of episodes ending with info["is_success"], if the env says
+    eval_success_rate: float | None = None  # share of episodes ending in success, if the env's info says
 
 
 class Placement(NamedTuple):

@@ -155,3 +155,31 @@ def test_load_policy_takes_the_goal_dict_as_the_env_gives_it(tmp_path, capfd, ca
     feed = {key: np.stack([o[key] for o in observations]) for key in obs}
     action, _ = ort.InferenceSession(str(tmp_path / "goal.onnx")).run(None, feed)
     np.testing.assert_array_equal(action, policy(feed))
+
+
+class _MazeKeyBitFlipping(gym.Wrapper):
+    """Bit flipping saying success as gymnasium-robotics' mazes do: ``info["success"]``."""
+
+    def __init__(self, **kwargs):
+        super().__init__(BitFlipping(**kwargs))
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, {"success": info["is_success"]}
+
+
+@pytest.mark.parametrize("env_id", [BITS, "MazeKeyBitFlipping-v0"])
+def test_evaluation_reads_success_under_either_key(env_id):
+    from dsac.evaluation import play_episodes
+
+    if "MazeKeyBitFlipping-v0" not in gym.registry:
+        gym.register("MazeKeyBitFlipping-v0", entry_point=_MazeKeyBitFlipping)
+    n = 6
+
+    def solve(obs):  # flip the first bit that differs from the goal (observation ++ desired_goal)
+        return np.argmax(obs[:, :n] != obs[:, n:], axis=1)
+
+    solved = play_episodes(solve, env_id, 8, seed=0, env_kwargs={"n": n}, goal=True).summary()
+    stuck = play_episodes(lambda obs: np.zeros(len(obs), np.int64), env_id, 8, seed=0, env_kwargs={"n": n},
+                          goal=True).summary()
+    assert solved["eval_success_rate"] == 1.0 and stuck["eval_success_rate"] < 0.5, (solved, stuck)
