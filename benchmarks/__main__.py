@@ -15,6 +15,7 @@ COMMANDS = {
     "sweep": ("sweep", "the defaults sweep: candidate settings on several tasks, ranked by time"),
     "stability": ("stability", "does a run hold what it learned: final return and area, several seeds"),
     "mujoco": ("mujoco", "the MuJoCo v5 table: dsac's defaults against SB3 with rl-zoo's settings"),
+    "her": ("her", "goal-conditioned tasks: SAC with --her against SB3's SAC + HerReplayBuffer (rl-zoo)"),
     "atari": ("atari", "the Atari games table on a wall-clock budget, beside published figures"),
     "soak": ("soak", "a long run watched for memory growth and stuck roles"),
     "cpu-share": ("cpu_share", "where a run's CPU goes per role, and its useful share (updates + env steps)"),

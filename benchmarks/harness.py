@@ -89,11 +89,14 @@ def sb3_kwargs(algo: str, s: dict) -> dict:
 
 
 def read_points(path: str) -> list[dict]:
-    """A run's evaluations (``progress.jsonl``) as points {env_steps, updates, wall_s, return}."""
+    """A run's evaluations (``progress.jsonl``) as points {env_steps, updates, wall_s, return},
+    and ``success`` (the success rate) where the env reported one."""
     from dsac.curves import read_progress
 
     return [{"env_steps": row["env_steps"], "updates": row["updates"], "wall_s": row["wall_s"],
-             "return": row["eval_return_mean"]} for row in read_progress(path)]
+             "return": row["eval_return_mean"],
+             **({"success": row["eval_success_rate"]} if row.get("eval_success_rate") is not None else {})}
+            for row in read_progress(path)]
 
 
 def run_dsac(flags: list[str], env: str, seed: int, budget: int, eval_every: int | None,
@@ -154,22 +157,32 @@ def run_sb3(algo: str, env: str, kwargs: dict, seed: int, budget: int, eval_ever
     from process start; None when SB3 (or sb3-contrib, for ``crossq``) is not installed."""
     spec = {"algo": algo, "env": env, "kwargs": kwargs, "seed": seed, "budget": budget, "eval_every": eval_every,
             "stop_return": stop_return, "max_seconds": max_seconds}
+    result = run_module("benchmarks.sb3_baseline", ["--curve", json.dumps(spec)], timeout)
+    if result is not None:
+        result["seed"] = seed
+    return result
+
+
+def run_module(module: str, args: list[str], timeout: float | None = None) -> dict | None:
+    """``python -m module *args``, a peer's runner that prints its points as its last stdout line
+    and exits 3 when its library is not installed: {points, process_s, error, command}; None for
+    exit 3."""
+    command = ["python", "-m", module, *args]
     started = time.time()
     try:
-        result = subprocess.run([sys.executable, "-m", "benchmarks.sb3_baseline", "--curve", json.dumps(spec)],
-                                capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT)
+        result = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=timeout,
+                                cwd=REPO_ROOT)
     except subprocess.TimeoutExpired:
-        return {"seed": seed, "points": [], "process_s": round(time.time() - started, 1),
-                "error": f"timed out after {timeout:.0f} s"}
+        return {"points": [], "process_s": round(time.time() - started, 1),
+                "error": f"timed out after {timeout:.0f} s", "command": command}
     if result.returncode == 3:
         return None
-    command = ["python", "-m", "benchmarks.sb3_baseline", "--curve", json.dumps(spec)]
     process_s = round(time.time() - started, 1)
     if result.returncode != 0:
-        return {"seed": seed, "points": [], "process_s": process_s,
-                "error": (result.stderr.strip().splitlines() or ["?"])[-1], "command": command}
-    return {"seed": seed, "points": json.loads(result.stdout.strip().splitlines()[-1]), "process_s": process_s,
-            "error": None, "command": command}
+        return {"points": [], "process_s": process_s, "error": (result.stderr.strip().splitlines() or ["?"])[-1],
+                "command": command}
+    return {"points": json.loads(result.stdout.strip().splitlines()[-1]), "process_s": process_s, "error": None,
+            "command": command}
 
 
 # --- result records -------------------------------------------------------------------------

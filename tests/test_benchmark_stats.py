@@ -166,3 +166,41 @@ def test_rl_zoo_crossq_mujoco_settings_are_sb3_contrib_arguments():
                 for node in cls.body if isinstance(node, ast.FunctionDef) and node.name == "__init__")
     assert set(mujoco.ZOO_CROSSQ_MUJOCO) <= {a.arg for a in init.args.args}
     assert mujoco.ZOO_CROSSQ_MUJOCO["policy_kwargs"] == {"net_arch": {"pi": [256, 256], "qf": [2048, 2048]}}
+
+
+def test_a_her_sitting_times_each_side_to_the_success_level_and_reports_it(tmp_path, monkeypatch):
+    from benchmarks import her
+
+    def curve(successes):
+        return [{"env_steps": 1000 * (i + 1), "updates": 900 * i, "wall_s": 10.0 * (i + 1), "return": -40.0,
+                 "success": s} for i, s in enumerate(successes)]
+
+    calls = []
+
+    def fake_dsac(flags, env, seed, budget, eval_every, timeout=None, as_typed=False):
+        calls.append(("dsac", flags, env, budget))
+        return {"points": curve([0.0, 0.5, 0.9, 0.8]), "error": None, "command": ["python", "launch.py", *flags]}
+
+    def fake_module(module, args, timeout=None):
+        calls.append((module, json.loads(args[1])))
+        return None  # SB3 is not installed
+
+    monkeypatch.setattr(her.harness, "run_dsac", fake_dsac)
+    monkeypatch.setattr(her.harness, "run_module", fake_module)
+    monkeypatch.setattr(learner_update, "machine_pace", lambda: (321.0, "python -m benchmarks learner-update"))
+    out = tmp_path / "her.jsonl"
+    assert her.main(["--seeds", "0", "1", "--minutes", "2", "--out", str(out)]) == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["side"], r["seed"]) for r in recs] == [("dsac", 0), ("sb3", 0), ("dsac", 1), ("sb3", 1)]
+    dsac_run = recs[0]
+    assert (dsac_run["reached_s"], dsac_run["reached_env_steps"]) == (30.0, 3000)
+    assert (dsac_run["final_success"], dsac_run["best_success"], dsac_run["pace_updates_per_s"]) == (0.8, 0.9, 321.0)
+    assert calls[0][1][:4] == ["--algo", "sac", "--her", "--gamma"] and "--max_seconds" in calls[0][1]
+    assert calls[0][2:] == ("gymnasium_robotics:FetchReach-v4", 20_000)
+    assert calls[1][0] == "benchmarks.sb3_her" and calls[1][1]["kwargs"] == her.ZOO_HER
+    assert recs[1]["reached_s"] is None and "not installed" in recs[1]["error"]
+    text = her.report(str(out), figures="../figs/")
+    assert "| FetchReach-v4 | dsac | 2 | 2 of 2 | 30 | 3,000 |" in text and "| sb3 | 2 | 0 of 2 | — |" in text
+    assert "[FetchReach-v4](../figs/FetchReach-v4.png)" in text
+    written = her.plot(str(out), str(tmp_path / "figs"))
+    assert written == [str(tmp_path / "figs" / "FetchReach-v4.png")] and open(written[0], "rb").read(4) == b"\x89PNG"

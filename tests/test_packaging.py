@@ -30,6 +30,7 @@ def test_pyproject_pins_are_the_requirements_files():
     extras = project["project"]["optional-dependencies"]
     assert set(extras["bench"]) == _pins("requirements-bench.txt")
     assert set(extras["dev"]) == _pins("requirements-dev.txt")
+    assert set(extras["robotics"]) == _pins("requirements-robotics.txt")
     assert set(extras["wandb"]) | set(extras["mlflow"]) <= _pins("requirements-dev.txt")  # the tests use them
     assert set(extras["onnx"]) <= _pins("requirements-dev.txt") and {"onnx", "onnxruntime"} <= {
         pin.split("==")[0] for pin in _pins("requirements-dev.txt")}
