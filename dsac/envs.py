@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
+import io
 import os
 import sys
 import time
@@ -15,6 +18,8 @@ from dsac.errors import DsacError, did_you_mean
 
 # Env namespaces that come with a package of their own, and the pip install that brings them.
 NAMESPACE_PACKAGES = {"ALE": "ale-py", "MiniGrid": "minigrid", "BabyAI": "minigrid", "MetaWorld": "metaworld"}
+# The first words of gymnasium-robotics' ids (registered without a namespace), for the install hint.
+ROBOTICS_PREFIXES = ("Fetch", "PointMaze", "AntMaze", "HandReach", "HandManipulate", "AdroitHand", "FrankaKitchen")
 
 
 def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = False,
@@ -42,6 +47,8 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
         raise DsacError(f"--env_kwargs max_episode_steps must be a positive integer, got {steps!r}")
     if ":" not in env_id and env_id not in gym.envs.registry:
         register_ale_envs()  # ALE ids exist once ale_py is imported
+        if env_id not in gym.envs.registry:
+            register_robotics_envs()  # and gymnasium-robotics' once it is
     target = resolve_env(env_id)
     if is_atari(target):
         register_ale_envs()
@@ -58,12 +65,15 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
         fix = f": pip install {NAMESPACE_PACKAGES[namespace]}" if namespace in NAMESPACE_PACKAGES else ""
         raise DsacError(f"unknown environment '{env_id}' ({exc}){fix}") from None
     except gym.error.Error as exc:
+        if env_id.startswith(ROBOTICS_PREFIXES) and importlib.util.find_spec("gymnasium_robotics") is None:
+            raise DsacError(f"unknown environment '{env_id}': it is gymnasium-robotics', which is not installed "
+                            "(pip install 'dsac[robotics]')") from None
         hint = did_you_mean(env_id, gym.envs.registry.keys())
         raise DsacError(f"unknown environment '{env_id}'{hint}: {exc}") from None
     except ImportError as exc:
         raise DsacError(f"environment '{env_id}' failed to import: {exc}") from None
     except Exception as exc:  # the env's own constructor raised: say so in one line
-        raise DsacError(f"environment '{env_id}' failed to start: {one_line(exc)}") from None
+        raise DsacError(f"environment '{env_id}' failed to start: {one_line(exc)}{fetch_mujoco_hint(env_id)}") from None
     if is_atari(target):
         env = wrap_atari(env, atari, training)
     else:
@@ -75,6 +85,28 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
     if flatten_obs and not is_flat_box(env.observation_space):
         env = gym.wrappers.FlattenObservation(env)
     return env
+
+
+def register_robotics_envs() -> None:
+    """Register gymnasium-robotics' ids (Fetch, the mazes, the hand) with gymnasium: importing it
+    does; a no-op when it is not installed. Its import prints a notice about old Adroit reward
+    versions to stderr, which would repeat in every worker's log: it is kept out."""
+    if importlib.util.find_spec("gymnasium_robotics") is None:
+        return
+    with contextlib.redirect_stderr(io.StringIO()):
+        importlib.import_module("gymnasium_robotics")
+
+
+def fetch_mujoco_hint(env_id: str) -> str:
+    """Why a gymnasium-robotics Fetch task failed to start, when it is the known cause: its 1.4.2
+    release asserts joint types in a way mujoco 3.12 and newer break (requirements-robotics.txt)."""
+    if not env_id.split(":")[-1].startswith("Fetch") or "mujoco" not in sys.modules:
+        return ""
+    version = tuple(int(part) for part in sys.modules["mujoco"].__version__.split(".")[:2] if part.isdigit())
+    if version < (3, 12):
+        return ""
+    return (f" (gymnasium-robotics' Fetch tasks fail with mujoco {sys.modules['mujoco'].__version__}: "
+            "pip install 'dsac[robotics]', which pins mujoco 3.11.0)")
 
 
 class SimulatedCost(gym.Wrapper):
@@ -138,6 +170,8 @@ def import_env_module(module_name: str, env_id: str):
     if os.getcwd() not in sys.path:  # `python launch.py` does not put the current directory on the path
         sys.path.append(os.getcwd())
     try:
+        if module_name == "gymnasium_robotics":
+            register_robotics_envs()
         return importlib.import_module(module_name)
     except ImportError as exc:
         raise DsacError(

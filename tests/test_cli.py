@@ -65,6 +65,8 @@ BAD_INPUT = [
         # Missing optional dependencies (requirements-bench.txt installs mujoco: no missing one to test then).
         pytest.param(["--env", "HalfCheetah-v5"], 'pip install "gymnasium[mujoco]"',
                      marks=pytest.mark.skipif(_installed("mujoco"), reason="mujoco is installed here")),
+        pytest.param(["--env", "FetchReach-v4", "--her"], "not installed (pip install 'dsac[robotics]')",
+                     marks=pytest.mark.skipif(_installed("gymnasium_robotics"), reason="gymnasium-robotics is here")),
         (["--algo", "dqn", "--env", "ALE/Pongg-v5"], "(did you mean ALE/Pong-v5"),
         (["--algo", "dqn", "--env", "ALE/Pong-v5", "--env_kwargs", '{"frameskip": 4}'], "use --frame_skip"),
         (["--algo", "dqn", "--env", "ALE/Pong-v5", "--framestack", "0"], "--framestack must be an integer in [1, 16]"),

@@ -154,3 +154,16 @@ def test_simulated_cost_makes_steps_take_their_time_and_changes_nothing_else():
     for bad in (-1, float("nan"), 1e9, True):
         with pytest.raises(DsacError, match="--env_step_ms must be a number"):
             Config(env_step_ms=bad).validate()
+
+
+def test_a_fetch_task_that_fails_to_start_names_mujoco_when_it_is_the_known_cause(monkeypatch):
+    import types
+
+    from dsac.envs import fetch_mujoco_hint
+
+    for version, hinted in (("3.11.0", False), ("3.12.0", True), ("4.0.0", True)):
+        monkeypatch.setitem(sys.modules, "mujoco", types.SimpleNamespace(__version__=version))
+        assert bool(fetch_mujoco_hint("FetchReach-v4")) == hinted
+        assert bool(fetch_mujoco_hint("gymnasium_robotics:FetchPush-v4")) == hinted
+        assert fetch_mujoco_hint("PointMaze_UMaze-v3") == ""  # the mazes run on either
+    assert "pins mujoco 3.11.0" in fetch_mujoco_hint("FetchReach-v4")
