@@ -103,12 +103,17 @@ class ReplayStorage:
         """Write a chunk of transitions (arrays with a leading batch axis), collected in
         ``env_steps`` env steps (None: one per transition), which ``added`` counts; returns the
         slots written, in the chunk's order."""
-        self.added += len(chunk["reward"]) if env_steps is None else int(env_steps)
-        if len(chunk["reward"]) == 0:
+        if not self._count(chunk, env_steps):
             return np.zeros(0, dtype=np.int64)
         if self.frame_store is not None:
             chunk, _ = self.frame_store.ingest(chunk)
         return self._write(chunk)
+
+    def _count(self, chunk: dict[str, np.ndarray], env_steps: int | None) -> bool:
+        """Count the chunk's env steps in ``added`` (a chunk of env steps whose episodes have not
+        ended yet holds none of their transitions); whether it has transitions to write."""
+        self.added += len(chunk["reward"]) if env_steps is None else int(env_steps)
+        return len(chunk["reward"]) > 0
 
     def _write(self, chunk: dict[str, np.ndarray]) -> np.ndarray:
         n = len(chunk["reward"])
@@ -212,8 +217,7 @@ class PrioritizedReplayStorage(ReplayStorage):
     def add(self, chunk: dict[str, np.ndarray], priorities: np.ndarray | None = None,
             env_steps: int | None = None) -> np.ndarray:
         """Write a chunk with its initial priorities (default: the largest seen so far)."""
-        self.added += len(chunk["reward"]) if env_steps is None else int(env_steps)
-        if len(chunk["reward"]) == 0:
+        if not self._count(chunk, env_steps):
             return np.zeros(0, dtype=np.int64)
         if self.frame_store is not None:
             chunk, kept = self.frame_store.ingest(chunk)
