@@ -26,6 +26,7 @@ from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for
 from dsac.replay import RateLimiter, annealed_beta, replay_specs
 from dsac.run_loop import Step
+from dsac.tf_setup import configure_tensorflow
 
 log = logging.getLogger("dsac")
 
@@ -50,6 +51,9 @@ class SerialRun:
         obs_space, act_space = self.observation_space, self.action_space = (
             prepared.observation_space, prepared.action_space)
         meta = (checkpoint or {}).get("meta", {})
+        # Before any model: memory growth on a GPU TensorFlow sees (one process, no Ray to give
+        # it one, so no warning when there is none) and the learner's thread pools.
+        self.device, _ = configure_tensorflow(1, 1, config.resources.learner_threads, config.output.verbose)
         seeds = role_seeds(config.run.seed, 1)  # those of rollout worker 0 and the evaluator of a distributed run
         self.eval_seed = seeds.evaluator
         self.callbacks = callbacks_for(config.run)
@@ -89,7 +93,8 @@ class SerialRun:
         self.recent_returns: deque[float] = deque(maxlen=20)
         self.episode_metrics: list[dict] = []
         self.publish()
-        log.info("serial run (--local): rollout, replay, learner and evaluator in this process; no Ray")
+        log.info("serial run (--local): rollout, replay, learner and evaluator in this process; no Ray; "
+                 "learner on %s", self.device)
 
     def _env_crash_handler(self, role: str):
         """Whether the run may rebuild ``role``'s env that raised: ``--env_restarts`` in all."""

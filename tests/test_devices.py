@@ -94,3 +94,13 @@ def test_a_gpu_tensorflow_sees_is_named_with_its_memory(tmp_path, monkeypatch):
     tf.config.list_physical_devices = lambda kind: []
     device, warning = learner_device(tf, 1.0)
     assert device == "CPU" and "TensorFlow sees none" in warning and "dsac[gpu]" in warning
+
+
+def test_the_serial_runner_names_its_learners_device_without_a_warning(tmp_path, capfd, caplog):
+    from conftest import launch_here
+
+    run = launch_here(["--local", "--total_env_steps", "300", "--learning_starts", "200", "--start_steps", "200",
+                       "--eval_every", "300", "--eval_episodes", "1", "--fcnet_hiddens", "16",
+                       "--output_dir", tmp_path / "run"], capfd, caplog)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "learner on CPU, " in run.stdout and "TensorFlow sees none" not in run.stdout + run.stderr
