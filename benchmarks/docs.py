@@ -80,6 +80,23 @@ def mujoco_figures() -> list[str]:
     return mujoco.plot(full, os.path.dirname(full)) if os.path.exists(full) else []
 
 
+HER_RESULTS = "benchmarks/results/her/results.jsonl"
+
+
+def her_table() -> str:
+    from benchmarks import her
+
+    return _from_file(HER_RESULTS, lambda path: her.report(path, figures="../benchmarks/results/her/"))
+
+
+def her_figures() -> list[str]:
+    """Each goal-conditioned task's success-rate PNG, beside the HER result file."""
+    from benchmarks import her
+
+    full = os.path.join(REPO_ROOT, HER_RESULTS)
+    return her.plot(full, os.path.dirname(full)) if os.path.exists(full) else []
+
+
 def atari_table() -> str:
     from benchmarks import atari
 
@@ -144,12 +161,12 @@ def scale_delivery_table() -> str:
 
 
 # block name -> what renders it
-BLOCKS = {"flags": flags_table, "mujoco": mujoco_table, "atari": atari_table, "stability": stability_table,
+BLOCKS = {"flags": flags_table, "mujoco": mujoco_table, "her": her_table, "atari": atari_table, "stability": stability_table,
           "parity": parity_table, "speed": speed_table, "sweep-dqn": sweep_dqn_table,
           "scale-collection": scale_collection_table, "scale-capacity": scale_capacity_table,
           "scale-board": scale_board_table, "scale-delivery": scale_delivery_table}
 # block name -> what draws the figures it links (rewritten by ``docs``, not read by ``--check``)
-FIGURES = {"mujoco": mujoco_figures}
+FIGURES = {"mujoco": mujoco_figures, "her": her_figures}
 MARKERS = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",
                      re.S)
 
