@@ -161,8 +161,8 @@ def scale_delivery_table() -> str:
 
 
 # block name -> what renders it
-BLOCKS = {"flags": flags_table, "mujoco": mujoco_table, "her": her_table, "atari": atari_table, "stability": stability_table,
-          "parity": parity_table, "speed": speed_table, "sweep-dqn": sweep_dqn_table,
+BLOCKS = {"flags": flags_table, "mujoco": mujoco_table, "her": her_table, "atari": atari_table,
+          "stability": stability_table, "parity": parity_table, "speed": speed_table, "sweep-dqn": sweep_dqn_table,
           "scale-collection": scale_collection_table, "scale-capacity": scale_capacity_table,
           "scale-board": scale_board_table, "scale-delivery": scale_delivery_table}
 # block name -> what draws the figures it links (rewritten by ``docs``, not read by ``--check``)

@@ -12,8 +12,9 @@ pinned ``mujoco``) and, for the peer, ``stable-baselines3`` and ``torch`` at the
 ``requirements-bench.txt``.
 
 Both sides get the task's env-step budget and stop at ``--minutes`` from process start,
-whichever comes first, and evaluate 10 deterministic episodes every 1,000 env steps on the same
-start states (``dsac.evaluation.evaluation_seed``); success is what the episode's last info says.
+whichever comes first, and evaluate 10 deterministic episodes on the same start states
+(``dsac.evaluation.evaluation_seed``) every 1,000 env steps on Fetch and every 5,000 on the maze
+(its episodes are 300 steps, Fetch's 50); success is what the episode's last info says.
   dsac  ``python launch.py --algo sac --her --gamma G --lr L --learning_starts N`` and the task's
         budget, as a user types it: dsac's defaults otherwise (2 rollout workers, ``--her_k 4``,
         ``--her_strategy future``, 2x256 networks, batch 256; evaluation in its own process).
@@ -44,26 +45,26 @@ ZOO_HER = {  # rl-zoo hyperparams/sac.yml, FetchReach (normalize: True is VecNor
     "learning_starts": 1000, "policy_kwargs": {"net_arch": [64, 64]},
     "replay_buffer_kwargs": {"goal_selection_strategy": "future", "n_sampled_goal": 4},
 }
-# task -> the env id both sides make, its env-step budget, dsac's flags
+# task -> the env id both sides make, its env-step budget, env steps between evaluations (10
+# episodes of 50 steps for Fetch, of 300 for the maze), dsac's flags
 TASKS = {
-    "FetchReach-v4": ("gymnasium_robotics:FetchReach-v4", 20_000,
+    "FetchReach-v4": ("gymnasium_robotics:FetchReach-v4", 20_000, 1000,
                       ["--her", "--gamma", "0.95", "--lr", "1e-3", "--learning_starts", "1000"]),
-    "PointMaze_UMaze-v3": ("gymnasium_robotics:PointMaze_UMaze-v3", 100_000,
+    "PointMaze_UMaze-v3": ("gymnasium_robotics:PointMaze_UMaze-v3", 100_000, 5000,
                            ["--her", "--gamma", "0.95", "--lr", "1e-3", "--learning_starts", "1000"]),
 }
-EVAL_EVERY = 1000
 SIDES = ("dsac", "sb3")
 
 
 def run(task: str, side: str, seed: int, minutes: float, pace: float | None, level: float) -> dict:
     """One run of ``side`` on ``task`` for ``minutes`` at most: its result record."""
-    env, budget, flags = TASKS[task]
+    env, budget, every, flags = TASKS[task]
     cap = 60.0 * minutes
     if side == "dsac":
         result = harness.run_dsac(["--algo", "sac", *flags, "--max_seconds", f"{cap:g}"], env, seed, budget,
-                                  EVAL_EVERY, timeout=cap + 1800, as_typed=True)
+                                  every, timeout=cap + 1800, as_typed=True)
     else:
-        spec = {"env": env, "seed": seed, "kwargs": ZOO_HER, "budget": budget, "eval_every": EVAL_EVERY,
+        spec = {"env": env, "seed": seed, "kwargs": ZOO_HER, "budget": budget, "eval_every": every,
                 "max_seconds": cap}
         result = harness.run_module("benchmarks.sb3_her", ["--curve", json.dumps(spec)], timeout=cap + 1800)
         if result is None:
@@ -74,7 +75,8 @@ def run(task: str, side: str, seed: int, minutes: float, pace: float | None, lev
     successes = [p["success"] for p in points if p.get("success") is not None]
     return {
         "suite": "her", "task": task, "env": env, "side": side, "algo": "sac", "seed": seed, "minutes": minutes,
-        "budget": budget, **harness.provenance(result["command"]), "pace_updates_per_s": pace, "level": level,
+        "budget": budget, "eval_every": every, **harness.provenance(result["command"]), "pace_updates_per_s": pace,
+        "level": level,
         "reached_s": reached["wall_s"] if reached else None,
         "reached_env_steps": reached["env_steps"] if reached else None,
         "final_success": successes[-1] if successes else None, "best_success": max(successes, default=None),
@@ -110,19 +112,20 @@ def report(path: str, figures: str | None = None) -> str:
     latest = load(path)
     rows = sorted(latest.items(), key=lambda kv: _order(kv[0]))
     level = next(iter(latest.values()))["level"] if latest else 0.9
-    lines = [f"Success rate of 10 deterministic episodes, evaluated every {EVAL_EVERY:,} env steps; time from "
+    lines = ["Success rate of 10 deterministic episodes, evaluated every `eval` env steps; time from "
              f"process start to the first evaluation at {level:g} or above. Pace: the machine's learner updates/s "
              "in the run's sitting (`python -m benchmarks learner-update --sizes 17x6 --seconds 10 --threads 1 "
              "--repeats 1`, plain).", "",
-             "| task | side | seed | reached | env steps then | final success | best | env steps done "
-             "| pace (updates/s) | sitting |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| task | side | seed | eval | reached | env steps then | final success | best | env steps done "
+             "| pace (updates/s) | sitting |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (task, side, seed), rec in rows:
         reached = f"{rec['reached_s']:,.0f} s" if rec["reached_s"] is not None else "not reached"
         steps = f"{rec['reached_env_steps']:,}" if rec["reached_env_steps"] is not None else "—"
         done = f"{rec['curve'][-1][0]:,}" if rec["curve"] else "—"
         error = f" ({rec['error']})" if rec.get("error") else ""
         pace = f"{rec['pace_updates_per_s']:,.0f}" if rec.get("pace_updates_per_s") else "—"
-        lines.append(f"| {task} | {side}{error} | {seed} | {reached} | {steps} | {_rate(rec['final_success'])} "
+        lines.append(f"| {task} | {side}{error} | {seed} | {rec['eval_every']:,} | {reached} | {steps} "
+                     f"| {_rate(rec['final_success'])} "
                      f"| {_rate(rec['best_success'])} | {done} | {pace} | {rec['commit']} {rec['date'][:10]} |")
     lines += ["", "Over seeds: the median time to success (of the runs that reached it) and the median final and "
               "best success rate.", "",
