@@ -137,6 +137,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max_seconds", type=float, help="stop training this many seconds after process start")
     args = parser.parse_args(argv)
+    # An SB3 user has no TensorFlow; this environment has dsac's, and torch.utils.tensorboard (which
+    # SB3 imports) loads it when it is there: ~3 s of this process's clock. Keep it out.
+    sys.modules.setdefault("tensorflow", None)
     try:
         import stable_baselines3  # noqa: F401
         import torch

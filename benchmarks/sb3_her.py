@@ -87,6 +87,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--curve", metavar="JSON", required=True, help="learning curve of this spec")
     args = parser.parse_args(argv)
+    # An SB3 user has no TensorFlow; this environment has dsac's, and torch.utils.tensorboard (which
+    # SB3 imports) loads it when it is there: ~3 s of this process's clock. Keep it out.
+    sys.modules.setdefault("tensorflow", None)
     try:
         import stable_baselines3  # noqa: F401
         import torch
