@@ -183,3 +183,18 @@ def test_evaluation_reads_success_under_either_key(env_id):
     stuck = play_episodes(lambda obs: np.zeros(len(obs), np.int64), env_id, 8, seed=0, env_kwargs={"n": n},
                           goal=True).summary()
     assert solved["eval_success_rate"] == 1.0 and stuck["eval_success_rate"] < 0.5, (solved, stuck)
+
+
+def test_distributed_sac_relabels_in_its_workers_and_reaches_its_goals(ray_local, tmp_path):
+    """Two rollout workers relabel their own episodes and send them to the replay actor; the
+    run's budget and evaluations count env steps across both."""
+    from dsac.runner import run
+
+    config = Config(env="examples.point_reach:PointReach", her=True, num_workers=2, total_env_steps=4000,
+                    eval_every=1000, eval_episodes=20, seed=0, output_dir=str(tmp_path / "run"),
+                    tensorboard=False).validate()
+    summary = run(config)
+    lines = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
+    rates = [line["eval_success_rate"] for line in lines]
+    assert rates[0] <= 0.5 and max(rates) >= 0.9, rates
+    assert 4000 <= summary["env_steps"] <= 5000, summary  # not the ~5x as many transitions stored
