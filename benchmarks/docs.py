@@ -63,38 +63,45 @@ def _from_file(path: str, render) -> str:
 
 
 MUJOCO_RESULTS = "benchmarks/results/mujoco/results.jsonl"
+HER_RESULTS = "benchmarks/results/her/results.jsonl"
+
+
+def _report_with_figures(path: str, report) -> str:
+    """``report(results, figures=...)`` with its figures linked from docs/, where the page that
+    holds the block lives."""
+    return _from_file(path, lambda full: report(full, figures=f"../{os.path.dirname(path)}/"))
+
+
+def _figures(path: str, plot) -> list[str]:
+    """``plot``'s PNGs, drawn beside the result file ``path``."""
+    full = os.path.join(REPO_ROOT, path)
+    return plot(full, os.path.dirname(full)) if os.path.exists(full) else []
 
 
 def mujoco_table() -> str:
     from benchmarks import mujoco
 
-    # The links are relative to docs/, where the page that holds the block lives.
-    return _from_file(MUJOCO_RESULTS, lambda path: mujoco.report(path, figures="../benchmarks/results/mujoco/"))
+    return _report_with_figures(MUJOCO_RESULTS, mujoco.report)
 
 
 def mujoco_figures() -> list[str]:
     """Each env's curves PNG, beside the MuJoCo result file."""
     from benchmarks import mujoco
 
-    full = os.path.join(REPO_ROOT, MUJOCO_RESULTS)
-    return mujoco.plot(full, os.path.dirname(full)) if os.path.exists(full) else []
-
-
-HER_RESULTS = "benchmarks/results/her/results.jsonl"
+    return _figures(MUJOCO_RESULTS, mujoco.plot)
 
 
 def her_table() -> str:
     from benchmarks import her
 
-    return _from_file(HER_RESULTS, lambda path: her.report(path, figures="../benchmarks/results/her/"))
+    return _report_with_figures(HER_RESULTS, her.report)
 
 
 def her_figures() -> list[str]:
     """Each goal-conditioned task's success-rate PNG, beside the HER result file."""
     from benchmarks import her
 
-    full = os.path.join(REPO_ROOT, HER_RESULTS)
-    return her.plot(full, os.path.dirname(full)) if os.path.exists(full) else []
+    return _figures(HER_RESULTS, her.plot)
 
 
 def atari_table() -> str:

@@ -267,6 +267,20 @@ def add_results_flags(parser, out: str, docs: str, minutes: float | None = None)
     parser.add_argument("--report", action="store_true", help="print the table of --out and stop")
 
 
+def add_plot_flag(parser, what: str) -> None:
+    """``--plot``: draw ``what`` beside ``--out`` and stop (:func:`draw`)."""
+    parser.add_argument("--plot", action="store_true", help=f"draw {what} beside --out and stop")
+
+
+def draw(parser, out: str, plot) -> int:
+    """``plot(out, out's directory)``, the figures of the result records in ``out``, their paths
+    printed; a one-line error without any."""
+    if not os.path.exists(out):
+        parser.error(f"no results in {out} yet")
+    print("\n".join(plot(out, os.path.dirname(os.path.abspath(out)))))
+    return 0
+
+
 def check_minutes(parser, minutes: float) -> None:
     if not (0 < minutes <= 24 * 60):
         parser.error(f"--minutes must be in (0, 1440], got {minutes:g}")

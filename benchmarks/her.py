@@ -190,24 +190,18 @@ def main(argv=None) -> int:
     parser.add_argument("--sides", nargs="+", default=list(SIDES), choices=SIDES)
     parser.add_argument("--level", type=float, default=0.9, help="the success rate a run's time to success counts to")
     harness.add_seed_flags(parser, "0")
-    parser.add_argument("--plot", action="store_true",
-                        help="draw each task's curves (<task>.png beside --out) and stop")
+    harness.add_plot_flag(parser, "each task's curves (<task>.png)")
     harness.add_results_flags(parser, "runs/her.jsonl", "benchmarks/results/her/results.jsonl", minutes=10.0)
     args = parser.parse_args(argv)
     if args.plot:
-        if not os.path.exists(args.out):
-            parser.error(f"no results in {args.out} yet")
-        print("\n".join(plot(args.out, os.path.dirname(os.path.abspath(args.out)))))
-        return 0
+        return harness.draw(parser, args.out, plot)
     if not args.report:
         harness.check_minutes(parser, args.minutes)
         if not 0.0 < args.level <= 1.0:
             parser.error(f"--level must be in (0, 1], got {args.level:g}")
-        from benchmarks.learner_update import machine_pace
+        from benchmarks.learner_update import sitting_pace
 
-        pace, pace_command = machine_pace()
-        print(f"machine pace: {pace if pace is not None else '—'} updates/s ({pace_command})", file=sys.stderr,
-              flush=True)
+        pace = sitting_pace()
         for task in args.tasks:
             for seed in harness.seeds_of(args, [0]):
                 for side in args.sides:

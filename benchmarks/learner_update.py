@@ -45,6 +45,14 @@ def machine_pace(timeout: float = 600.0) -> tuple[float | None, str]:
     return pace, " ".join(command)
 
 
+def sitting_pace() -> float | None:
+    """:func:`machine_pace` at the start of a sitting, said on stderr: the figure its records carry."""
+    pace, command = machine_pace()
+    print(f"machine pace: {f'{pace:,.0f}' if pace is not None else '—'} updates/s ({command})", file=sys.stderr,
+          flush=True)
+    return pace
+
+
 def plain_rate(table: str) -> float | None:
     """The first plain row's updates/s in the table :func:`main` prints (the first round's)."""
     for line in table.splitlines():

@@ -307,20 +307,16 @@ def main(argv=None) -> int:
     harness.add_seed_flags(parser, "0")
     parser.add_argument("--flags", default="", help="extra launch.py flags for dsac's side, a candidate change "
                         "(e.g. --flags='--fcnet_hiddens 256 256'); the table shows them")
-    parser.add_argument("--plot", action="store_true", help="draw each env's curves (<env>.png beside --out) and stop")
+    harness.add_plot_flag(parser, "each env's curves (<env>.png)")
     harness.add_results_flags(parser, "runs/mujoco.jsonl", "benchmarks/results/mujoco/results.jsonl", minutes=15.0)
     args = parser.parse_args(argv)
     if args.plot:
-        if not os.path.exists(args.out):
-            parser.error(f"no results in {args.out} yet")
-        print("\n".join(plot(args.out, os.path.dirname(os.path.abspath(args.out)))))
-        return 0
+        return harness.draw(parser, args.out, plot)
     if not args.report:
         harness.check_minutes(parser, args.minutes)
-        from benchmarks.learner_update import machine_pace
+        from benchmarks.learner_update import sitting_pace
 
-        pace, pace_command = machine_pace()
-        print(f"machine pace: {fmt_pace(pace)} updates/s ({pace_command})", file=sys.stderr, flush=True)
+        pace = sitting_pace()
         for env in args.envs:
             for seed in harness.seeds_of(args, [0]):
                 for side in args.sides:
