@@ -54,6 +54,23 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
         register_ale_envs()
         atari = atari or FrameSettings()
         env_kwargs = base_env_kwargs(env_id, env_kwargs, atari)
+    env = _gym_make(env_id, target, env_kwargs)
+    if is_atari(target):
+        env = wrap_atari(env, atari, training)
+    else:
+        env = wrap_image(env, atari or FrameSettings())
+    if goal:
+        from dsac.her import GoalObservation
+
+        env = GoalObservation(env, env_id)
+    if flatten_obs and not is_flat_box(env.observation_space):
+        env = gym.wrappers.FlattenObservation(env)
+    return env
+
+
+def _gym_make(env_id: str, target, env_kwargs: dict) -> gym.Env:
+    """``gym.make(target, **env_kwargs)`` with gymnasium's and the env's errors as one line each,
+    naming what to install where that is the fix."""
     try:
         env = gym.make(target, **env_kwargs)
     except TypeError as exc:
@@ -74,16 +91,6 @@ def make_env(env_id: str, env_kwargs: dict | None = None, flatten_obs: bool = Fa
         raise DsacError(f"environment '{env_id}' failed to import: {exc}") from None
     except Exception as exc:  # the env's own constructor raised: say so in one line
         raise DsacError(f"environment '{env_id}' failed to start: {one_line(exc)}{fetch_mujoco_hint(env_id)}") from None
-    if is_atari(target):
-        env = wrap_atari(env, atari, training)
-    else:
-        env = wrap_image(env, atari or FrameSettings())
-    if goal:
-        from dsac.her import GoalObservation
-
-        env = GoalObservation(env, env_id)
-    if flatten_obs and not is_flat_box(env.observation_space):
-        env = gym.wrappers.FlattenObservation(env)
     return env
 
 
