@@ -24,8 +24,9 @@ same start states (``dsac.evaluation.evaluation_seed``):
               buffer 1M, actor 2x256 and critics 2x2048; sb3-contrib's defaults otherwise). Its
               ``n_timesteps`` (5M) is not used: the lr is constant, so the budget only caps the run,
               and the wall clock caps it first.
-Both SB3 sides run torch at 1 thread and evaluate every 10,000 env steps in their own process
-(the evaluations' time is on their clock).
+SB3's SAC runs torch at 1 thread (two were no faster); sb3-contrib's CrossQ at torch's default,
+one per core (its 2x2048 critics update 2x faster at two threads on 2 cores). Both evaluate every
+10,000 env steps in their own process (the evaluations' time is on their clock).
 
 The score at a mark is the last evaluation made by then; at the budget's mark, the evaluation of
 the weights the run stopped with. Before its runs an invocation measures the machine's pace
