@@ -44,8 +44,9 @@ import dataclasses
 import gymnasium as gym
 import numpy as np
 
+from dsac.coercion import framestack_value
 from dsac.errors import DsacError
-from dsac.settings import framestack_value, setting
+from dsac.settings import setting
 
 ATARI_ENTRY_POINT = "ale_py.env:AtariEnv"
 # Keys of a step's info that a training env sets (read by the rollout collector).

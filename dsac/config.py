@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass
 
 from dsac.atari import FrameSettings, is_atari_id
+from dsac.coercion import coerce_field
 from dsac.errors import DsacError, did_you_mean
 from dsac.files import read_text
 from dsac.foreign_keys import suggest_key
@@ -39,7 +40,6 @@ from dsac.settings import (
     ReplaySettings,
     ResourceSettings,
     RunSettings,
-    coerce_field,
 )
 
 # The sections, in the order of ``--help`` and docs/guide.md. The algorithm section is the
@@ -332,7 +332,7 @@ class Config:
         return config
 
     def coerced(self) -> Config:
-        """A copy with every field of its declared type (see :func:`dsac.settings.coerce_field`)."""
+        """A copy with every field of its declared type (see :func:`dsac.coercion.coerce_field`)."""
         return self.replace(**{f.name: coerce_field(f.name, f.type, getattr(getattr(self, SECTION_OF[f.name]), f.name))
                                for f in self.fields()})
 

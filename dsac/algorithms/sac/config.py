@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from dsac.coercion import in_half_open_unit_interval, positive_numbers
 from dsac.errors import DsacError
-from dsac.settings import AlgorithmSettings, in_half_open_unit_interval, positive_numbers, setting
+from dsac.settings import AlgorithmSettings, setting
 
 
 @dataclass(frozen=True)
