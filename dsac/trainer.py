@@ -14,7 +14,10 @@
 
 The actors and tasks start once, in the constructor, and keep running until ``stop()``;
 between ``train()`` calls collection is held at the iteration's limit by the replay buffer,
-and the learner waits for it.
+and the learner waits for it. Each ``train()`` ends by taking the learner's full state: what
+``get_policy()`` acts with and what ``save()`` writes until the next ``train()``, so a
+restored Trainer acts exactly as the one that saved it (as RLlib's ``Algorithm``, which
+stands still between calls).
 """
 
 from __future__ import annotations
@@ -63,6 +66,10 @@ class Trainer:
             {"env_steps": counters["env_steps"], "updates": counters["updates"]} if _checkpoint else None)
         self._local_policy = None
         self._stopped = False
+        # The learner's state as the last train() ended: what get_policy() acts with and
+        # save() writes, so that both stand still between train() calls even while the
+        # learner applies the batches it still had in flight.
+        self._held = None
 
     @property
     def output_dir(self) -> str:
@@ -93,6 +100,7 @@ class Trainer:
         target = started_counts["env_steps"] + self.config.run.steps_per_iteration
         self._run.set_insert_limit(target)
         evaluations, episodes = self._step_until(target)
+        self._held = self._run.full_state()
         self.iteration += 1
         result = self._result(started_counts, max(time.monotonic() - started, 1e-9), evaluations, episodes)
         if self._run.callbacks is not None:
@@ -160,7 +168,12 @@ class Trainer:
         return result
 
     def get_policy(self):
-        """A local (driver-side, numpy) policy with the latest weights."""
+        """A local (driver-side, numpy) policy with the weights as the last :meth:`train` ended
+        (the latest pushed ones before the first)."""
+        policy = self._policy_for_names()
+        if self._held is not None:
+            policy.set_weights(self._acting_weights(self._held.state))
+            return policy
         deadline = time.monotonic() + STALL_TIMEOUT_S
         latest = self._run.latest()
         while latest.weights is None:  # the learner's first push comes once TensorFlow is up
@@ -170,9 +183,16 @@ class Trainer:
                 raise DsacError("no weights yet: the learner has not pushed any")
             self._run.check_tasks(POLL_S)
             latest = self._run.latest()
-        policy = self._policy_for_names()
         policy.set_weights(latest.weights)
         return policy
+
+    def _acting_weights(self, state: dict) -> dict:
+        """The acting weights within a learner's full state (it holds them by the same names),
+        or the latest pushed ones for a policy whose names it does not hold."""
+        names = list(self._policy_for_names().weight_shapes() or ())
+        if names and all(n in state for n in names):
+            return {n: state[n] for n in names}
+        return self._run.latest().weights
 
     def compute_single_action(self, obs, explore: bool = False):
         """The action for one observation (deterministic unless ``explore``)."""
@@ -194,13 +214,10 @@ class Trainer:
         check_run_dir(checkpoint_dir, "Trainer.save")
         if run.latest().weights is None:
             raise DsacError("no weights to save yet: call train() first")
-        taken = run.full_state()
-        state, latest = taken.state, run.latest()
-        # The acting weights as of that state (the state holds them by the same names).
-        names = list(self._policy_for_names().weight_shapes() or ())
-        weights = {n: state[n] for n in names} if names and all(n in state for n in names) else latest.weights
+        taken = self._held if self._held is not None else run.full_state()
         counters = {**run.counters, "updates": int(taken.report.updates)}
-        return run.recorder.saved_state(checkpoint_dir, state, weights, latest.version, counters)
+        return run.recorder.saved_state(checkpoint_dir, taken.state, self._acting_weights(taken.state),
+                                        run.latest().version, counters)
 
     def _policy_for_names(self):
         """A local acting policy (numpy; no weights needed) that knows its weight names."""
