@@ -19,6 +19,7 @@ from dsac.config import MODEL_KEYS, Config
 from dsac.envs import space_from_description
 from dsac.errors import DsacError
 from dsac.files import code_names, load_weights
+from dsac.models.sizes import check_network_size
 from dsac.policy import Policy, check_policy_weights
 from dsac.registry import ALGOS, algorithm, load_subclass, refuse_untrusted_code
 
@@ -60,6 +61,8 @@ class LoadedPolicy:
             else:
                 spec.check_spaces(self.env_id, self.observation_space, self.action_space)
                 cls = spec.policy_class
+            # the sizes the file names, checked before a network of them is built
+            check_network_size(self.config, self.observation_space, self.action_space)
         except DsacError as exc:
             raise DsacError(f"weights file {path}: {exc}") from None
         try:

@@ -19,6 +19,7 @@ from dsac.config import Config
 from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_line
 from dsac.errors import DsacError
 from dsac.files import check_run_dir, check_writable_dir, code_names, load_weights, read_checkpoint
+from dsac.models.sizes import check_network_size
 from dsac.models.vision import conv_output_shape, is_large_image, obs_input
 from dsac.policy import check_policy_weights
 from dsac.recorder import network_keys
@@ -126,6 +127,7 @@ def resolve_for_spaces(config: Config, observation_space, action_space, availabl
         resolved = config.replace(**fills).check()
     if obs.is_image:  # every conv layer must fit its input: one line now, not a learner's traceback later
         conv_output_shape(obs.shape, resolved.model.conv_filters)
+    check_network_size(resolved, observation_space, action_space)  # before a network of that size is built
     check_fits_in_memory(storage_bytes(resolved.replay.buffer_size, specs, frames), available, "this machine")
     return resolved
 

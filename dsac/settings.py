@@ -29,6 +29,7 @@ from dsac.coercion import (
 )
 from dsac.errors import DsacError
 from dsac.models.catalog import ACTIVATIONS
+from dsac.models.sizes import check_widths
 from dsac.registry import ALGOS
 
 HER_STRATEGIES = ("future", "final", "episode")  # where --her's relabeled goals come from
@@ -250,8 +251,7 @@ class ModelSettings:
             from dsac.models.vision import check_conv_filters
 
             check_conv_filters(self.conv_filters)
-        if not self.fcnet_hiddens or any(h <= 0 for h in self.fcnet_hiddens):
-            raise DsacError(f"--fcnet_hiddens must be positive layer sizes, got {self.fcnet_hiddens!r}")
+        check_widths("fcnet_hiddens", self.fcnet_hiddens)
 
 
 @dataclass(frozen=True)

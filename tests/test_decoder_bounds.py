@@ -217,3 +217,102 @@ def test_inputs_a_review_found_are_refused_in_one_line(tmp_path):
     marks = fuzz._wrap(fuzz.OP["MARK"] * 100_000)
     with pytest.raises(safe_pickle.UnsafePickle, match=r"nested deeper than 32 at byte \d+ \(marks\)"):
         safe_pickle.loads(marks)
+
+
+def _sized_file(path, algo: str, env_id: str, model: dict, observation_space=None, action_space=None) -> str:
+    """A weights file of ``env_id``'s spaces (or those given) whose ``model`` names the sizes a
+    loader reads; its arrays are those of a small network (a few KB, as an attacker's would be)."""
+    import gymnasium as gym
+    import numpy as np
+
+    from dsac.config import Config
+    from dsac.envs import describe_space
+    from dsac.files import save_weights
+    from dsac.registry import algorithm
+
+    env = gym.make(env_id)
+    small = algorithm(algo).policy_class(env.observation_space, env.action_space,
+                                         Config(algo=algo, env=env_id, fcnet_hiddens=[8]).validate())
+    observation_space, action_space = observation_space or env.observation_space, action_space or env.action_space
+    save_weights(str(path), {
+        "algo": algo, "env": env_id, "env_kwargs": {}, "flatten_obs": False,
+        "observation_space": describe_space(observation_space), "action_space": describe_space(action_space),
+        "model": {"fcnet_hiddens": [8], "fcnet_activation": "relu", "custom_model": None, **model},
+        "policy_class": None, "version": 3, "env_steps": 10, "updates": 5,
+        "weights": {name: np.zeros(shape, np.float32) for name, shape in small.weight_shapes().items()},
+    })
+    return str(path)
+
+
+def test_sizes_a_file_or_a_flag_names_are_refused_before_anything_is_allocated(tmp_path):
+    """Issue 56: a 2.9 KB DQN file whose num_atoms was 2**26 took load_policy to 830 MB before
+    its refusal, and with 2**40 a MemoryError escaped load_policy, dsac-infer and dsac-export;
+    ``--num_atoms 2**40`` and ``--fcnet_hiddens 1e9`` were tracebacks. Every size a file or flag
+    names (atoms, widths, conv filters on the observation's shape, actions x atoms) is checked
+    against dsac.models.sizes' bounds first: one line, exit 2, all in one process under
+    ``ulimit -v 4000000`` whose peak RSS stays near a golden file's load."""
+    import time
+
+    import gymnasium as gym
+    import numpy as np
+
+    dqn = {"dueling": True, "v_min": -10.0, "v_max": 10.0}
+    frames = gym.spaces.Box(0, 255, (84, 84), np.uint8)
+    made = {
+        "atoms_2_26": _sized_file(tmp_path / "a26.pkl", "dqn", "CartPole-v1", {**dqn, "num_atoms": 2**26}),
+        "atoms_2_40": _sized_file(tmp_path / "a40.pkl", "dqn", "CartPole-v1", {**dqn, "num_atoms": 2**40}),
+        "width_1e9": _sized_file(tmp_path / "w.pkl", "sac", "Pendulum-v1", {"fcnet_hiddens": [10**9]}),
+        "params_4e8": _sized_file(tmp_path / "p.pkl", "sac", "Pendulum-v1", {"fcnet_hiddens": [20_000, 20_000]}),
+        "actions_x_atoms": _sized_file(tmp_path / "n.pkl", "dqn", "CartPole-v1", {**dqn, "num_atoms": 1_000},
+                                       action_space=gym.spaces.Discrete(2**31 - 1)),
+        "conv_4096_1x1": _sized_file(tmp_path / "c.pkl", "dqn", "CartPole-v1",
+                                     {**dqn, "num_atoms": 1, "conv_filters": [[4096, 1, 1]]}, observation_space=frames),
+    }
+    assert os.path.getsize(made["atoms_2_40"]) < 4_000
+    files = [
+        ("atoms_2_26", "--num_atoms must be an integer in [1, 1,000], got 67108864"),
+        ("atoms_2_40", "--num_atoms must be an integer in [1, 1,000], got 1099511627776"),
+        ("width_1e9", "--fcnet_hiddens must be positive layer sizes of at most 10,000,000"),
+        ("params_4e8", "has 400,140,002 parameters, more than the 100,000,000 dsac builds"),
+        ("actions_x_atoms", "2,147,483,647 actions x 1,000 atoms make"),
+        ("conv_4096_1x1", "conv_filters layer 0 [4096, 1, 1] makes 84x84x4096 values per observation"),
+    ]
+    tools = [("-m dsac.infer", "infer", ["--episodes", "1"]),
+             ("-m dsac.export", "export", ["--format", "onnx", "-o", str(tmp_path / "p.onnx")])]
+    launch = os.path.join(REPO_ROOT, "launch.py")
+    flags = [
+        (["--algo", "dqn", "--env", "CartPole-v1", "--num_atoms", str(2**40)], "--num_atoms must be an integer in"),
+        (["--fcnet_hiddens", str(10**9)], "--fcnet_hiddens must be positive layer sizes of at most 10,000,000"),
+        (["--fcnet_hiddens", "20000", "20000"], "has 400,140,002 parameters, more than the 100,000,000"),
+        (["--algo", "dqn", "--env", "ALE/Pong-v5", "--conv_filters", "[[4096, 1, 1]]"], "makes 84x84x4096 values"),
+    ]
+    script = tmp_path / "check.py"
+    script.write_text(CHECK.format(limit=ADDRESS_SPACE))
+    golden = os.path.join(GOLDEN_SAC, "weights.pkl")
+    programs = [{"program": str(script), "args": ["load_policy", golden]}]
+    programs += [{"program": str(script), "args": ["load_policy", made[name]]} for name, _ in files]
+    programs += [{"program": program, "args": [made[name], *args]} for program, _, args in tools for name, _ in files]
+    programs += [{"program": launch, "args": [*args, "--local", "--output_dir", str(tmp_path / f"run{i}")]}
+                 for i, (args, _) in enumerate(flags)]
+    (tmp_path / "batch").mkdir()
+    began = time.perf_counter()
+    results = run_in_one_process(programs, tmp_path / "batch", timeout=300)
+    assert time.perf_counter() - began < 40 * len(programs)
+    baseline = results[0].peak_rss_mb
+    expected = [(f"load_policy {name}", None, fact) for name, fact in files]
+    expected += [(f"{tool} {name}", tool, fact) for _, tool, _ in tools for name, fact in files]
+    expected += [(f"launch.py {' '.join(args)}", "dsac", fact) for args, fact in flags]
+    for (what, prefix, fact), result in zip(expected, results[1:], strict=True):
+        where = f"{what}: exit {result.returncode}, {result.stdout[-500:]!r} {result.stderr[-800:]!r}"
+        assert result.returncode == 2, where
+        if prefix is None:
+            row = json.loads(result.stdout.strip().splitlines()[-1])
+            assert row["outcome"] == "refused" and row["seconds"] < SECONDS, where
+            assert fact in row["message"] and "\n" not in row["message"], where
+        else:
+            lines = [line for line in result.stderr.splitlines() if line.strip()]
+            assert len(lines) == 1 and lines[0].startswith(f"{prefix}: error: ") and fact in lines[0], where
+    # the files' sizes were refused before anything of those sizes was allocated
+    after_files = results[len(files) * (1 + len(tools))].peak_rss_mb
+    assert after_files < baseline + 100, f"peak RSS {baseline:.0f} MiB -> {after_files:.0f} MiB"
+    assert not any((tmp_path / f"run{i}").exists() for i in range(len(flags)))

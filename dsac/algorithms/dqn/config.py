@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from dsac.coercion import in_half_open_unit_interval, in_unit_interval, positive_ints, positive_numbers
 from dsac.errors import DsacError
+from dsac.models.sizes import check_num_atoms
 from dsac.settings import AlgorithmSettings, setting
 
 
@@ -33,7 +34,8 @@ class DQNSettings(AlgorithmSettings):
 
     def check(self) -> None:
         super().check()
-        positive_ints(self, "target_update_every", "num_atoms")
+        positive_ints(self, "target_update_every")
+        check_num_atoms(self.num_atoms)  # before a support of that many atoms is made
         positive_numbers(self, "grad_clip")
         in_half_open_unit_interval(self, "epsilon", "exploration_fraction")
         in_unit_interval(self, "final_epsilon")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from dsac.models.numpy_ops import ACTIVATIONS, mlp_forward
+from dsac.models.sizes import check_num_atoms
 
 
 def q_layer_names(num_hidden: int, dueling: bool, prefix: str = "q/") -> tuple[list[str], list[str]]:
@@ -50,6 +51,7 @@ def c51_support(algorithm) -> np.ndarray | None:
     section); None for expected Q."""
     if algorithm.num_atoms <= 1:
         return None
+    check_num_atoms(algorithm.num_atoms)  # a settings object that skipped its check makes no huge support
     return np.linspace(algorithm.v_min, algorithm.v_max, algorithm.num_atoms, dtype=np.float32)
 
 
