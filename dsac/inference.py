@@ -12,6 +12,8 @@ Actions come in the env's action space: scaled to its bounds for SAC, integers f
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dsac.atari import FrameSettings
@@ -86,12 +88,24 @@ class LoadedPolicy:
         if not self.goal:
             return None
         from dsac.envs import make_env
+        from dsac.her import check_goal_env
 
         env = make_env(self.env_id, self.env_kwargs, False, self.atari)
         try:
-            return dict(env.observation_space.spaces)
+            try:  # the file says her: true, which its env must bear out
+                check_goal_env(repr(self.env_id), env)
+            except DsacError as exc:
+                raise DsacError(f"weights file {self.path} has her: true, which its env does not bear out: "
+                                f"{exc}") from None
+            spaces = dict(env.observation_space.spaces)
         finally:
             env.close()
+        values = sum(math.prod(spaces[key].shape) for key in ("observation", "desired_goal"))
+        if values != math.prod(self.observation_space.shape):
+            raise DsacError(f"weights file {self.path} has her: true, but {self.env_id!r}'s observation and "
+                            f"desired_goal hold {values} values, not the {math.prod(self.observation_space.shape)} "
+                            "its network reads")
+        return spaces
 
     def __call__(self, obs, explore: bool = False):
         if self.goal and isinstance(obs, dict):  # a goal Dict as the env gives it (one or a batch)

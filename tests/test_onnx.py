@@ -178,3 +178,31 @@ def test_a_custom_model_is_refused_in_one_line(tmp_path):
     weights = weights_file(tmp_path, "sac", "Pendulum-v1", custom_model="onnx_tiny")
     with pytest.raises(DsacError, match=r"custom model .*onnx_tiny.*tf2onnx"):
         export_onnx(weights, str(tmp_path / "p.onnx"))
+
+
+def test_a_her_file_whose_env_has_no_goal_dict_is_refused_in_one_line(tmp_path):
+    """Issue 56: ``her: true`` on a file whose env observes no goal Dict (an AttributeError from
+    dsac/inference.py), or one whose goal Dict holds more values than the network reads; both in
+    one process."""
+    from conftest import run_in_one_process
+
+    from dsac.files import load_weights
+
+    (tmp_path / "p").mkdir()
+    (tmp_path / "b").mkdir()
+    pendulum = weights_file(tmp_path / "p", "sac", "Pendulum-v1", fcnet_hiddens=[8])
+    bits = weights_file(tmp_path / "b", "dqn", "CartPole-v1", fcnet_hiddens=[8])  # a network of 4 values in
+    for path, changes in ((pendulum, {}), (bits, {"env": "examples.bit_flipping:BitFlipping", "env_kwargs": {"n": 3}})):
+        save_weights(path, {**load_weights(path), **changes, "her": True})
+    cases = [([pendulum], "has her: true, which its env does not bear out: --her needs a Dict observation"),
+             ([bits, "--trust_code"], "'examples.bit_flipping:BitFlipping''s observation and desired_goal hold 6 "
+                                      "values, not the 4 its network reads")]
+    programs = [{"program": "-m dsac.export", "args": [*args, "--format", "onnx", "-o", str(tmp_path / f"{i}.onnx")]}
+                for i, (args, _) in enumerate(cases)]
+    (tmp_path / "batch").mkdir()
+    for (args, fact), result in zip(cases, run_in_one_process(programs, tmp_path / "batch"), strict=True):
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        where = f"{args}: exit {result.returncode}, {result.stderr[-1500:]!r}"
+        assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("export: error: "), where
+        assert fact in lines[0], where
+    assert not list(tmp_path.glob("*.onnx"))
