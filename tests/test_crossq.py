@@ -247,3 +247,19 @@ def test_distributed_crossq_learns_pendulum(ray_local, tmp_path):
     returns = [line["eval_return_mean"] for line in progress(tmp_path / "run")]
     assert returns[0] < -900 and max(returns) >= -200, returns
     assert summary["updates"] > 0 and load_policy(summary["weights_path"]).payload["algo"] == "crossq"
+
+
+def test_two_crossq_learners_keep_one_set_of_running_statistics(ray_local, tmp_path):
+    """--num_learners 2: each replica moves its renormalization statistics from its own batch;
+    averaged with the gradients, the replicas end identical — weights, optimizers and running
+    statistics — as the SAC replicas do (tests/test_integration.py)."""
+    from dsac.runner import run
+
+    config = Config(algo="crossq", env="Pendulum-v1", fcnet_hiddens=[32, 32], critic_hiddens=[32, 32],
+                    num_workers=2, num_learners=2, seed=0, total_env_steps=2_500, learning_starts=500,
+                    start_steps=500, eval_every=10_000, eval_episodes=1, output_dir=str(tmp_path / "run"),
+                    tensorboard=False).validate()
+    learners = run(config)["learners"]
+    assert learners["learner_0"]["updates"] == learners["learner_1"]["updates"] > 0, learners
+    assert learners["learner_0"]["state_digest"] == learners["learner_1"]["state_digest"], learners
+    assert learners["learner_0"]["weights_digest"] == learners["learner_1"]["weights_digest"], learners

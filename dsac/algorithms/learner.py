@@ -107,6 +107,23 @@ class Learner:
         self._weights = None
         return applied
 
+    def _replica_variables(self) -> list:
+        """Variables an update moves from its own batch besides the optimizer's step (batch
+        normalization's running statistics); none for most learners."""
+        return []
+
+    def replica_statistics(self) -> list[np.ndarray]:
+        """The values of :meth:`_replica_variables` now. Data-parallel learners average them
+        with the gradients (:class:`dsac.distributed.learner_transport.GradientSync`), as each
+        replica moved them from its own batch."""
+        return [v.numpy() for v in self._replica_variables()]
+
+    def set_replica_statistics(self, values: list[np.ndarray]) -> None:
+        """Set :meth:`_replica_variables` (the replicas' mean), in :meth:`replica_statistics`' order."""
+        for variable, value in zip(self._replica_variables(), values, strict=True):
+            variable.assign(value)
+        self._weights = None
+
     def get_weights(self) -> dict[str, np.ndarray]:
         """The weights acting needs, by name, as of the last update (what a push sends)."""
         if self._weights is None:

@@ -22,8 +22,10 @@ class GradientAverager:
     """Synchronous data-parallel training for ``--num_learners N``: at every step each
     learner sends the gradient of its own batch (one flat float32 array) and gets back the
     mean of all N. Every learner applies the same mean with the same optimizer state, so the
-    N replicas stay identical and every learner's batch is in every update — none is lost or
-    overwritten. The mean over N batches of B is the gradient of one batch of N·B.
+    N replicas stay identical (what an update moves from its own batch besides the gradients,
+    such as CrossQ's running statistics, is averaged in the same array) and every learner's
+    batch is in every update — none is lost or overwritten. The mean over N batches of B is
+    the gradient of one batch of N·B.
 
     ``average`` also sums a number per learner (the env steps its replay shards hold), so the
     learners know the run-wide count.

@@ -210,7 +210,10 @@ def learner(config, observation_space, action_space, shards: list, ps, monitor, 
         transport.hand_over(state=False)
         raise
     transport.hand_over(state=True)
-    return {"learner": index, "updates": loop.updates, "weights_digest": weights_digest(loop.get_weights())}
+    # Digests of the acting weights and of the whole state (optimizers and running statistics
+    # too): data-parallel replicas must agree on both.
+    return {"learner": index, "updates": loop.updates, "weights_digest": weights_digest(loop.get_weights()),
+            "state_digest": weights_digest(loop.state())}
 
 
 @ray.remote

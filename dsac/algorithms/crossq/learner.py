@@ -23,7 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from dsac.algorithms.crossq.networks import acting_variables, build_actor, build_critic
+from dsac.algorithms.crossq.networks import BatchRenorm, acting_variables, build_actor, build_critic
 from dsac.algorithms.learner import ADAM_EPSILON, Learner
 from dsac.algorithms.sac.learner import squashed_gaussian_sample
 from dsac.algorithms.sac.numpy_actor import to_unit_action
@@ -141,6 +141,12 @@ class CrossQLearner(Learner):
         })
         if xla:
             self._compile_with_xla()
+
+    def _replica_variables(self) -> list:
+        """Every renormalization's running mean and variance: a replica moves them from its own
+        batch (the step counters move alike everywhere)."""
+        return [variable for network in (self.actor, self.q1, self.q2) for layer in network.layers
+                if isinstance(layer, BatchRenorm) for variable in (layer.mean, layer.var)]
 
     def _actor_step(self):
         """Whether this update steps the actor and α: the policy_delay-th, 2·policy_delay-th, ...
