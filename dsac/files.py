@@ -9,7 +9,6 @@ import os
 import secrets
 import shutil
 import stat
-import tempfile
 import zipfile
 import zlib
 
@@ -78,7 +77,7 @@ def check_writable_dir(path: str, flag: str) -> None:
 # else must not take a write (or a read) elsewhere (docs/safety.md).
 RUN_FILES = ("config.json", "progress.jsonl", "weights.pkl", "best_weights.pkl", "summary.json", "trackers.json",
              "restored_from.json")
-RUN_FOLDERS = ("checkpoint", "checkpoint.old", "tb", "videos", "wandb")
+RUN_FOLDERS = ("checkpoint", "checkpoint.new", "checkpoint.old", "tb", "videos", "wandb")
 
 
 def check_run_dir(path: str, what: str) -> None:
@@ -87,7 +86,7 @@ def check_run_dir(path: str, what: str) -> None:
     directory, or a file is not a regular file. Checked before anything is read or written (``lstat``:
     nothing is followed)."""
     names = [*RUN_FILES, *RUN_FOLDERS]
-    for folder in (CHECKPOINT_DIR, CHECKPOINT_DIR + ".old", "videos"):
+    for folder in (*CHECKPOINT_SLOTS, "videos"):
         inside = os.path.join(path, folder)
         if os.path.isdir(inside) and not os.path.islink(inside):
             try:
@@ -297,59 +296,129 @@ def append_jsonl(path: str, obj) -> None:
 
 
 CHECKPOINT_DIR = "checkpoint"
+# The folders a checkpoint passes through, newest first: it is written whole as checkpoint.new/
+# (meta.json last), then checkpoint/ moves to checkpoint.old/, checkpoint.new/ to checkpoint/,
+# and checkpoint.old/ is removed. So a whole checkpoint.new/ is always newer than checkpoint/,
+# and checkpoint/ than checkpoint.old/, wherever a kill stopped the writer.
+CHECKPOINT_SLOTS = (CHECKPOINT_DIR + ".new", CHECKPOINT_DIR, CHECKPOINT_DIR + ".old")
+
+
+def _is_whole(folder: str) -> bool:
+    """Whether ``folder`` holds a whole checkpoint: a real directory whose ``meta.json`` (written
+    last) reads as dsac writes it, beside every file that meta.json implies (a folder being
+    removed loses its files one by one, in any order)."""
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return False
+        meta = read_json(os.path.join(folder, "meta.json"), folder)
+        check_meta(meta, folder)
+        names = ["state.npz", "weights.pkl", *(f"replay_{k}.npz" for k in range(meta.get("replay_shards", 0)))]
+        return all(stat.S_ISREG(os.lstat(os.path.join(folder, name)).st_mode) for name in names)
+    except (DsacError, OSError):
+        return False
+
+
+def newest_checkpoint(run_dir: str) -> str | None:
+    """The name of ``run_dir``'s newest whole checkpoint (the first whole one of
+    :data:`CHECKPOINT_SLOTS`), or None. A write killed at any instant leaves one at least."""
+    return next((name for name in CHECKPOINT_SLOTS if _is_whole(os.path.join(run_dir, name))), None)
+
+
+def _remove(path: str) -> None:
+    """Remove ``path``, whatever it is (a symlink is unlinked, never followed)."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+def _fsync_dir(path: str) -> None:
+    """Make a directory's entries (a rename, a new file) durable; a no-op where the OS refuses."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _save_npz(path: str, arrays: dict, compressed: bool) -> None:
+    """``np.savez`` (or ``savez_compressed``) into a fresh file, flushed to disk before it counts."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with os.fdopen(fd, "wb") as f:
+        (np.savez_compressed if compressed else np.savez)(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _swap_in(run_dir: str) -> None:
+    """Make the whole ``checkpoint.new/`` the run's ``checkpoint/``: at every instant of it, the
+    newest whole checkpoint is that one, as checkpoint.new/ before its rename and checkpoint/ after."""
+    final = os.path.join(run_dir, CHECKPOINT_DIR)
+    new, old = final + ".new", final + ".old"
+    _remove(old)  # what an earlier swap left: older than checkpoint/ and the whole checkpoint.new/
+    if os.path.lexists(final):
+        os.replace(final, old)
+    os.replace(new, final)
+    _fsync_dir(run_dir)
+    shutil.rmtree(old, ignore_errors=True)  # left over, it is older than checkpoint/ and gets removed next time
 
 
 def write_checkpoint(run_dir: str, state: dict, meta: dict, weights_payload: dict,
                      replay: list[dict] | None = None) -> str:
     """Write ``<run_dir>/checkpoint/``: ``state.npz`` (the learner's full state),
     ``meta.json`` (counters), ``weights.pkl`` and, if given, ``replay_<k>.npz`` per shard
-    (compressed). Built in a temp dir and swapped in by renames, so a crash mid-write leaves
-    the previous checkpoint whole. Returns the checkpoint's path."""
+    (compressed). Crash-safe at every instant: it is written whole as ``checkpoint.new/``
+    (``meta.json`` last, each file flushed to disk) and swapped in by renames, so a process
+    killed anywhere in here leaves a whole checkpoint (:func:`newest_checkpoint` finds the
+    newest) and the next write goes on from whatever it left. Returns the checkpoint's path."""
     final = os.path.join(run_dir, CHECKPOINT_DIR)
-    tmp = tempfile.mkdtemp(dir=run_dir, prefix=".checkpoint-")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; give the directory a normal mode
+    new = final + ".new"
+    if newest_checkpoint(run_dir) == CHECKPOINT_SLOTS[0]:
+        _swap_in(run_dir)  # a write was killed after checkpoint.new/ was whole: finish it before reusing the name
+    _remove(new)  # not whole here: half-written or half-removed
+    os.mkdir(new)  # 0777 less the umask, a normal directory's mode
     try:
-        np.savez(os.path.join(tmp, "state.npz"), **state)
+        _save_npz(os.path.join(new, "state.npz"), state, compressed=False)
         for k, snapshot in enumerate(replay or []):
-            np.savez_compressed(os.path.join(tmp, f"replay_{k}.npz"), **snapshot)
-        save_weights(os.path.join(tmp, "weights.pkl"), weights_payload)
-        write_json(os.path.join(tmp, "meta.json"), {**meta, "replay_shards": len(replay or [])})
-        old = final + ".old"
-        if os.path.exists(final):
-            os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
+            _save_npz(os.path.join(new, f"replay_{k}.npz"), snapshot, compressed=True)
+        save_weights(os.path.join(new, "weights.pkl"), weights_payload)
+        write_json(os.path.join(new, "meta.json"), {**meta, "replay_shards": len(replay or [])})
+        _fsync_dir(new)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(new, ignore_errors=True)
         raise
+    _swap_in(run_dir)
     return final
 
 
 def read_checkpoint(run_dir: str, label: str | None = None) -> dict:
-    """``{"state", "meta", "replay", "weights"}`` of ``<run_dir>/checkpoint/`` (replay: a list
+    """``{"state", "meta", "replay", "weights"}`` of ``run_dir``'s newest whole checkpoint
+    (:func:`newest_checkpoint`: ``checkpoint/``, or the folder a killed write left; replay: a list
     of per-shard snapshots, empty without replay checkpointing; weights: the acting weights
     at the snapshot, or None). Every file is checked before it
     is used: ``meta.json``'s types, each ``.npz`` member's dtype and declared size (from its
     header, before anything is allocated; a replay snapshot's rows at most what the run's
     ``buffer_size`` keeps: :func:`replay_rows`), and the weights file as :func:`load_weights` does."""
     label = label or f"--resume {run_dir}"
-    path = os.path.join(run_dir, CHECKPOINT_DIR)
-    if not os.path.exists(os.path.join(path, "meta.json")):
-        old = path + ".old"  # a crash between the two renames
-        if os.path.exists(os.path.join(old, "meta.json")):
-            path = old
-        else:
+    name = newest_checkpoint(run_dir)
+    if name is None:  # none whole: read the one there is, for the one line that says what is wrong with it
+        name = next((n for n in CHECKPOINT_SLOTS[1:] if os.path.lexists(os.path.join(run_dir, n, "meta.json"))), None)
+        if name is None:
             raise DsacError(f"{label}: no checkpoint in it (runs write one when they stop)")
-    meta = read_json(os.path.join(path, "meta.json"), f"{label}: checkpoint/meta.json")
-    check_meta(meta, f"{label}: checkpoint/meta.json")
+    path = os.path.join(run_dir, name)
+    meta = read_json(os.path.join(path, "meta.json"), f"{label}: {name}/meta.json")
+    check_meta(meta, f"{label}: {name}/meta.json")
     budget = _memory_budget()
-    state = read_npz(os.path.join(path, "state.npz"), f"{label}: checkpoint/state.npz", budget)
+    state = read_npz(os.path.join(path, "state.npz"), f"{label}: {name}/state.npz", budget)
     shards = meta.get("replay_shards", 0)
     rows = replay_rows(run_dir, label, meta["env_steps"]) if shards else None
     replay = [
-        read_npz(os.path.join(path, f"replay_{k}.npz"), f"{label}: checkpoint/replay_{k}.npz", budget, rows)
+        read_npz(os.path.join(path, f"replay_{k}.npz"), f"{label}: {name}/replay_{k}.npz", budget, rows)
         for k in range(shards)
     ]
     weights = None
