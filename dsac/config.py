@@ -24,12 +24,14 @@ from dsac.errors import DsacError, did_you_mean
 from dsac.files import read_text
 from dsac.foreign_keys import suggest_key
 from dsac.models.catalog import registered_models, resolve_builder
+from dsac.redaction import redact_uri, redact_value
 from dsac.registry import (
     ALGOS,
     algorithm,
     algorithm_settings,
     load_object,
     load_subclass,
+    printable,
     refuse_untrusted_code,
 )
 from dsac.settings import (
@@ -50,6 +52,18 @@ SECTIONS: dict[str, type] = {
 }
 # --algo name -> the dataclass of its algorithm section (dsac/algorithms/<name>/config.py).
 ALGORITHM_SETTINGS: dict[str, type] = {name: algorithm_settings(name) for name in ALGOS}
+
+
+def _redacted_repr(section) -> str:
+    """A section's repr with every string in it as :func:`dsac.redaction.redact_value` shows it:
+    a repr ends up in logs and tracebacks, where a tracker URI's password must not."""
+    values = ", ".join(f"{f.name}={redact_value(getattr(section, f.name))!r}"
+                       for f in dataclasses.fields(section) if f.repr)
+    return f"{type(section).__qualname__}({values})"
+
+
+for _section in {*SECTIONS.values(), *ALGORITHM_SETTINGS.values()}:
+    _section.__repr__ = _redacted_repr
 
 
 def section_fields(name: str) -> list[dataclasses.Field]:
@@ -96,6 +110,10 @@ RECORD_MARKER = "dsac_record"
 # sets them; code a record names is refused without consent (refuse_untrusted_code).
 RECORD_EXCLUDED_KEYS = ("address", "mlflow", "wandb", "storage_path", "init_weights", "output_dir", "resume")
 
+# Settings that may hold a URI with credentials (a tracker's, a Ray client's, a cloud store's):
+# config.json and a tracker's params get them as dsac.redaction.redact_uri shows them.
+URI_KEYS = ("mlflow", "wandb", "address", "storage_path")
+
 log = logging.getLogger("dsac")
 
 # Rollout workers per replay shard by default: a shard's add calls stay within what one core
@@ -132,7 +150,7 @@ def read_mapping(path: str, source: str) -> dict:
             values = json.loads(text)
     except Exception as exc:  # yaml.YAMLError / json.JSONDecodeError: say where, in one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DsacError(f"{source}: not valid {'YAML' if yaml_file else 'JSON'} ({first})") from None
+        raise DsacError(f"{source}: not valid {'YAML' if yaml_file else 'JSON'} ({printable(first)})") from None
     if not isinstance(values, dict):
         raise DsacError(f"{source}: must hold a mapping of flag names to values")
     return values
@@ -207,10 +225,12 @@ class Config:
         out["callbacks"] = _qualified(self.run.callbacks)
         out["policy_class"] = _qualified(self.run.policy_class)
         out["custom_models"] = {name: _qualified(b) for name, b in self.model.custom_models.items()}
-        from dsac.trackers import redact_uri  # the URI's credentials never leave the process in it
-
-        out["mlflow"] = redact_uri(self.output.mlflow)
+        for key in URI_KEYS:  # their credentials never leave the process in it
+            out[key] = redact_uri(out[key])
         return out
+
+    def __repr__(self) -> str:
+        return f"Config({', '.join(f'{name}={getattr(self, name)!r}' for name in SECTIONS)})"
 
     def record(self) -> dict:
         """What a run writes as its ``config.json``: :meth:`to_dict` marked as a run's record
@@ -238,20 +258,8 @@ class Config:
             DsacError: one line naming the file and the problem.
         """
         source = source or path
-        try:
-            values = flat_values(read_mapping(path, source))  # nested keys are checked for code too
-        except DsacError as exc:
-            raise DsacError(f"{source}: {exc}") from None
         overrides = dict(overrides or {})
-        record = not trusted or is_record(values)
-        for key in (RECORD_MARKER, "custom_models", "defaulted", "trust_code", "resume"):
-            # builders come from the registry or module:Name; consent is given by the caller, never by
-            # the file; resuming is a command, not a setting
-            values.pop(key, None)
-        if record:
-            values = record_values(values, overrides, source)
-        elif fresh_run:
-            values.pop("output_dir", None)
+        values = file_values(read_mapping(path, source), overrides, source, trusted=trusted, fresh_run=fresh_run)
         try:
             return cls.from_dict({**values, **overrides})
         except DsacError as exc:
@@ -274,7 +282,7 @@ class Config:
             if not isinstance(key, str):
                 raise DsacError(f"config keys must be strings, got {key!r}")
             if key not in names:
-                raise DsacError(f"unknown config key '{key}'{suggest_key(key, names)}")
+                raise DsacError(f"unknown config key {key!r}{suggest_key(key, names)}")
         ignored = ignored_settings(values)
         if ignored:
             log.warning("--algo %s ignores %s: %s", values.get("algo", RunSettings().algo),
@@ -308,7 +316,7 @@ class Config:
             if ":" in name:
                 builder = load_object(name, "custom_model")
                 if not callable(builder):
-                    raise DsacError(f"custom_model {name} is a {type(builder).__name__}, not a callable "
+                    raise DsacError(f"custom_model {name!r} is a {type(builder).__name__}, not a callable "
                                     "that builds a Keras model")
                 models[name] = builder
             else:
@@ -354,6 +362,35 @@ def is_record(values: dict) -> bool:
     return RECORD_MARKER in values or "custom_models" in values
 
 
+# Keys no file decides: builders come from the registry or module:Name; consent is given by the
+# caller, never by the file; resuming is a command, not a setting.
+NOT_FROM_A_FILE = (RECORD_MARKER, "custom_models", "defaulted", "trust_code", "resume")
+
+
+def file_values(values: dict, overrides: dict, source: str, *, trusted: bool, fresh_run: bool = True) -> dict:
+    """The flags a mapping read from a file (``source``) gives a run, by the one rule of every
+    entry point that reads a file of flags (``--config``, ``--resume``, ``Trainer.restore``,
+    ``dsac-tune --space``): flat (a key nested in a section is checked as one at the top), less
+    :data:`NOT_FROM_A_FILE`; a record (any file not ``trusted``, and a trusted one that
+    :func:`is_record`) read by :func:`record_values`; a user's own file of a ``fresh_run`` less
+    its ``output_dir``.
+
+    Raises:
+        DsacError: one line naming ``source``.
+    """
+    try:
+        values = flat_values(values)
+    except DsacError as exc:
+        raise DsacError(f"{source}: {exc}") from None
+    record = not trusted or is_record(values)
+    values = {key: value for key, value in values.items() if key not in NOT_FROM_A_FILE}
+    if record:
+        return record_values(values, overrides, source)
+    if fresh_run:
+        values.pop("output_dir", None)
+    return values
+
+
 def record_values(values: dict, overrides: dict, source: str) -> dict:
     """The values of a run's record that a run may take (docs/safety.md#a-run-directory-is-data):
     a record imports no code, connects nowhere, sends nothing anywhere and reads or writes
@@ -389,14 +426,14 @@ def flat_values(values: dict) -> dict:
             if name == "model":  # RLlib's model dict
                 known = (*MODEL_KEYS, *MODEL_PREPROCESSING_KEYS)
                 if key not in known:
-                    raise DsacError(f"unknown model config key '{key}'{did_you_mean(str(key), known)}")
+                    raise DsacError(f"unknown model config key {key!r}{did_you_mean(str(key), known)}")
             elif SECTION_OF.get(RENAMED.get(key, key)) != name and key not in RETIRED:
                 home = SECTION_OF.get(RENAMED.get(key, key)) if isinstance(key, str) else None
                 if home is None:
-                    raise DsacError(f"unknown config key '{key}'{suggest_key(str(key), list(SECTION_OF))}")
-                raise DsacError(f"config key '{key}' belongs to section '{home}', not '{name}'")
+                    raise DsacError(f"unknown config key {key!r}{suggest_key(str(key), list(SECTION_OF))}")
+                raise DsacError(f"config key {key!r} belongs to section '{home}', not '{name}'")
             if key in flat:
-                raise DsacError(f"config key '{key}' is given twice: at the top and in '{name}'")
+                raise DsacError(f"config key {key!r} is given twice: at the top and in '{name}'")
             flat[key] = value
     return flat
 

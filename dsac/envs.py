@@ -15,6 +15,7 @@ import numpy as np
 
 from dsac.atari import FrameSettings, base_env_kwargs, is_atari, register_ale_envs, wrap_atari, wrap_image
 from dsac.errors import DsacError, did_you_mean
+from dsac.registry import printable
 
 # Env namespaces that come with a package of their own, and the pip install that brings them.
 NAMESPACE_PACKAGES = {"ALE": "ale-py", "MiniGrid": "minigrid", "BabyAI": "minigrid", "MetaWorld": "metaworld"}
@@ -74,23 +75,24 @@ def _gym_make(env_id: str, target, env_kwargs: dict) -> gym.Env:
     try:
         env = gym.make(target, **env_kwargs)
     except TypeError as exc:
-        raise DsacError(f"environment '{env_id}' does not take --env_kwargs {env_kwargs}: {exc}") from None
+        raise DsacError(f"environment {env_id!r} does not take --env_kwargs {env_kwargs}: {printable(exc)}") from None
     except gym.error.DependencyNotInstalled as exc:
-        raise DsacError(f"environment '{env_id}' needs an extra that is not installed: {exc}") from None
+        raise DsacError(f"environment {env_id!r} needs an extra that is not installed: {printable(exc)}") from None
     except gym.error.NamespaceNotFound as exc:
         namespace = env_id.split("/")[0]
         fix = f": pip install {NAMESPACE_PACKAGES[namespace]}" if namespace in NAMESPACE_PACKAGES else ""
-        raise DsacError(f"unknown environment '{env_id}' ({exc}){fix}") from None
+        raise DsacError(f"unknown environment {env_id!r} ({printable(exc)}){fix}") from None
     except gym.error.Error as exc:
         if env_id.startswith(ROBOTICS_PREFIXES) and importlib.util.find_spec("gymnasium_robotics") is None:
-            raise DsacError(f"unknown environment '{env_id}': it is gymnasium-robotics', which is not installed "
+            raise DsacError(f"unknown environment {env_id!r}: it is gymnasium-robotics', which is not installed "
                             "(pip install 'dsac[robotics]')") from None
         hint = did_you_mean(env_id, gym.envs.registry.keys())
-        raise DsacError(f"unknown environment '{env_id}'{hint}: {exc}") from None
+        raise DsacError(f"unknown environment {env_id!r}{hint}: {printable(exc)}") from None
     except ImportError as exc:
-        raise DsacError(f"environment '{env_id}' failed to import: {exc}") from None
+        raise DsacError(f"environment {env_id!r} failed to import: {printable(exc)}") from None
     except Exception as exc:  # the env's own constructor raised: say so in one line
-        raise DsacError(f"environment '{env_id}' failed to start: {one_line(exc)}{fetch_mujoco_hint(env_id)}") from None
+        raise DsacError(f"environment {env_id!r} failed to start: {printable(one_line(exc))}"
+                        f"{fetch_mujoco_hint(env_id)}") from None
     return env
 
 
@@ -167,8 +169,8 @@ def resolve_env(env_id: str):
     candidates = [k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, gym.Env)]
     hint = did_you_mean(name, [*candidates, *gym.envs.registry.keys()])
     raise DsacError(
-        f"--env {env_id}: module {module_name} has no gymnasium.Env class {name} and registers no env id "
-        f"{name}{hint}"
+        f"--env {env_id!r}: module {module_name} has no gymnasium.Env class {name!r} and registers no env id "
+        f"{name!r}{hint}"
     )
 
 
@@ -182,11 +184,11 @@ def import_env_module(module_name: str, env_id: str):
         return importlib.import_module(module_name)
     except ImportError as exc:
         raise DsacError(
-            f"--env {env_id}: cannot import module {module_name} ({exc}); it must be importable "
+            f"--env {env_id!r}: cannot import module {module_name} ({printable(exc)}); it must be importable "
             "(on PYTHONPATH or in the current directory)"
         ) from None
     except Exception as exc:  # the module itself raised while being imported
-        raise DsacError(f"--env {env_id}: importing module {module_name} raised {one_line(exc)}") from None
+        raise DsacError(f"--env {env_id!r}: importing module {module_name} raised {printable(one_line(exc))}") from None
 
 
 class EnvCrashed(RuntimeError):
@@ -237,10 +239,10 @@ def require_box_observation(env_id: str, observation_space: gym.Space) -> None:
             image_layout(observation_space.shape)
             return
         except DsacError as exc:
-            raise DsacError(f"{env_id}: {exc}") from None
+            raise DsacError(f"{printable(env_id)}: {exc}") from None
     raise DsacError(
-        f"{env_id} has observation space {observation_space}; dsac needs a Box observation (flat, or an image): "
-        "add --flatten_obs to flatten it"
+        f"{printable(env_id)} has observation space {observation_space}; dsac needs a Box observation (flat, or an "
+        "image): add --flatten_obs to flatten it"
     )
 
 
@@ -286,7 +288,7 @@ def space_from_description(desc) -> gym.Space:
         try:
             array = np.asarray(value, dtype=np.float64)
         except (TypeError, ValueError):
-            raise DsacError(f"a Box space's {name} must be numbers, got {str(value)[:80]}") from None
+            raise DsacError(f"a Box space's {name} must be numbers, got {printable(str(value)[:80])}") from None
         if array.shape != tuple(shape):
             raise DsacError(f"a Box space's {name} has shape {array.shape}, not its shape {tuple(shape)}")
         bounds.append(array.astype(dtype))

@@ -38,11 +38,18 @@ def algorithm_settings(name: str) -> type:
     return importlib.import_module(f"{package}.config").SETTINGS
 
 
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable (a newline, a terminal's escape) as
+    its escape sequence: a message that quotes a library's error, which may quote a name read
+    from a file, stays one line without terminal codes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def split_spec(spec: str, kind: str) -> tuple[str, str]:
     """``(module, name)`` of ``"module:Name"``; a one-line error when it is not of that form."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr or not all(part.isidentifier() for part in module_name.split(".")):
-        raise DsacError(f"{kind} '{spec}' must be given as module:Name (a Python module, a colon, a name)")
+        raise DsacError(f"{kind} {spec!r} must be given as module:Name (a Python module, a colon, a name)")
     return module_name, attr
 
 
@@ -54,10 +61,10 @@ def load_object(spec, kind: str):
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise DsacError(f"cannot load {kind} '{spec}': {exc}") from None
+        raise DsacError(f"cannot load {kind} {spec!r}: {printable(exc)}") from None
     except Exception as exc:  # the module raised while being imported
-        raise DsacError(f"cannot load {kind} '{spec}': importing {module_name} raised "
-                        f"{type(exc).__name__}: {exc}") from None
+        raise DsacError(f"cannot load {kind} {spec!r}: importing {module_name} raised "
+                        f"{type(exc).__name__}: {printable(exc)}") from None
 
 
 def load_subclass(spec, base: type, kind: str) -> type:
@@ -122,6 +129,6 @@ def refuse_untrusted_code(values: dict, source: str, typed: dict | None = None) 
         if names_code(key, value) and typed.get(key) != value:
             module = value.partition(":")[0] or value
             raise DsacError(
-                f"{source} names code to import: {key} {value!r} (module {module}); nothing was imported. "
+                f"{source} names code to import: {key} {value!r} (module {module!r}); nothing was imported. "
                 "If you trust the file, allow it with --trust_code (trust_code=True in Python)"
             )

@@ -37,6 +37,9 @@ import urllib.request
 from dsac.envs import one_line
 from dsac.errors import DsacError
 from dsac.files import write_json
+from dsac.redaction import Parts, redact_text, redact_uri
+
+__all__ = ["redact_text", "redact_uri"]  # dsac.redaction's, here where they always were
 
 log = logging.getLogger("dsac")
 
@@ -53,71 +56,11 @@ def _import(name: str, flag: str):
             from None
 
 
-# Query parameters whose values are credentials (?token=..., ?password=..., an api_key, a signature).
-_SECRET_PARAM = re.compile(r"token|passw|pwd|secret|key|auth|credential|signature|^sig$", re.IGNORECASE)
-
-
-def _userinfo(uri: str) -> tuple[str | None, str]:
-    """(the userinfo of a ``scheme://userinfo@host...`` URI, else None; the URI without it)."""
-    scheme, sep, rest = uri.partition("://")
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    userinfo, at, host = rest[:end].rpartition("@")
-    if not sep or not at:
-        return None, uri
-    return userinfo, f"{scheme}://{host}{rest[end:]}"
-
-
-def _loose_userinfo(uri: str) -> str | None:
-    """What stands between ``://`` and the last ``@`` of a URI whose userinfo :func:`_userinfo`
-    does not see (a password with a raw ``/``, ``?`` or ``#`` ends the authority early), else
-    None: treated as a secret when the URI leaves the process (hiding a path's ``@`` too is the
-    safe side)."""
-    if _userinfo(uri)[0] is not None:
-        return None
-    _, sep, rest = uri.partition("://")
-    userinfo, at, _ = rest.rpartition("@")
-    # an empty authority (sqlite:///home/a@b/mlflow.db) holds no userinfo: its "@" is a path's
-    return userinfo if sep and at and not rest.startswith("/") else None
-
-
 def _credentials(uri: str) -> tuple[str, str | None, str | None]:
     """(the URI without its userinfo, its user, its password), percent-decoded; None for those
     the URI does not give."""
-    userinfo, bare = _userinfo(uri)
-    if userinfo is None:
-        return bare, None, None
-    user, colon, password = userinfo.partition(":")
-    return bare, urllib.parse.unquote(user), urllib.parse.unquote(password) if colon else None
-
-
-def _secret_param(part: str) -> bool:
-    """Whether a query's ``key=value`` part holds a credential."""
-    key, _, value = part.partition("=")
-    return bool(value) and bool(_SECRET_PARAM.search(urllib.parse.unquote_plus(key)))
-
-
-def redact_uri(uri):
-    """``uri`` as it may leave the process (config.json, logs, tracker params, errors): the
-    password of its userinfo — or a lone user, which is often a token — and the values of its
-    credential-like query parameters as ``***``. Anything else (a path, None) is returned as is.
-    The one place dsac hides a URI's secrets, so that a new way out is covered by using it."""
-    if not isinstance(uri, str):
-        return uri
-    loose = _loose_userinfo(uri)
-    if loose is not None:  # malformed, so its query and fragment are not to be told apart either
-        scheme, _, rest = uri.partition("://")
-        return f"{scheme}://***@{rest.rpartition('@')[2]}"
-    userinfo, bare = _userinfo(uri)
-    if userinfo is not None:
-        user, colon, _ = userinfo.partition(":")
-        scheme, _, rest = bare.partition("://")
-        uri = f"{scheme}://{user + ':***' if colon else '***'}@{rest}"
-    head, question, tail = uri.partition("?")
-    if not question:
-        return uri
-    query, hash_, fragment = tail.partition("#")
-    query = "&".join(part.partition("=")[0] + "=***" if _secret_param(part) else part for part in query.split("&"))
-    return f"{head}?{query}{hash_}{fragment}"
+    parts = Parts(uri)
+    return parts.bare(), *parts.credentials()
 
 
 def redact_argv() -> None:
@@ -127,25 +70,6 @@ def redact_argv() -> None:
     sys.argv[:] = [redact_uri(arg) for arg in sys.argv]
 
 
-def redact_text(text: str, uri) -> str:
-    """``text`` (an error's message) with the secrets of ``uri`` in it as ``***``, raw or
-    percent-decoded: a library's message may quote the URI it was given."""
-    if not isinstance(uri, str):
-        return text
-    secrets = set()
-    _, user, password = _credentials(uri)
-    secrets.add(password if password is not None else user)
-    loose = _loose_userinfo(uri)
-    if loose is not None:
-        secrets.update({loose, loose.partition(":")[2]})
-    secrets.update(part.partition("=")[2] for part in uri.partition("?")[2].partition("#")[0].split("&")
-                   if _secret_param(part))
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        for form in {secret, urllib.parse.unquote(secret), urllib.parse.quote(secret, safe="")}:
-            text = text.replace(form, "***")
-    return text
-
-
 def _sqlite_file(uri: str) -> str:
     """The database file of a ``sqlite:///PATH`` URI ('' when there is none)."""
     return uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
@@ -153,33 +77,23 @@ def _sqlite_file(uri: str) -> str:
 
 def check_mlflow_uri(uri: str) -> None:
     """An ``http(s)://`` tracking server must answer its ``/health`` within 10 s; a
-    ``sqlite:///`` or file store's directory must be writable."""
+    ``sqlite:///`` or file store's directory must be writable. Never raises anything but a
+    one-line :class:`DsacError` that shows the URI as :func:`redact_uri` gives it."""
     shown = redact_uri(uri)
-    bare, user, password = _credentials(uri)
+    parts = Parts(uri)
     try:
-        parsed = urllib.parse.urlparse(bare)
-    except ValueError as exc:
-        raise DsacError(f"--mlflow {shown}: not a URI ({redact_text(str(exc), uri)})") from None
-    if parsed.scheme in ("http", "https"):
-        # urllib takes no userinfo in a URL: the URI's user and password go as Basic auth, as
-        # MLflow sends them (from MLFLOW_TRACKING_USERNAME/PASSWORD, set by mlflow_client_uri).
-        headers = {}
-        if user is not None:
-            headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password or ''}".encode()).decode()
-        elif os.environ.get("MLFLOW_TRACKING_USERNAME") and os.environ.get("MLFLOW_TRACKING_PASSWORD"):
-            pair = f"{os.environ['MLFLOW_TRACKING_USERNAME']}:{os.environ['MLFLOW_TRACKING_PASSWORD']}"
-            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-        try:
-            request = urllib.request.Request(bare.split("?")[0].rstrip("/") + "/health", headers=headers)
-            with urllib.request.urlopen(request, timeout=10) as reply:
-                reply.read(64)
-        except urllib.error.HTTPError as exc:
-            raise DsacError(f"--mlflow {shown}: the tracking server answered HTTP {exc.code} "
-                            f"{redact_text(str(exc.reason), uri)}"
-                            + (" (check the user and password)" if exc.code in (401, 403) else "")) from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            reason = redact_text(str(getattr(exc, "reason", exc)), uri)
-            raise DsacError(f"--mlflow {shown}: the tracking server does not answer ({reason})") from None
+        parsed = urllib.parse.urlparse(parts.bare())
+    except Exception as exc:  # whatever the text makes the parser raise: its type, not its message
+        raise DsacError(f"--mlflow {shown}: not a URI ({type(exc).__name__})") from None
+    web = parts.head and parsed.scheme in ("http", "https")
+    if parts.userinfo is not None and not parts.loose and not web:
+        raise DsacError(f"--mlflow {shown}: a user and password go in an http:// or https:// URI "
+                        "(http://USER:PASSWORD@HOST:PORT)")
+    if web:
+        if parts.loose:  # urllib and MLflow would read the password's start as a host or a port
+            raise DsacError(f"--mlflow {shown}: the part before '@' holds a raw '/', '?' or '#': percent-encode "
+                            "them in a user or password (%2F, %3F, %23)")
+        _check_health(uri, shown, parts)
         return
     if parsed.scheme == "sqlite":
         path = _sqlite_file(uri)
@@ -195,7 +109,38 @@ def check_mlflow_uri(uri: str) -> None:
                         "sqlite:///FILE.db, a directory, databricks)")
     from dsac.files import check_writable_dir
 
-    check_writable_dir(directory, f"--mlflow {shown}:")
+    try:
+        check_writable_dir(directory, "--mlflow")
+    except DsacError as exc:
+        reason = str(exc).rpartition(" is not writable: ")[2]  # its path is the URI's: shown redacted, once
+        raise DsacError(f"--mlflow {shown}: the store's directory is not writable ({reason})") from None
+
+
+def _check_health(uri: str, shown: str, parts: Parts) -> None:
+    """The tracking server of an ``http(s)://`` URI answers its ``/health``."""
+    # urllib takes no userinfo in a URL: the URI's user and password go as Basic auth, as
+    # MLflow sends them (from MLFLOW_TRACKING_USERNAME/PASSWORD, set by mlflow_client_uri).
+    user, password = parts.credentials()
+    headers = {}
+    if user is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password or ''}".encode()).decode()
+    elif os.environ.get("MLFLOW_TRACKING_USERNAME") and os.environ.get("MLFLOW_TRACKING_PASSWORD"):
+        pair = f"{os.environ['MLFLOW_TRACKING_USERNAME']}:{os.environ['MLFLOW_TRACKING_PASSWORD']}"
+        headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+    try:
+        url = re.split(r"[?#]", parts.bare())[0].rstrip("/") + "/health"  # its query and fragment stay here
+        request = urllib.request.Request(url, headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            reply.read(64)
+    except urllib.error.HTTPError as exc:
+        raise DsacError(f"--mlflow {shown}: the tracking server answered HTTP {exc.code} "
+                        f"{redact_text(str(exc.reason), uri)}"
+                        + (" (check the user and password)" if exc.code in (401, 403) else "")) from None
+    except (urllib.error.URLError, OSError) as exc:  # the network's reason, which quotes no URL
+        reason = redact_text(str(getattr(exc, "reason", exc)), uri)
+        raise DsacError(f"--mlflow {shown}: the tracking server does not answer ({reason})") from None
+    except Exception as exc:  # http.client's InvalidURL, a ValueError: their messages quote the URL's parts
+        raise DsacError(f"--mlflow {shown}: not a URL the health check can request ({type(exc).__name__})") from None
 
 
 def check_trackers(output) -> None:
@@ -207,7 +152,7 @@ def check_trackers(output) -> None:
     """
     if output.wandb is not None:
         if not str(output.wandb).strip() or "/" in output.wandb:
-            raise DsacError(f"--wandb takes a W&B project name, got {output.wandb!r}")
+            raise DsacError(f"--wandb takes a W&B project name, got {redact_uri(output.wandb)!r}")
         wandb = _import("wandb", "--wandb")
         mode = os.environ.get("WANDB_MODE", "").lower()
         if mode not in ("offline", "disabled", "dryrun") and not os.environ.get("WANDB_API_KEY"):

@@ -44,14 +44,27 @@ def test_a_submitted_job_uploads_neither_tracker_stores_nor_tune_results_nor_sec
      "https://host/x?token=***&run=1&api_key=***&password=&sig=***"),
     ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
     ("sqlite:///home/a@b/mlflow.db", "sqlite:///home/a@b/mlflow.db"),
-    # a password with a raw "/" or "?" ends the authority early: all before the last "@" is hidden
-    ("https://u:pa/ss@host:5000", "https://***@host:5000"),
-    ("https://u:p?ss@host/x", "https://***@host/x"),
+    # a password with a raw "/" or "?" ends the authority early: all of it before the last "@" is hidden
+    ("https://u:pa/ss@host:5000", "https://u:***@host:5000"),
+    ("https://u:p?ss@host/x", "https://u:***@host/x"),
+    ("http://user:Sup/3rS3cret@host", "http://user:***@host"),
+    # without a scheme://
+    ("user:Sup3rS3cret@host:1", "user:***@host:1"),
+    ("Sup3rS3cret@host:1", "***@host:1"),
+    # query, path parameters and fragment, by the name of each value
+    ("https://host/x?session=Sup3rS3cret&run=1", "https://host/x?session=***&run=1"),
+    ("https://host/x;token=Sup3rS3cret/y;v=1?a=1", "https://host/x;token=***/y;v=1?a=1"),
+    ("https://host/cb#access_token=Sup3rS3cret&token_type=bearer", "https://host/cb#access_token=***&token_type=***"),
+    ("host:5000/x?a=1;Authorization=Sup3rS3cret", "host:5000/x?a=1;Authorization=***"),
+    ("ray://u:Sup3rS3cret@head:10001", "ray://u:***@head:10001"),
+    ("s3://bucket/runs?X-Amz-Signature=Sup3rS3cret", "s3://bucket/runs?X-Amz-Signature=***"),
     ("/runs/mlruns", "/runs/mlruns"),
+    ("runs/x", "runs/x"),
+    ("127.0.0.1:6379", "127.0.0.1:6379"),
     (None, None),
 ])
 def test_redact_uri_hides_userinfo_passwords_and_credential_params(uri, shown):
-    from dsac.trackers import redact_text, redact_uri
+    from dsac.redaction import redact_text, redact_uri
 
     assert redact_uri(uri) == shown
     if uri:  # a library's message quoting the URI it was given
@@ -177,3 +190,73 @@ def test_credentials_in_the_mlflow_uri_authenticate_and_appear_nowhere(tmp_path,
     assert refused.returncode == 2 and SECRET not in refused.stdout + refused.stderr, refused.stderr
     assert refused.stderr.strip() == (f"dsac: error: --mlflow http://user:***@127.0.0.1:{port}: the tracking server "
                                       "answered HTTP 401 Unauthorized (check the user and password)"), refused.stderr
+
+
+# URIs a user may type that must end in one line naming the URI with its secret hidden: the
+# health check never raises anything else, whatever the text.
+HOSTILE_MLFLOW_URIS = [
+    "http://user:Sup/3rS3cret@host",  # a raw "/" in the password: urllib would read "Sup" as a port
+    "user:Sup3rS3cret@host:1",  # no scheme://
+    "https://user:Sup3rS3cret@host:notaport/x",
+    "http://user:Sup3rS3cret@[::1",
+    "http://127.0.0.1:1/x;token=Sup3rS3cret?session=Sup3rS3cret#access_token=Sup3rS3cret",
+    "http://127.0.0.1:1/x?token=Sup3rS3cret\n&a=1",
+    "http://user:Sup3rS3cret@127.0.0.1:99999999",
+    "file://user:Sup3rS3cret@/proc/no/such/dir",
+    "user:Sup3rS3cret@/proc/x",
+]
+
+
+def test_the_health_check_never_raises_and_never_shows_a_secret():
+    """Each hostile URI, through the check a run and dsac-tune make before Ray starts: one line,
+    a DsacError, the URI shown redacted, and no part of the password in it."""
+    from dsac.errors import DsacError
+    from dsac.redaction import redact_uri
+    from dsac.trackers import check_mlflow_uri
+
+    for uri in HOSTILE_MLFLOW_URIS:
+        with pytest.raises(DsacError) as caught:
+            check_mlflow_uri(uri)
+        message = str(caught.value)
+        assert len(message.splitlines()) == 1 and message.startswith(f"--mlflow {redact_uri(uri)}: "), (uri, message)
+        assert "Sup" not in message and "3rS3cret" not in message, (uri, message)
+
+
+def test_the_two_mlflow_uris_of_issue_56_are_one_line_and_exit_2(tmp_path):
+    """``launch.py --mlflow`` with a ``/`` in the password, and without a scheme: one line,
+    exit 2, before Ray starts, the password nowhere in the output (one process for both)."""
+    import os
+
+    from conftest import REPO_ROOT, run_in_one_process
+
+    launch_py = os.path.join(REPO_ROOT, "launch.py")
+    cases = [("http://user:Sup/3rS3cret@host", "http://user:***@host: the part before '@' holds a raw '/'"),
+             ("user:Sup3rS3cret@host:1", "user:***@host:1: a user and password go in an http:// or https:// URI")]
+    results = run_in_one_process([{"program": launch_py, "cwd": tmp_path, "env": {"RAY_ADDRESS": None},
+                                   "args": ["--local", "--env", "Pendulum-v1", "--mlflow", uri]}
+                                  for uri, _ in cases], tmp_path)
+    for (_, line), result in zip(cases, results, strict=True):
+        assert result.returncode == 2 and result.stderr.startswith(f"dsac: error: --mlflow {line}"), result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "Sup" not in result.stdout + result.stderr
+
+
+def test_a_configs_repr_and_record_and_the_best_config_of_a_search_hide_credentials():
+    """``repr(Config)`` (and its sections'), ``config.json`` and a tracker's params
+    (:meth:`Config.to_dict`), and ``best_config.yaml``'s text show every URI redacted."""
+    import yaml
+
+    from dsac.config import Config
+    from dsac.tune.cli import best_config_text
+
+    secret = "Sup3rS3cret"
+    uris = {"mlflow": f"http://user:{secret}@host:5000", "address": f"ray://user:{secret}@head:10001",
+            "storage_path": f"s3://bucket/runs?X-Amz-Signature={secret}"}
+    config = Config(env="Pendulum-v1", env_kwargs={"url": f"https://host/?token={secret}"}, **uris)
+    for text in (repr(config), repr(config.output), repr(config.resources), repr(config.run), str(config)):
+        assert secret not in text and "user:***@host:5000" in repr(config), text
+    record = config.to_dict()  # env_kwargs are the env's own settings, which a resumed run reads back
+    assert secret not in json.dumps({key: record[key] for key in uris}), record
+    assert config.mlflow == uris["mlflow"]  # the process itself keeps the real value
+    text = best_config_text({"lr": 1e-3, **uris})
+    assert secret not in text and "# mlflow: its credentials are hidden (***); type --mlflow to give them" in text
+    assert yaml.safe_load(text)["mlflow"] == "http://user:***@host:5000"

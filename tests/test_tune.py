@@ -81,6 +81,21 @@ BAD_SPACES = [
     ({"env": "CartPole-v1", "max_seconds": 100}, ["--scheduler", "asha", "--time_attr", "time_total_s",
                                                  "--grace_period", "100"], "is not below the trials' budget 100"),
     ({"env": "CartPole-v1"}, ["--address", "127.0.0.1:9"], "nothing answers at Ray address 127.0.0.1:9"),
+    # dsac-tune's own numbers: each checked before the space is read or Ray starts
+    ({"env": "CartPole-v1"}, ["--scheduler", "asha", "--grace_period", "nan"],
+     "--grace_period must be a positive number, got nan"),
+    ({"env": "CartPole-v1"}, ["--scheduler", "asha", "--reduction_factor", "nan"],
+     "--reduction_factor must be a positive number, got nan"),
+    ({"env": "CartPole-v1"}, ["--scheduler", "asha", "--reduction_factor", "1"], "--reduction_factor must be a number "
+     "above 1"),
+    ({"env": "CartPole-v1"}, ["--scheduler", "pbt", "--perturbation_interval", "nan"],
+     "--perturbation_interval must be a positive number, got nan"),
+    ({"env": "CartPole-v1"}, ["--num_samples", "-1"], "--num_samples must be a positive integer, got -1"),
+    ({"env": "CartPole-v1"}, ["--scheduler", "asha", "--grace_period", "inf"],
+     "--grace_period must be a positive number, got inf"),
+    ({"env": "CartPole-v1"}, ["--scheduler", "asha", "--grace_period", "1e13"],
+     "is not below the trials' budget 1e+12 (dsac-tune's last rung in training_iteration)"),
+    ({"env": "CartPole-v1"}, ["--num_cpus", "nan"], "--num_cpus must be a positive number, got nan"),
 ]
 
 

@@ -13,7 +13,9 @@ import argparse
 import logging
 import os
 import sys
+from types import SimpleNamespace
 
+from dsac.coercion import non_negative_ints, optional_positive, positive_ints, positive_numbers
 from dsac.errors import DsacError, quiet_when_the_reader_leaves
 from dsac.tune.trainable import METRIC
 
@@ -50,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(Tune's WandbLoggerCallback; WANDB_MODE=offline: files only)")
     parser.add_argument("--mlflow", metavar="URI", help="log every trial as a run of this MLflow tracking URI "
                         "(Tune's MLflowLoggerCallback; experiment: MLFLOW_EXPERIMENT_NAME, else dsac)")
+    parser.add_argument("--trust_code", action="store_true", help="a run's config.json given as --space may import "
+                        "the modules it names (env module:Name, callbacks, policy class, custom model)")
     return parser
 
 
@@ -70,8 +74,6 @@ def ending_only_started(callback_class, started: str):
 def tracker_callbacks(wandb_project: str | None, mlflow_uri: str | None) -> list:
     """Tune's logger callbacks for ``--wandb``/``--mlflow`` (checked first as a lone run's are:
     :func:`dsac.trackers.check_trackers`); every trial is one tracker run, logged from the driver."""
-    from types import SimpleNamespace
-
     from dsac.trackers import check_trackers, mlflow_client_uri, mlflow_defaults, mlflow_experiment
 
     check_trackers(SimpleNamespace(wandb=wandb_project, mlflow=mlflow_uri))
@@ -92,6 +94,32 @@ def tracker_callbacks(wandb_project: str | None, mlflow_uri: str | None) -> list
     return callbacks
 
 
+# ASHA's last rung where the space fixes no budget in --time_attr's unit: no hidden cap (Tune's
+# default is 100).
+ASHA_MAX_T = 10**12
+
+
+def check_scheduler_options(grace_period, reduction_factor, perturbation_interval) -> None:
+    """The schedulers' numbers (:func:`dsac.coercion`'s checks): ``grace_period`` and
+    ``perturbation_interval`` finite and positive, ``reduction_factor`` finite and above 1."""
+    options = SimpleNamespace(grace_period=grace_period, perturbation_interval=perturbation_interval,
+                              reduction_factor=reduction_factor)
+    positive_numbers(options, "grace_period", "perturbation_interval", "reduction_factor")
+    if not reduction_factor > 1:
+        raise DsacError(f"--reduction_factor must be a number above 1 (1 in this many trials goes on), "
+                        f"got {reduction_factor!r}")
+
+
+def check_options(args) -> None:
+    """dsac-tune's own flags, before anything is read or started: one line for a bad one."""
+    positive_ints(args, "num_samples")
+    non_negative_ints(args, "max_concurrent")
+    optional_positive(args, "num_cpus", "max_seconds")
+    if args.total_env_steps is not None:
+        positive_ints(args, "total_env_steps")
+    check_scheduler_options(args.grace_period, args.reduction_factor, args.perturbation_interval)
+
+
 def scheduler_for(name: str, space: dict, time_attr: str = "training_iteration", grace_period: float = 2,
                   reduction_factor: float = 2, perturbation_interval: float = 2):
     """Tune's scheduler ``name`` (``fifo``: None) over ``space``, counting ``time_attr``. ASHA's
@@ -101,14 +129,14 @@ def scheduler_for(name: str, space: dict, time_attr: str = "training_iteration",
 
     from dsac.tune.space import mutations
 
-    if min(grace_period, perturbation_interval) <= 0 or reduction_factor <= 1:
-        raise DsacError("--grace_period and --perturbation_interval must be positive and --reduction_factor above 1")
+    check_scheduler_options(grace_period, reduction_factor, perturbation_interval)
     if name == "asha":
         budget = {"time_total_s": "max_seconds", "timesteps_total": "total_env_steps"}.get(time_attr)
         kind, value = space.get(budget, ("grid", None))
-        max_t = value if kind is None and value else 10**12  # no hidden cap (Tune's default is 100)
+        max_t = value if kind is None and value else ASHA_MAX_T
         if grace_period >= max_t:
-            raise DsacError(f"--grace_period {grace_period:g} is not below the trials' budget {max_t:g} ({budget})")
+            named = budget if kind is None and value else f"dsac-tune's last rung in {time_attr}"
+            raise DsacError(f"--grace_period {grace_period:g} is not below the trials' budget {max_t:g} ({named})")
         return ASHAScheduler(time_attr=time_attr, grace_period=grace_period, reduction_factor=reduction_factor,
                              max_t=max_t)
     if name == "pbt":
@@ -129,9 +157,10 @@ def run(args) -> tuple[str, str]:
     from dsac.files import check_writable_dir
     from dsac.tune.space import read_space
 
+    check_options(args)
     budget = {k: v for k, v in (("max_seconds", args.max_seconds), ("total_env_steps", args.total_env_steps))
               if v is not None}
-    space = read_space(args.space, budget)
+    space = read_space(args.space, budget, trust_code=args.trust_code)
     warn_default_step_budget(space)
     scheduler = scheduler_for(args.scheduler, space, args.time_attr, args.grace_period, args.reduction_factor,
                               args.perturbation_interval)  # bad options: before Ray starts
@@ -212,17 +241,29 @@ def search(space: dict, *, storage_path: str, name: str, scheduler=None, metric:
 def write_best(results, metric: str, experiment_dir: str) -> tuple[str, str]:
     """The best trial's flags as ``best_config.yaml`` in ``experiment_dir`` (a file
     ``launch.py --config`` takes); returns its path and the best trial's weights' path."""
-    import yaml
+    from dsac.files import atomic_write_bytes
 
     try:
         best = results.get_best_result(metric=metric, mode="max", scope="last")
     except RuntimeError:
         raise DsacError(f"no trial reported {metric}: every trial failed") from None
     config_path = os.path.join(experiment_dir, "best_config.yaml")
-    with open(config_path, "w") as f:
-        yaml.safe_dump(dict(best.config), f, sort_keys=True)
+    atomic_write_bytes(config_path, best_config_text(dict(best.config)).encode())
     weights = os.path.join(best.metrics.get("dsac_output_dir") or os.path.join(best.path, "dsac"), "weights.pkl")
     return config_path, os.path.abspath(weights)
+
+
+def best_config_text(flags: dict) -> str:
+    """``best_config.yaml``'s text: the trial's flags, every URI's credentials hidden
+    (:func:`dsac.redaction.redact_value`) and a comment naming the flags to type again."""
+    import yaml
+
+    from dsac.redaction import redact_value
+
+    shown = redact_value(flags)
+    hidden = sorted(key for key in flags if shown[key] != flags[key])
+    head = "".join(f"# {key}: its credentials are hidden (***); type --{key} to give them\n" for key in hidden)
+    return head + yaml.safe_dump(shown, sort_keys=True)
 
 
 def trial_fits(space: dict, cluster: dict) -> tuple[int, float, float, int]:

@@ -10,11 +10,16 @@
 ``loguniform`` are sampled. The file is checked before Ray starts: unknown flags, unknown
 kinds and bad ranges are one-line errors, and the first value of every entry must make a valid
 config.
+
+A run's record (its ``config.json``) given as the space is read by the rule of every file of
+flags (:func:`dsac.config.file_values`): the code it names is refused without ``--trust_code``,
+its ``address``, ``mlflow``, ``wandb``, ``storage_path``, ``init_weights`` and ``output_dir``
+are left out, and each of its values is one fixed value (a record holds no distributions).
 """
 
 from __future__ import annotations
 
-from dsac.config import Config, read_mapping
+from dsac.config import Config, file_values, is_record, read_mapping
 from dsac.envs import make_env
 from dsac.errors import DsacError
 
@@ -38,9 +43,10 @@ def _entry(name: str, value):
     return kind, arg
 
 
-def parse_space(values: dict) -> dict:
-    """``{flag: (kind, argument)}`` (kind None: fixed), checked against dsac's flags."""
-    space = {name: _entry(name, value) for name, value in values.items()}
+def parse_space(values: dict, fixed_only: bool = False) -> dict:
+    """``{flag: (kind, argument)}`` (kind None: fixed), checked against dsac's flags;
+    ``fixed_only``: every value is fixed (a record's ``{"grid": [...]}`` is a value, not a search)."""
+    space = {name: (None, value) if fixed_only else _entry(name, value) for name, value in values.items()}
     # unknown flags and bad values: dsac's own one-line errors
     config = Config.from_dict(first_values(space)).validate()
     run = config.run
@@ -54,9 +60,16 @@ def first_values(space: dict) -> dict:
     return {name: (arg[0] if kind else arg) for name, (kind, arg) in space.items()}
 
 
-def read_space(path: str, fixed: dict | None = None) -> dict:
-    """:func:`parse_space` of a YAML or JSON file, with ``fixed`` values on top (checked with it)."""
-    return parse_space({**read_mapping(path, f"--space {path}"), **(fixed or {})})
+def read_space(path: str, fixed: dict | None = None, trust_code: bool = False) -> dict:
+    """:func:`parse_space` of a YAML or JSON file, with ``fixed`` values on top (checked with it).
+    The file is read as every file of flags is (:func:`dsac.config.file_values`): the user's
+    own space is as trusted as typing it; a run's record is data, whose code is imported only
+    with ``trust_code``."""
+    source = f"--space {path}"
+    values = read_mapping(path, source)
+    record = is_record(values)
+    values = file_values(values, {**(fixed or {}), "trust_code": trust_code}, source, trusted=True, fresh_run=False)
+    return parse_space({**values, **(fixed or {})}, fixed_only=record)
 
 
 def tune_space(space: dict) -> dict:
