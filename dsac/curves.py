@@ -4,6 +4,7 @@ only in their seed, and average a group on a common x grid (for ``dsac-plot``)."
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -39,38 +40,73 @@ class Curve:
     std: np.ndarray
 
 
+def _numbered_rows(progress: str) -> list[tuple[int, object]]:
+    """``(line number, JSON value)`` of every non-blank line of ``progress`` (read as every text
+    file dsac reads: a regular file, within :data:`dsac.files.TEXT_LIMIT`)."""
+    from dsac.files import read_text
+
+    rows = []
+    for number, text in enumerate(read_text(progress, progress).splitlines(), 1):
+        if text.strip():
+            try:
+                rows.append((number, json.loads(text)))
+            except (ValueError, RecursionError):
+                raise DsacError(f"{progress}: line {number} is not JSON") from None
+    return rows
+
+
 def read_progress(path: str) -> list[dict]:
     """The rows of a run's ``progress.jsonl`` (``path``: the file or its run directory), in the
     order they were written; ``[]`` when the run has none yet. One line per evaluation with
     ``env_steps``, ``updates``, ``wall_s`` (seconds from the program's start) and the
     ``eval_*`` fields (docs/guide.md: Output)."""
     progress = os.path.join(path, "progress.jsonl") if os.path.isdir(path) else path
-    if not os.path.isfile(progress):
+    if not os.path.exists(progress):
         return []
-    rows = []
-    with open(progress) as f:
-        for number, text in enumerate(f, 1):
-            if text.strip():
-                try:
-                    rows.append(json.loads(text))
-                except json.JSONDecodeError:
-                    raise DsacError(f"{progress}: line {number} is not JSON") from None
-    return rows
+    return [row for _, row in _numbered_rows(progress)]
+
+
+# What a curve reads of each progress row: finite numbers for its axes; the return may be NaN.
+ROW_NUMBERS = {"env_steps": True, "wall_s": True, "eval_return_mean": False}
+
+
+def _checked_row(progress: str, number: int, row) -> dict:
+    """A progress row with the numbers a curve reads, else one line naming the line and the key."""
+    if not isinstance(row, dict):
+        raise DsacError(f"{progress}: line {number} is a JSON {type(row).__name__}, not a row of a run's progress")
+    for key, finite in ROW_NUMBERS.items():
+        value = row.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or (finite and not math.isfinite(value)):
+            raise DsacError(f"{progress}: line {number}: {key} must be a {'finite ' if finite else ''}number, "
+                            f"got {repr(value)[:80]}")
+    return row
+
+
+def read_config(path: str) -> dict:
+    """A run's ``config.json`` for grouping its curve (``{}`` when it has none): a mapping read as
+    every text file dsac reads, never as code — it names nothing dsac-plot imports or contacts."""
+    from dsac.files import read_json
+
+    config_path = os.path.join(path, "config.json")
+    if not os.path.lexists(config_path):
+        return {}
+    config = read_json(config_path, config_path)
+    if not isinstance(config, dict):
+        raise DsacError(f"{config_path} holds a JSON {type(config).__name__}, not a run's config (a mapping)")
+    return config
 
 
 def read_run(path: str) -> Run:
-    """The evaluations in ``path/progress.jsonl`` (and its ``config.json``, if any)."""
+    """The evaluations in ``path/progress.jsonl`` (and its ``config.json``, if any). A row or a
+    config that is not what dsac writes is refused in one line naming the file (not skipped: a
+    curve missing rows would look like a run that learned otherwise)."""
     progress = os.path.join(path, "progress.jsonl")
-    if not os.path.isfile(progress):
+    if not os.path.lexists(progress):
         raise DsacError(f"{path} is not a run directory (no progress.jsonl)")
-    lines = read_progress(progress)
+    lines = [_checked_row(progress, number, row) for number, row in _numbered_rows(progress)]
     if not lines:
         raise DsacError(f"{progress} has no evaluations yet")
-    config = {}
-    config_path = os.path.join(path, "config.json")
-    if os.path.isfile(config_path):
-        with open(config_path) as f:
-            config = json.load(f)
+    config = read_config(path)
     lines.sort(key=lambda line: line["env_steps"])
     return Run(
         name=os.path.basename(os.path.normpath(path)),
@@ -85,13 +121,17 @@ def experiment_key(run: Run) -> str:
     """Runs with the same key are the same experiment with different seeds. A run without
     a config.json is an experiment of its own. Settings of another algorithm than the run's,
     which a config.json of an older run holds and a newer one does not, are left out."""
-    from dsac.config import ALGORITHMS_OF
+    from dsac.config import ALGORITHMS_OF, RECORD_EXCLUDED_KEYS
 
     if not run.config:
         return f"run:{run.name}"
     algo = run.config.get("algo")
-    return json.dumps({k: v for k, v in run.config.items() if k not in NOT_THE_EXPERIMENT
-                       and algo in ALGORITHMS_OF.get(k, (algo,))}, sort_keys=True)
+    left_out = NOT_THE_EXPERIMENT.union(RECORD_EXCLUDED_KEYS)  # where a run went and connected, not what it ran
+    try:
+        return json.dumps({k: v for k, v in run.config.items() if k not in left_out
+                           and algo in ALGORITHMS_OF.get(k, (algo,))}, sort_keys=True)
+    except (RecursionError, TypeError, ValueError):  # nested deeper than the encoder goes: a run of its own
+        return f"run:{run.name}"
 
 
 def group_label(names: list[str]) -> str:

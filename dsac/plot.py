@@ -41,6 +41,8 @@ def plot(paths: list[str], out: str, group: bool = True, title: str | None = Non
         figure.savefig(out, dpi=100)
     except OSError as exc:
         raise DsacError(f"cannot write {out}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # matplotlib: an extension it has no writer for
+        raise DsacError(f"cannot write {out}: {str(exc).splitlines()[0] if str(exc) else 'ValueError'}") from None
     finally:
         plt.close(figure)
 
