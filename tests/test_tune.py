@@ -96,6 +96,8 @@ BAD_SPACES = [
     ({"env": "CartPole-v1"}, ["--scheduler", "asha", "--grace_period", "1e13"],
      "is not below the trials' budget 1e+12 (dsac-tune's last rung in training_iteration)"),
     ({"env": "CartPole-v1"}, ["--num_cpus", "nan"], "--num_cpus must be a positive number, got nan"),
+    ({"env": "CartPole-v1"}, ["--storage_path", "/proc/no;token=Sup3rS3cret"],
+     "--storage_path /proc/no;token=*** is not writable"),
 ]
 
 

@@ -155,6 +155,7 @@ def run(args) -> tuple[str, str]:
     import ray
 
     from dsac.files import check_writable_dir
+    from dsac.redaction import redact_text
     from dsac.tune.space import read_space
 
     check_options(args)
@@ -164,7 +165,10 @@ def run(args) -> tuple[str, str]:
     warn_default_step_budget(space)
     scheduler = scheduler_for(args.scheduler, space, args.time_attr, args.grace_period, args.reduction_factor,
                               args.perturbation_interval)  # bad options: before Ray starts
-    check_writable_dir(args.storage_path, "--storage_path")
+    try:
+        check_writable_dir(args.storage_path, "--storage_path")
+    except DsacError as exc:  # a cloud store's URI may carry a token
+        raise DsacError(redact_text(str(exc), args.storage_path)) from None
     callbacks = tracker_callbacks(args.wandb, args.mlflow)
     if args.num_cpus is not None and (args.address or args.num_cpus <= 0):
         raise DsacError("--num_cpus sizes a local Ray: a positive number, without --address")
