@@ -1,12 +1,16 @@
 """A structure-aware fuzzer of the weights decoder (:func:`dsac.safe_pickle.loads`, then the
-payload checks of :func:`dsac.files.check_payload`), over mutations of files dsac writes.
+payload checks of :func:`dsac.files.check_payload`, then the policy rebuilt from the sizes the
+payload names, as :func:`dsac.load_policy` does), over mutations of files dsac writes.
 
     python -m benchmarks fuzz --minutes 2            # as many cases as fit, seed 0
     python -m benchmarks fuzz --cases 500 --seed 7
+    python -m benchmarks fuzz --cases 300 --only size_fields
 
 Each case is a file made from the golden weights files (tests/data/golden): bytes flipped,
 opcodes spliced, cut or repeated, a decoded payload grown with values ``encode`` never writes
-(tuples, int keys, deep, wide or shared nesting), or a hand-built hostile pickle (a tuple key
+(tuples, int keys, deep, wide or shared nesting), the fields a loader reads sizes from
+(``model``, ``observation_space``, ``action_space``, ``atari``) given values within and past
+:mod:`dsac.models.sizes`' bounds, or a hand-built hostile pickle (a tuple key
 300,000 deep, int keys sharing one hash, huge length claims, a ``[0, 2**62]`` shape, millions
 of small containers). For every case it asserts the outcome is a value or a one-line refusal
 (``UnsafePickle`` or ``DsacError``), within the bound :mod:`dsac.safe_pickle` states: time
@@ -24,6 +28,7 @@ import argparse
 import glob
 import itertools
 import json
+import math
 import os
 import pickle
 import pickletools
@@ -245,38 +250,124 @@ def grow_payload(rng: random.Random, data: bytes) -> bytes:
     return pickle.dumps(payload, protocol=5)
 
 
-def make_case(seed: int, index: int) -> tuple[str, bytes]:
-    """Case ``index`` of run ``seed``: (what it is, the file's bytes). Deterministic."""
+def _box(shape: list, dtype: str = "float32", low=0, high=1) -> dict:
+    """A Box space's description as dsac writes it (bounds of ``shape``, no list shared)."""
+    def fill(dims, value):
+        return [fill(dims[1:], value) for _ in range(dims[0])] if dims else value
+    return {"type": "Box", "shape": list(shape), "dtype": dtype, "low": fill(shape, low), "high": fill(shape, high)}
+
+
+# Values of the fields a loader reads sizes from (model, observation_space, action_space, atari):
+# within and past dsac.models.sizes' bounds, of wrong types, or claiming more than they hold.
+HUGE = [0, -1, 2**31 - 1, 2**31, 2**40, 2**63, 2**70, True, None, 1.5, float("nan"), "64"]
+SIZE_FIELDS = {
+    "model": {
+        "num_atoms": [2, 51, 1_000, 1_001, 2**26, *HUGE, [51]],
+        "fcnet_hiddens": [[10**9], [2**31], [2**63], [20_000, 20_000], [10_000_000], [10_000_001], [5_000, 5_000],
+                          [], [0], [-1], [64.5], [True], "64", None, [8] * 200, [[8]]],
+        "critic_hiddens": [[10**9], [30_000, 30_000], [], [0]],
+        "conv_filters": [[[4096, 1, 1]], [[2**40, 1, 1]], [[32, 2**40, 1]], [[32, 3, 2**40]], [[32, 3]], [],
+                         [[4, 3, 2]] * 100, [[4, 1, 1]] * 40, [[True, 3, 2]], "x", None, [[4, 11, 1]], [[4, 3, 0]]],
+        "v_min": [float("nan"), float("inf"), -1e308, 10.0],
+        "dueling": [True, False, 2, None],
+    },
+    "observation_space": [
+        _box([4]), _box([3]), _box([0, 2**62]), _box([0] * 32), _box([0] * 33), _box([84, 84], "uint8", 0, 255),
+        _box([16, 12, 12], "uint8", 0, 255), _box([10, 5]), _box([3, 3, 3, 3]), _box([5, 4, 3, 2, 1]),
+        {**_box([4]), "shape": [2**40]}, {**_box([2]), "dtype": "object"}, {**_box([2]), "low": "x"},
+        {"type": "Discrete", "n": 2**31 - 1}, {"type": "Dict", "spaces": {}}, {"type": "Box"}, [], "Box", None,
+    ],
+    "action_space": [
+        {"type": "Discrete", "n": n, "start": 0} for n in (0, 1, 2, 10_001, 2**31 - 1, 2**31, 2**63, -1, True)
+    ] + [_box([1], "float32", -2, 2), _box([6], "float32", -1, 1), _box([0]), _box([2, 3]),
+         {**_box([1]), "shape": [10**7]}, {"type": "MultiDiscrete", "nvec": [2**31] * 4}, None, 5],
+    "atari": {
+        "framestack": [0, 1, 16, 17, 10**9, 2**63, True, 4.0],
+        "dim": [7, 8, 512, 513, 2**40, -84],
+        "frame_skip": [0, 64, 65, 2**40],
+        "noop_max": [10_000, 10_001, 2**63],
+        "grayscale": [False, 1],
+        "lives": [3],  # a key dsac never writes
+    },
+}
+
+
+def _plain_env(data: bytes) -> dict:
+    """The payload of golden file ``data``, its env a plain id if the file names it as code."""
+    payload = pickle.loads(data)
+    if ":" in payload["env"]:
+        payload["env"] = "Catch-v0"
+    return payload
+
+
+def size_fields(rng: random.Random, data: bytes) -> bytes:
+    """A golden payload with one to four of the fields a loader reads sizes from replaced (the
+    loader then builds the policy those fields describe); an env named as code becomes a plain
+    id, so the sizes are read rather than the code refused."""
+    payload = _plain_env(data)
+    for _ in range(rng.choice([1, 1, 2, 4])):
+        field = rng.choice(sorted(SIZE_FIELDS))
+        choices = SIZE_FIELDS[field]
+        if isinstance(choices, list):
+            payload[field] = rng.choice(choices)
+        elif rng.random() < 0.05:
+            payload[field] = rng.choice([None, [], "x", 5])
+        else:
+            key = rng.choice(sorted(choices))
+            section = payload.get(field)
+            payload[field] = {**(section if isinstance(section, dict) else {}), key: rng.choice(choices[key])}
+    return pickle.dumps(payload, protocol=5)
+
+
+def make_case(seed: int, index: int, only: str | None = None) -> tuple[str, bytes]:
+    """Case ``index`` of run ``seed``: (what it is, the file's bytes); with ``only``, a case of
+    that mutation (``size_fields``, ``flip_bytes``, ...). Deterministic."""
     rng = random.Random(seed * 1_000_003 + index)
     files = golden_files()
     data = rng.choice(files)
+    if only is not None:
+        return only, MUTATIONS[only](rng, data)
     roll = rng.random()
-    if roll < 0.25:
+    if roll < 0.2:
         make = rng.choice(HOSTILE)
         return make.__name__, make(rng)
-    if roll < 0.45:
+    if roll < 0.35:
         return "flip_bytes", flip_bytes(rng, data)
-    if roll < 0.65:
+    if roll < 0.5:
         return "splice_opcodes", splice_opcodes(rng, data, rng.choice(files))
-    if roll < 0.75:
+    if roll < 0.6:
         return "truncate", truncate(rng, data)
-    if roll < 0.95:
+    if roll < 0.75:
         return "grow_payload", grow_payload(rng, data)
+    if roll < 0.95:
+        return "size_fields", size_fields(rng, data)
     return "golden", data
 
 
+# The mutations ``--only`` may name, each (rng, a golden file's bytes) -> bytes.
+MUTATIONS = {
+    "flip_bytes": flip_bytes, "truncate": truncate, "grow_payload": grow_payload, "size_fields": size_fields,
+    "splice_opcodes": lambda rng, data: splice_opcodes(rng, data, rng.choice(golden_files())),
+    **{make.__name__: lambda rng, _, make=make: make(rng) for make in HOSTILE},
+}
+
+
 def decode_once(data: bytes) -> tuple[str, str]:
-    """(outcome, detail) of reading ``data`` as :func:`dsac.files.load_weights` does after the
-    read: ``value``, ``refused`` (UnsafePickle or DsacError; detail: the message) or
-    ``error`` (anything else: the exception)."""
+    """(outcome, detail) of reading ``data`` as :func:`dsac.load_policy` does after the read:
+    decoded and checked as :func:`dsac.files.load_weights` does, then, for a weights payload,
+    its policy rebuilt from the sizes it names (no code imported). ``value``, ``refused``
+    (UnsafePickle or DsacError; detail: the message) or ``error`` (anything else: the
+    exception)."""
     from dsac.errors import DsacError
     from dsac.files import check_payload
+    from dsac.inference import LoadedPolicy
     from dsac.safe_pickle import UnsafePickle, loads
 
     try:
         payload = loads(data)
         if isinstance(payload, dict) and "weights" in payload:
             check_payload(payload, "fuzz.pkl")
+            LoadedPolicy(payload, "fuzz.pkl")
         return "value", ""
     except (UnsafePickle, DsacError) as exc:
         return "refused", str(exc)
@@ -284,17 +375,18 @@ def decode_once(data: bytes) -> tuple[str, str]:
         return "error", f"{type(exc).__name__}: {exc}"[:500]
 
 
-def child(seed: int, start: int, stop: int) -> None:
+def child(seed: int, start: int, stop: int, only: str | None = None) -> None:
     """Run cases ``start..stop-1`` of ``seed``, one JSON line each on stdout, a ``start`` line
     before each (so the parent knows which case ended the process, should one)."""
     import resource
     import tracemalloc
 
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
-    decode_once(golden_files()[0])  # imports done before the first measurement
+    for data in golden_files():  # imports done before the first measurement, every algorithm's
+        decode_once(pickle.dumps(_plain_env(data), protocol=5))
     out = sys.stdout
     for index in range(start, stop):
-        kind, data = make_case(seed, index)
+        kind, data = make_case(seed, index, only)
         out.write(json.dumps({"start": index}) + "\n")
         out.flush()
         began = time.perf_counter()
@@ -316,11 +408,14 @@ def _bounds() -> tuple[int, int]:
     return PEAK_BYTES_PER_BYTE, PEAK_CONSTANT
 
 
-def run(seed: int = 0, cases: int | None = None, minutes: float | None = None, log=None) -> dict:
+def run(seed: int = 0, cases: int | None = None, minutes: float | None = None, log=None,
+        only: str | None = None) -> dict:
     """Run cases of ``seed`` in subprocesses until ``cases`` are done or ``minutes`` pass;
     restart the subprocess after a case that ended it. Returns the summary: ``cases``,
     ``crashes`` and ``failures`` (lists of dicts), ``worst_seconds_per_byte`` and
     ``worst_bytes_per_byte`` (over cases of at least 4 KiB), ``by_kind``."""
+    if (cases is not None and cases <= 0) or (minutes is not None and not (math.isfinite(minutes) and minutes > 0)):
+        raise ValueError(f"cases and minutes must be positive (and finite), got {cases!r} and {minutes!r}")
     per_byte, constant = _bounds()
     deadline = None if minutes is None else time.monotonic() + 60 * minutes
     total = cases if cases is not None else 10**9
@@ -330,8 +425,8 @@ def run(seed: int = 0, cases: int | None = None, minutes: float | None = None, l
     while index < total and (deadline is None or time.monotonic() < deadline):
         batch_end = total if deadline is None else min(total, index + 200)
         proc = subprocess.Popen([sys.executable, "-m", "benchmarks.fuzz", "--child", str(seed), str(index),
-                                 str(batch_end)], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env={**os.environ, "PYTHONPATH": REPO_ROOT})
+                                 str(batch_end), *([only] if only else [])], cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": REPO_ROOT})
         stalled = threading.Event()
         watchdog = _watchdog(proc, stalled)
         started = None
@@ -353,7 +448,7 @@ def run(seed: int = 0, cases: int | None = None, minutes: float | None = None, l
         code = proc.wait()
         if started is not None:  # a case began and gave no result: it ended the runner (the deadline's kill
             # comes after a result)
-            kind, data = make_case(seed, started)
+            kind, data = make_case(seed, started, only)
             why = f"hung past {HANG_SECONDS} s" if stalled.is_set() else \
                 f"signal {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
             summary["crashes"].append({"index": started, "kind": kind, "size": len(data), "why": why,
@@ -426,17 +521,45 @@ def report(summary: dict) -> str:
     return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse's own convention)
+        self.exit(2, f"fuzz: error: {message}\n")
+
+
+def _positive_cases(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _positive_minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):  # nan or 0 ran no case and reported success; inf never ends
+        raise argparse.ArgumentTypeError(f"must be a positive finite number of minutes, got {text!r}")
+    return value
+
+
 def main(argv=None) -> int:
     if argv and argv[0] == "--child":
-        child(*map(int, argv[1:4]))
+        child(*map(int, argv[1:4]), *argv[4:5])
         return 0
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=None, help="run for this long (default: 2 unless --cases)")
-    parser.add_argument("--cases", type=int, default=None, help="stop after this many cases")
+    parser = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=_positive_minutes, default=None,
+                        help="run for this long (default: 2 unless --cases)")
+    parser.add_argument("--cases", type=_positive_cases, default=None, help="stop after this many cases")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", choices=sorted(MUTATIONS), default=None,
+                        help="cases of this mutation only (size_fields: the sizes a loader reads)")
     args = parser.parse_args(argv)
     minutes = args.minutes if args.minutes is not None or args.cases is not None else 2.0
-    summary = run(args.seed, args.cases, minutes, log=lambda text: print(text, flush=True))
+    summary = run(args.seed, args.cases, minutes, log=lambda text: print(text, flush=True), only=args.only)
     print(report(summary))
     return 1 if summary["crashes"] or summary["failures"] else 0
 

@@ -167,6 +167,29 @@ def test_the_fuzzer_finds_no_crash_and_every_case_within_the_bound():
     assert outcomes == {"value", "refused"}  # the mutations reach both sides of the checks
 
 
+def test_the_fuzzer_mutates_the_fields_loaders_read_sizes_from(tmp_path):
+    """Issue 56: the fuzzer also replaces ``model``, ``observation_space``, ``action_space`` and
+    ``atari`` values (within and past the bounds, wrong types) and rebuilds the policy they
+    describe, as load_policy does: 300 seeded cases of that mutation in one subprocess, each a
+    value or a one-line refusal within the bound (before dsac.models.sizes, a MemoryError and an
+    IndexError). A run that would try no case is refused in one line (it said "0 cases, 0
+    crashes" and exit 0)."""
+    summary = fuzz.run(seed=0, cases=300, only="size_fields")
+    assert summary["cases"] == 300 and not summary["crashes"] and not summary["failures"], fuzz.report(summary)
+    row = summary["by_kind"]["size_fields"]
+    assert row["value"] and row["refused"], row
+    bad = [["--cases", "-5"], ["--cases", "0"], ["--minutes", "-1"], ["--minutes", "0"], ["--minutes", "nan"],
+           ["--minutes", "inf"], ["--only", "nothing"]]
+    (tmp_path / "batch").mkdir()
+    results = run_in_one_process([{"program": "-m benchmarks", "args": ["fuzz", *args]} for args in bad],
+                                 tmp_path / "batch")
+    for args, result in zip(bad, results, strict=True):
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        where = f"fuzz {args}: exit {result.returncode}, {result.stdout[-300:]!r} {result.stderr[-500:]!r}"
+        assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("fuzz: error: "), where
+        assert f"argument {args[0]}: " in lines[0] and not result.stdout, where
+
+
 def test_a_replay_snapshot_is_read_against_its_runs_buffer_size(tmp_path):
     """A checkpoint's replay member that declares more rows than the run's buffer keeps (its
     config.json's buffer_size, or the env steps it collected when more) is refused in one line
