@@ -6,7 +6,9 @@
 
 Exit 1 when something a default run needs is missing (TensorFlow, Ray or gymnasium that does
 not import, a cluster that cannot be joined, ...); a problem a default run survives (a GPU
-TensorFlow cannot use, a small ``/dev/shm``) is listed with exit 0.
+TensorFlow cannot use, a small ``/dev/shm``) is listed with exit 0. An ``--address`` where no
+Ray head answers (nothing listens, or something else does: a dashboard's HTTP port) is one
+line and exit 2, within seconds, before anything else is checked.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ import os
 import platform
 import shutil
 import sys
+import threading
 
 import dsac
 from dsac.errors import DsacError, quiet_when_the_reader_leaves
 
 # Below this, Ray puts its object store in /tmp (slower) and dsac's weights boards lack room.
 SHM_LOW_BYTES = 1 << 30
+# How long joining the cluster of ``--address`` may take once a Ray head answered there.
+JOIN_TIMEOUT_S = 30.0
 # Packages a default run imports, by import name (their distribution names for the versions).
 NEEDED = {"tensorflow": "tensorflow", "ray": "ray", "gymnasium": "gymnasium", "numpy": "numpy", "keras": "keras"}
 OPTIONAL = {"ale_py": "ale-py", "mujoco": "mujoco", "onnx": "onnx", "onnxruntime": "onnxruntime"}
@@ -114,25 +119,39 @@ def check_machine(found: Findings) -> float | None:
 
 
 def check_cluster(found: Findings, address: str) -> float | None:
-    """Join the cluster at ``address`` for a moment: its nodes and resources; returns its GPUs."""
+    """Join the cluster at ``address`` for a moment: its nodes and resources; returns its GPUs.
+    The join runs in a thread given :data:`JOIN_TIMEOUT_S`: ``ray.init`` can wait far longer on
+    a server that speaks gRPC but is no Ray head, and from a thread it leaves SIGTERM as it is."""
     import ray
 
-    from dsac.distributed.cluster import check_reachable
+    outcome: dict = {}
 
-    try:
-        check_reachable(address)
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    def join() -> None:
         try:
-            resources = ray.cluster_resources()
-            nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
-        finally:
-            ray.shutdown()
-    except (DsacError, ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+            try:
+                outcome["resources"] = ray.cluster_resources()
+                outcome["nodes"] = sum(1 for n in ray.nodes() if n.get("Alive"))
+            finally:
+                ray.shutdown()
+        except Exception as exc:  # whatever the join raises is the finding
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=join, name="join-ray", daemon=True)
+    thread.start()
+    thread.join(JOIN_TIMEOUT_S)
+    if thread.is_alive():  # stuck in Ray's C++ client: nothing to wait for, nothing to clean up
+        print(f"dsac-doctor: error: --address {address}: no Ray cluster joined within {JOIN_TIMEOUT_S:g} s",
+              file=sys.stderr, flush=True)
+        os._exit(2)
+    if "resources" not in outcome:
+        why = str(outcome.get("error", "")).strip().splitlines() or [type(outcome.get("error")).__name__]
         found.facts["cluster"] = None
-        found.problem(f"cannot join a Ray cluster at {address} ({str(exc).splitlines()[0][:160]}): fix: start it "
-                      "(ray start --head) or give its address as host:port", True)
+        found.problem(f"cannot join a Ray cluster at {address} ({why[0][:160]}): fix: start it (ray start --head) or "
+                      "give its address as host:port", True)
         return None
-    found.facts["cluster"] = {"address": address, "nodes": nodes, "CPU": resources.get("CPU", 0.0),
+    resources = outcome["resources"]
+    found.facts["cluster"] = {"address": address, "nodes": outcome["nodes"], "CPU": resources.get("CPU", 0.0),
                               "GPU": resources.get("GPU", 0.0), "memory_bytes": resources.get("memory", 0.0)}
     found.facts["ray_gpus"] = resources.get("GPU", 0.0)
     return found.facts["ray_gpus"]
@@ -170,13 +189,25 @@ def report(found: Findings) -> str:
     return "\n".join(lines)
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        self.exit(2, f"dsac-doctor: error: {message}\n")
+
+
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="dsac-doctor", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="dsac-doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     parser.add_argument("--address", default=None, help="also join the Ray cluster at this address (host:port)")
     args = parser.parse_args(argv)
+    if args.address and version("ray"):  # the flag first: a port where no Ray head answers is one line, in seconds
+        try:
+            from dsac.distributed.cluster import check_reachable
+
+            check_reachable(args.address)
+        except DsacError as exc:
+            print(f"dsac-doctor: error: {exc}", file=sys.stderr)
+            return 2
     found = diagnose(args.address)
     if args.json:
         print(json.dumps({**found.facts, "problems": found.problems, "ok": not found.fatal}))

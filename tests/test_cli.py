@@ -424,3 +424,92 @@ def test_a_run_starts_its_own_local_ray_where_another_cluster_left_its_address()
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("started"))
     assert line.startswith("started True") and "127.0.0.1:9" not in line, line
+
+class _Port:
+    """A real TCP server on 127.0.0.1 in a thread: ``"http"`` answers as an HTTP server does
+    (a Ray dashboard's port), ``"silent"`` accepts, reads and never answers (``accepted`` is set
+    at its first connection)."""
+
+    def __init__(self, kind: str):
+        import http.server
+        import socket
+        import threading
+
+        self.accepted = threading.Event()
+        self.kind = kind
+        if kind == "http":
+            self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+            self.port = self.server.server_address[1]
+            self.serve = self.server.serve_forever
+        else:
+            self.server = socket.create_server(("127.0.0.1", 0))
+            self.port = self.server.getsockname()[1]
+            self.serve = self._accept
+        self.connections = []
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                connection, _ = self.server.accept()  # never read: the kernel's buffer takes what comes
+            except OSError:  # closed at the test's end
+                return
+            self.connections.append(connection)
+            self.accepted.set()
+
+    def close(self):
+        if self.kind == "http":
+            self.server.shutdown()
+            self.server.server_close()
+        else:
+            self.server.close()
+        for connection in self.connections:
+            connection.close()
+
+
+def test_doctor_address_where_no_ray_head_answers_is_one_line_and_exit_2(tmp_path):
+    """A dashboard's HTTP port, a port that accepts and says nothing, a closed port and no port:
+    each refused in one line before any other check, the four in well under the 40 s that
+    ``ray.init`` alone would wait on either open port."""
+    http_port, silent = _Port("http"), _Port("silent")
+    cases = [(f"127.0.0.1:{http_port.port}", "an HTTP server answers there (a Ray dashboard's port?)"),
+             (f"http://127.0.0.1:{http_port.port}", "an HTTP server answers there"),
+             (f"127.0.0.1:{silent.port}", "it accepts connections but sent no reply in 5 s"),
+             ("127.0.0.1:9", "nothing answers at Ray address 127.0.0.1:9"),
+             ("127.0.0.1", "is not of the form host:port")]
+    started = time.monotonic()
+    try:
+        results = run_in_one_process([{"program": "-m dsac.doctor", "args": ["--address", address]}
+                                      for address, _ in cases], tmp_path, timeout=300)
+    finally:
+        http_port.close()
+        silent.close()
+    seconds = time.monotonic() - started
+    for (address, fact), result in zip(cases, results, strict=True):
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and result.stdout == "", (address, result.returncode, result.stdout[-500:])
+        assert len(lines) == 1 and lines[0].startswith("dsac-doctor: error: ") and fact in lines[0], result.stderr
+        if "no reply" in fact or "HTTP" in fact:
+            assert "give the head's GCS address" in lines[0]
+    assert seconds < 30, seconds
+
+
+def test_doctor_ends_at_sigterm_while_it_asks_a_port(tmp_path):
+    """SIGTERM while dsac-doctor waits on a port that accepted it and says nothing ends it at
+    once, as a terminal's user and ``timeout`` expect (``ray.init`` there would catch the signal
+    and sit in its C++ client, deaf to it)."""
+    silent = _Port("silent")
+    proc = subprocess.Popen([sys.executable, "-m", "dsac.doctor", "--address", f"127.0.0.1:{silent.port}"],
+                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert silent.accepted.wait(60), "dsac-doctor never connected"
+        time.sleep(1.5)  # well inside the time it waits for a reply (check_reachable's reply_s)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+        silent.close()
+    assert proc.returncode == -signal.SIGTERM
+

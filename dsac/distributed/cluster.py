@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import sys
+import time
 
 import ray
 
@@ -119,17 +120,47 @@ def package_root(module) -> str:
     return os.path.dirname(path) if os.path.basename(module.__file__) == "__init__.py" else path
 
 
-def check_reachable(address: str, timeout_s: float = 10.0) -> None:
-    """Fail fast when nothing answers at a ``host:port`` address (``ray.init`` would hang)."""
+def check_reachable(address: str, timeout_s: float = 10.0, reply_s: float = 5.0) -> None:
+    """Fail fast when no Ray head answers at a ``host:port`` address: ``ray.init`` would hang,
+    deaf to SIGTERM, on a closed port and on one where something else listens, such
+    as the dashboard's port that ``dsac-submit`` takes. A Ray head's GCS (and a Ray Client
+    server) speaks gRPC, so it answers HTTP/2's connection preface with a SETTINGS frame within
+    ``reply_s``; an HTTP/1 server answers ``HTTP/1.x`` and anything else something else or
+    nothing. A cluster with TLS (``RAY_USE_TLS``) is only connected to."""
     if address in ("auto", "local"):
         return
     host, _, port = address.split("://")[-1].rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise DsacError(f"--address {address} is not of the form host:port")
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        connection = socket.create_connection((host, int(port)), timeout=timeout_s)
     except OSError as exc:
         raise DsacError(f"nothing answers at Ray address {address} ({exc.strerror or exc})") from None
+    reply = b""
+    with connection:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return
+        deadline = time.monotonic() + reply_s
+        try:
+            connection.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            while len(reply) < 9 and time.monotonic() < deadline:
+                connection.settimeout(max(0.01, deadline - time.monotonic()))
+                chunk = connection.recv(9 - len(reply))
+                if not chunk:
+                    break
+                reply += chunk
+        except OSError:  # a reset or the deadline: judged by what came before it
+            pass
+    if len(reply) == 9 and reply[3] == 4 and reply[5:9] == bytes(4):  # a SETTINGS frame on stream 0: gRPC
+        return
+    if reply.startswith(b"HTTP/") or reply.lstrip()[:1] == b"<":  # a status line, or HTTP/0.9's bare page
+        what = "an HTTP server answers there (a Ray dashboard's port?)"
+    elif reply:
+        what = "it answers nothing Ray speaks"
+    else:
+        what = f"it accepts connections but sent no reply in {reply_s:g} s"
+    raise DsacError(f"no Ray head at {address}: {what}; give the head's GCS address, as `ray start "
+                    "--address` takes it (host:6379 by default)")
 
 
 def ship_user_code(config: Config) -> None:
