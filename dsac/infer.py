@@ -6,17 +6,24 @@
 """
 
 import argparse
-import os
 import statistics
 import sys
 
 from dsac.errors import DsacError, quiet_when_the_reader_leaves
 
+# Episodes one command plays: their seeds (seed + j) must stay below 2^32, and a larger count
+# is a typo, not an evaluation.
+MAX_EPISODES = 1_000_000
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, as every other refusal of dsac-infer
+        self.exit(2, f"infer: error: {message}\n")
+
 
 def parser() -> argparse.ArgumentParser:
     """dsac-infer's flags."""
-    parser = argparse.ArgumentParser(prog="dsac-infer", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="dsac-infer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")
     parser.add_argument("--episodes", type=int, default=10, help="episodes to run")
     parser.add_argument("--seed", type=int, default=0, help="episode j resets with seed + j")
@@ -31,16 +38,14 @@ def parser() -> argparse.ArgumentParser:
 
 def make_env_for(args, policy):
     """The env the episodes run in: the file's (its kwargs and preprocessing) unless ``--env``
-    names another, rendering for ``--video`` or ``--render``; one-line errors for an unwritable
-    video path or observations of another shape than the policy's."""
+    names another, rendering for ``--video`` or ``--render``; a one-line error for observations
+    of another shape than the policy's."""
     from dsac import video
     from dsac.envs import make_env
 
     env_id = args.env or policy.env_id
     env_kwargs = {} if args.env else policy.env_kwargs  # the file's env, unless overridden
     if args.video:
-        if os.path.isdir(args.video) or not os.access(os.path.dirname(os.path.abspath(args.video)), os.W_OK):
-            raise DsacError(f"--video {args.video}: not a file path this user can write")
         video.prepare_headless_rendering()
     if args.video or args.render:
         env_kwargs = {**env_kwargs, "render_mode": "rgb_array" if args.video else "human"}
@@ -81,11 +86,14 @@ def main(argv=None) -> int:
     or a user class raised."""
     args = parser().parse_args(argv)
     try:
-        if args.episodes <= 0:
-            raise DsacError(f"--episodes must be positive, got {args.episodes}")
+        if not 1 <= args.episodes <= MAX_EPISODES:
+            raise DsacError(f"--episodes must be an integer in [1, {MAX_EPISODES:,}], got {args.episodes}")
         if not 0 <= args.seed < 2**32 - args.episodes:
             raise DsacError(f"--seed must be an integer in [0, 2^32 - episodes), got {args.seed}")
         from dsac import video
+
+        if args.video:  # before the file is read and the episodes played: an unwritable path costs nothing
+            video.check_output_path(args.video, "--video")
         from dsac.files import atomic_write_bytes
         from dsac.inference import load_policy
 

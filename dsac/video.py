@@ -24,6 +24,23 @@ def prepare_headless_rendering() -> None:
         os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
 
+def check_output_path(path: str, flag: str) -> None:
+    """Refuse, before any episode is played, an mp4 path that could not be written: a folder,
+    or a place where this user cannot create a file (root passes ``os.access`` even in
+    ``/proc``, so a fresh name is created there, ``O_CREAT | O_EXCL | O_NOFOLLOW``, and removed)."""
+    from dsac.errors import DsacError
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise DsacError(f"{flag} {path} is a folder, not a file path")
+    probe = os.path.join(folder, f".write-test-{os.getpid()}-{os.urandom(6).hex()}")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        raise DsacError(f"{flag} {path}: a file cannot be written in {folder} ({exc.strerror or exc})") from None
+
+
 class Frames:
     """The frames of one episode, taken with ``env.render()`` after its reset and each step."""
 

@@ -270,6 +270,8 @@ def _bad_input_cases(tmp):
     (tmp / "badenv.py").write_text(BAD_ENV_MODULE)
     (tmp / "bad.yaml").write_text('fcnet_hiddens: "64,64"\n')
     (tmp / "weights.pkl").write_bytes(b"not a pickle")
+    (tmp / "local.yaml").write_text("env: Pendulum-v1\nlocal: true\nnum_workers: 4\n")
+    golden = os.path.join(REPO_ROOT, "tests", "data", "golden", "sac_pendulum", "weights.pkl")
     launch_py, infer, export = (os.path.join(REPO_ROOT, p) for p in ("launch.py", "scripts/infer.py",
                                                                       "scripts/export.py"))
     return [
@@ -291,7 +293,17 @@ def _bad_input_cases(tmp):
          "env_steps is 'many'"),
         (launch_py, ["--resume", _resumable_run(tmp / "r4", {"num_workers": [2]})], "--num_workers must be an integer"),
         (launch_py, ["--resume", _resumable_run(tmp / "r5", {"env": "badenv:Broken"})], "--trust_code"),
+        # --local runs one worker's envs: a worker count is refused as --num_learners is, typed or from a file.
+        (launch_py, ["--local", "--num_workers", "4"], "--num_workers 4 needs Ray: the serial runner (--local)"),
+        (launch_py, ["--config", str(tmp / "local.yaml")], "use --envs_per_worker 4 for 4 envs in this process"),
+        (launch_py, ["--resume", _resumable_run(tmp / "r6"), "--config", str(tmp / "bad.yaml")],
+         "continues with the config.json it was started with, not --config"),
         (infer, [str(tmp / "weights.pkl"), "--seed", "-1"], "--seed"),
+        (infer, [str(tmp / "weights.pkl"), "--episodes", "100000000000"], "--episodes must be an integer in [1, "),
+        (infer, [str(tmp / "weights.pkl"), "--episodes", "1e11"], "argument --episodes: invalid int value: '1e11'"),
+        # A policy that plays: the path is refused before the first episode, not after the last.
+        (infer, [golden, "--episodes", "3", "--video", "/proc/x.mp4"], "--video /proc/x.mp4: a file cannot be written"),
+        (infer, [golden, "--video", str(tmp)], "is a folder"),
         (export, [str(tmp / "weights.pkl"), "--savedmodel", "/proc/no/such/dir"], "truncated or corrupt"),
     ]
 
@@ -310,6 +322,7 @@ def test_bad_input_table_one_line_exit_2_and_no_ray(tmp_path):
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2, where
         assert len(lines) == 1 and ": error: " in lines[0] and fact in lines[0], where
+        assert "episode 0" not in result.stdout, where
         assert "Traceback" not in result.stdout + result.stderr, where
         assert not ray_dir.exists(), f"Ray was started: {where}"
         assert not (tmp_path / "run").exists(), where
@@ -424,6 +437,7 @@ def test_a_run_starts_its_own_local_ray_where_another_cluster_left_its_address()
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(line for line in proc.stdout.splitlines() if line.startswith("started"))
     assert line.startswith("started True") and "127.0.0.1:9" not in line, line
+
 
 class _Port:
     """A real TCP server on 127.0.0.1 in a thread: ``"http"`` answers as an HTTP server does
