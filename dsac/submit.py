@@ -6,7 +6,8 @@
 
 Everything after ``--`` goes to ``launch.py``. The repository is uploaded as the job's working
 directory, without run outputs, virtualenvs, caches, tracker stores, Tune results and
-secrets (``.env``, keys). ``--install`` makes the cluster install requirements.txt for the
+secrets (``.env*``, SSH keys, certificates, credential files and folders such as ``.pypirc``
+and ``.aws/``; one line names those it left out). ``--install`` makes the cluster install requirements.txt for the
 job (needed when the nodes lack dsac's packages); without it the nodes' own Python
 environment is used. Follow a job with ``ray job logs -f <id>``,
 stop it with ``ray job stop <id>``: the driver gets SIGTERM, stops the tasks and saves the
@@ -14,6 +15,7 @@ final weights (the job's runtime env gives it ``--stop_grace`` seconds before SI
 """
 
 import argparse
+import fnmatch
 import json
 import os
 import shlex
@@ -26,14 +28,62 @@ from dsac.errors import quiet_when_the_reader_leaves
 # The checkout dsac runs from: what the job uploads as its working directory.
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# Secrets, which must not leave the machine in a job's package: env files, keys and
+# certificates, credential stores of package registries, clouds and git. Patterns as
+# .gitignore's (Ray applies them so), each matching a name at any depth; a trailing ``/``: a
+# folder and all in it.
+SECRETS = [".env", ".env.*", ".envrc", "*credentials*", ".git-credentials", ".netrc", "_netrc", ".pypirc", ".npmrc",
+           ".yarnrc", ".dockercfg", ".htpasswd", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "*.pem", "*.key",
+           "*.p12", "*.pfx", "*.jks", "*.keystore", "*.kdbx", "*.gpg", "secrets.json", "secrets.yaml", "secrets.yml",
+           "secrets.toml", ".aws/", ".ssh/", ".gnupg/", ".docker/", ".kube/", ".azure/", "gcloud/"]
+
 # Not uploaded with the working directory: outputs, environments, caches, VCS data; tracker
 # stores (an MLflow SQLite store and its artifacts, W&B's offline runs) and Tune's results
 # (dsac-tune's default --storage_path), which can be gigabytes and are no input of a run;
-# and secrets (.env files, keys), which must not leave the machine in a job's package.
+# and the secrets above.
 EXCLUDES = ["runs/", "dsac_runs/", ".git/", ".venv/", "venv/", "env/", "__pycache__/", "*.pyc", ".pytest_cache/",
             ".ruff_cache/", "*.pkl", "*.npz", "tb/", "*.png", "*.mp4",
-            "mlflow.db", "mlruns/", "mlartifacts/", "wandb/", "tune_results/",
-            ".env", ".env.*", "*.pem", "*.key", ".netrc"]
+            "mlflow.db", "mlruns/", "mlartifacts/", "wandb/", "tune_results/", *SECRETS]
+
+# Seconds `ray job stop` may wait for the final save: at least one, at most a day.
+MAX_STOP_GRACE_S = 86_400
+
+
+def _matches(name: str, is_dir: bool, patterns: list[str]) -> bool:
+    """Whether a file or folder name matches one of ``patterns`` (slash-free .gitignore patterns,
+    a trailing ``/`` for folders only), as Ray's gitwildmatch matches them."""
+    return any(fnmatch.fnmatchcase(name, p.rstrip("/")) for p in patterns if is_dir or not p.endswith("/"))
+
+
+def secrets_left_out(root: str) -> list[str]:
+    """The secret-looking files and folders under ``root`` that the upload leaves out (relative
+    paths, a folder with a trailing ``/``), not looking inside folders left out anyway."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        where = os.path.relpath(folder, root)
+        for name in sorted(dirs):
+            if _matches(name, True, SECRETS):
+                found.append(os.path.normpath(os.path.join(where, name)) + "/")
+        dirs[:] = sorted(d for d in dirs if not _matches(d, True, EXCLUDES))
+        found += [os.path.normpath(os.path.join(where, name)) for name in sorted(files)
+                  if _matches(name, False, SECRETS)]
+    return found
+
+
+def stop_grace(text: str) -> int:
+    """``--stop_grace``: whole seconds (Ray reads them with ``int``), from one to a day."""
+    try:
+        seconds = int(text)
+    except ValueError:
+        seconds = None
+    if seconds is None or not 1 <= seconds <= MAX_STOP_GRACE_S:
+        raise argparse.ArgumentTypeError(f"must be a whole number of seconds in [1, {MAX_STOP_GRACE_S}], got {text!r}")
+    return seconds
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2
+        self.exit(2, f"submit: error: {message}\n")
 
 
 def requirements(path: str) -> list[str]:
@@ -75,15 +125,15 @@ def main(argv=None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, launch_args = argv[:cut], argv[cut + 1:]
-    parser = argparse.ArgumentParser(prog="dsac-submit", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="dsac-submit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
                         help="the cluster's dashboard, e.g. http://<head>:8265 (default: RAY_ADDRESS)")
     parser.add_argument("--no-wait", action="store_true", help="return once submitted (then: ray job logs -f <id>)")
     parser.add_argument("--install", action="store_true", help="install requirements.txt on the cluster for the job")
     parser.add_argument("--submission-id", default=None, help="a job id of your choosing")
-    parser.add_argument("--stop_grace", type=int, default=60,
-                        help="seconds `ray job stop` waits for the final save before SIGKILL")
+    parser.add_argument("--stop_grace", type=stop_grace, default=60,
+                        help=f"seconds `ray job stop` waits for the final save before SIGKILL (1 to "
+                             f"{MAX_STOP_GRACE_S})")
     parser.add_argument("--dry-run", action="store_true", help="print the command, do not run it")
     args = parser.parse_args(argv)
     if not os.path.exists(os.path.join(REPO_ROOT, "launch.py")):
@@ -91,6 +141,11 @@ def main(argv=None) -> int:
               f"{REPO_ROOT}: run dsac-submit from a clone of the repository (pip install -e .)", file=sys.stderr)
         return 2
     command = build_command(args, launch_args)
+    left_out = secrets_left_out(REPO_ROOT)
+    if left_out:
+        more = f" and {len(left_out) - 10} more" if len(left_out) > 10 else ""
+        shown = ", ".join(repr(name) for name in left_out[:10]) + more
+        print(f"submit: not uploaded, as secrets: {shown}", flush=True)
     from dsac.trackers import redact_uri
 
     print(shlex.join(redact_uri(part) for part in command), flush=True)  # an --mlflow URI's password is not shown

@@ -527,3 +527,51 @@ def test_doctor_ends_at_sigterm_while_it_asks_a_port(tmp_path):
         silent.close()
     assert proc.returncode == -signal.SIGTERM
 
+
+def test_submit_stop_grace_out_of_range_is_one_line(tmp_path):
+    values = ["-5", "nan", "inf", "0", "86401", "1e3"]
+    programs = [{"program": "-m dsac.submit", "args": ["--stop_grace", value, "--dry-run", "--", "--seed", "1"]}
+                for value in [*values, "90"]]
+    *refused, accepted = run_in_one_process(programs, tmp_path)
+    for value, result in zip(values, refused, strict=True):
+        assert result.returncode == 2 and result.stdout == "", (value, result.stdout[-500:])
+        assert result.stderr.strip() == (f"submit: error: argument --stop_grace: must be a whole number of seconds "
+                                          f"in [1, 86400], got {value!r}")
+    assert accepted.returncode == 0 and '"RAY_JOB_STOP_WAIT_TIME_S": "90"' in accepted.stdout, accepted.stderr
+
+
+SECRET_FILES = [".envrc", ".env", ".env.local", "credentials.json", "gcp-credentials.json", ".git-credentials",
+                "id_rsa", "id_ed25519", "id_rsa.pub", "client.p12", "cert.pfx", "server.pem", "tls.key", ".pypirc",
+                ".netrc", ".npmrc", "sub/deeper/.env.production", "sub/id_ecdsa", ".aws/credentials", ".aws/config",
+                ".ssh/config", ".ssh/known_hosts", ".docker/config.json"]
+KEPT_FILES = ["launch.py", "my_envs.py", "sub/deeper/reach.py", "configs/run.yaml", "requirements.txt", "keys.py",
+              "environment.yaml", "docs/credits.md"]
+
+
+def test_submit_leaves_secret_files_out_of_the_upload_and_names_them(tmp_path, monkeypatch, capsys):
+    """What Ray's own packaging of the working directory (what ``ray job submit --working-dir``
+    zips, with dsac-submit's excludes) holds: the checkout's code, none of its secrets; and the
+    one line dsac-submit prints names what it left out."""
+    from ray._private.runtime_env.packaging import _zip_files
+
+    import dsac.submit as submit
+
+    root = tmp_path / "checkout"
+    for name in SECRET_FILES + KEPT_FILES:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x")
+    package = tmp_path / "package.zip"
+    _zip_files(str(root), submit.runtime_env(False, 60)["excludes"], str(package), include_gitignore=True)
+    import zipfile
+
+    uploaded = {name.rstrip("/") for name in zipfile.ZipFile(package).namelist()}
+    assert sorted(uploaded & set(SECRET_FILES)) == []
+    assert set(KEPT_FILES) <= uploaded, sorted(set(KEPT_FILES) - uploaded)
+    monkeypatch.setattr(submit, "REPO_ROOT", str(root))
+    assert submit.main(["--dry-run", "--", "--seed", "1"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("submit: not uploaded")]
+    left_out = submit.secrets_left_out(str(root))
+    expected = {name for name in SECRET_FILES if name.split("/")[0] not in (".aws", ".ssh", ".docker")}
+    assert set(left_out) == expected | {".aws/", ".ssh/", ".docker/"}, left_out
+    shown = ", ".join(repr(name) for name in left_out[:10])
+    assert lines == [f"submit: not uploaded, as secrets: {shown} and {len(left_out) - 10} more"]
