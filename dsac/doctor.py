@@ -25,6 +25,7 @@ import threading
 
 import dsac
 from dsac.errors import DsacError, quiet_when_the_reader_leaves
+from dsac.redaction import redact_uri
 
 # Below this, Ray puts its object store in /tmp (slower) and dsac's weights boards lack room.
 SHM_LOW_BYTES = 1 << 30
@@ -141,14 +142,14 @@ def check_cluster(found: Findings, address: str) -> float | None:
     thread.start()
     thread.join(JOIN_TIMEOUT_S)
     if thread.is_alive():  # stuck in Ray's C++ client: nothing to wait for, nothing to clean up
-        print(f"dsac-doctor: error: --address {address}: no Ray cluster joined within {JOIN_TIMEOUT_S:g} s",
+        print(f"dsac-doctor: error: --address {redact_uri(address)}: no Ray cluster joined within {JOIN_TIMEOUT_S:g} s",
               file=sys.stderr, flush=True)
         os._exit(2)
     if "resources" not in outcome:
         why = str(outcome.get("error", "")).strip().splitlines() or [type(outcome.get("error")).__name__]
         found.facts["cluster"] = None
-        found.problem(f"cannot join a Ray cluster at {address} ({why[0][:160]}): fix: start it (ray start --head) or "
-                      "give its address as host:port", True)
+        found.problem(f"cannot join a Ray cluster at {redact_uri(address)} ({why[0][:160]}): fix: start it "
+                      "(ray start --head) or give its address as host:port", True)
         return None
     resources = outcome["resources"]
     found.facts["cluster"] = {"address": address, "nodes": outcome["nodes"], "CPU": resources.get("CPU", 0.0),
@@ -183,8 +184,8 @@ def report(found: Findings) -> str:
                              else f"{f['shm_free_bytes'] / 2**30:.1f} GiB free")]
     if f.get("cluster"):
         c = f["cluster"]
-        lines.append(f"Ray cluster at {c['address']}: {c['nodes']} node(s), {c['CPU']:g} CPUs, {c['GPU']:g} GPUs, "
-                     f"{c['memory_bytes'] / 2**30:.1f} GiB for tasks")
+        lines.append(f"Ray cluster at {redact_uri(c['address'])}: {c['nodes']} node(s), {c['CPU']:g} CPUs, "
+                     f"{c['GPU']:g} GPUs, {c['memory_bytes'] / 2**30:.1f} GiB for tasks")
     lines += [f"problem: {p}" for p in found.problems] or ["no problems found"]
     return "\n".join(lines)
 

@@ -260,3 +260,14 @@ def test_a_configs_repr_and_record_and_the_best_config_of_a_search_hide_credenti
     text = best_config_text({"lr": 1e-3, **uris})
     assert secret not in text and "# mlflow: its credentials are hidden (***); type --mlflow to give them" in text
     assert yaml.safe_load(text)["mlflow"] == "http://user:***@host:5000"
+
+
+def test_an_address_that_cannot_be_reached_is_named_without_its_password():
+    """--address (launch.py, dsac-tune, dsac-doctor) goes through the same redaction."""
+    from dsac.distributed.cluster import check_reachable
+    from dsac.errors import DsacError
+
+    for address in ("ray://u:Sup3rS3cret@127.0.0.1:9", "u:Sup3rS3cret@127.0.0.1:9", "u:Sup3rS3cret@127.0.0.1"):
+        with pytest.raises(DsacError) as refused:
+            check_reachable(address)
+        assert "Sup3rS3cret" not in str(refused.value) and "\n" not in str(refused.value), refused.value

@@ -17,6 +17,7 @@ from dsac.distributed import ray_private
 from dsac.distributed.recovery import ray_error_line
 from dsac.errors import DsacError
 from dsac.preparation import in_ray_job
+from dsac.redaction import redact_uri
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(dsac.__file__)))
 log = logging.getLogger("dsac")
@@ -48,7 +49,7 @@ def connect_ray(config: Config) -> bool:
             pythonpath = os.pathsep.join(p for p in roots if p)
             start_local_ray(pythonpath)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
-        where = f"join a Ray cluster at {address}" if address else "start a local Ray"
+        where = f"join a Ray cluster at {redact_uri(address)}" if address else "start a local Ray"
         raise DsacError(f"cannot {where}: {ray_error_line(exc)}") from None
     if not config.output.verbose:
         quiet_ray_death_notices()
@@ -131,11 +132,11 @@ def check_reachable(address: str, timeout_s: float = 10.0, reply_s: float = 5.0)
         return
     host, _, port = address.split("://")[-1].rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise DsacError(f"--address {address} is not of the form host:port")
+        raise DsacError(f"--address {redact_uri(address)} is not of the form host:port")
     try:
         connection = socket.create_connection((host, int(port)), timeout=timeout_s)
     except OSError as exc:
-        raise DsacError(f"nothing answers at Ray address {address} ({exc.strerror or exc})") from None
+        raise DsacError(f"nothing answers at Ray address {redact_uri(address)} ({exc.strerror or exc})") from None
     reply = b""
     with connection:
         if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
@@ -159,7 +160,7 @@ def check_reachable(address: str, timeout_s: float = 10.0, reply_s: float = 5.0)
         what = "it answers nothing Ray speaks"
     else:
         what = f"it accepts connections but sent no reply in {reply_s:g} s"
-    raise DsacError(f"no Ray head at {address}: {what}; give the head's GCS address, as `ray start "
+    raise DsacError(f"no Ray head at {redact_uri(address)}: {what}; give the head's GCS address, as `ray start "
                     "--address` takes it (host:6379 by default)")
 
 
