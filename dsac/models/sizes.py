@@ -53,11 +53,21 @@ def network_sizes(config, observation_space, action_space) -> dict[str, tuple[in
     """``{network: (parameters, the setting of its hidden widths)}`` of the networks ``config``
     implies on these spaces, each layer's outputs checked against :data:`MAX_LAYER_OUTPUTS` on the
     way (a one-line :class:`DsacError`)."""
-    from dsac.models.vision import check_conv_filters, conv_output_shape, default_conv_filters, image_layout, obs_input
+    from dsac.models.vision import (
+        ObsInput,
+        check_conv_filters,
+        conv_output_shape,
+        default_conv_filters,
+        image_layout,
+        obs_input,
+    )
 
     model, algorithm = config.model, config.algorithm
     check_widths("fcnet_hiddens", model.fcnet_hiddens)
-    obs = obs_input(observation_space)
+    try:
+        obs = obs_input(observation_space)
+    except DsacError:  # no image layout: a user's policy class reads such observations its own way
+        obs = ObsInput((math.prod(observation_space.shape),), str(observation_space.dtype))
     encoder, features = 0, obs.flat_dim
     if obs.is_image:
         filters = check_conv_filters(model.conv_filters) if model.conv_filters else default_conv_filters(obs.shape)
@@ -85,8 +95,9 @@ def network_sizes(config, observation_space, action_space) -> dict[str, tuple[in
         act_dim = math.prod(int(n) for n in action_space.shape)
         if 2 * act_dim > MAX_LAYER_OUTPUTS:
             raise DsacError(f"{act_dim:,} action dimensions are more than {MAX_LAYER_OUTPUTS // 2:,}")
-        critic_flag = "critic_hiddens" if getattr(algorithm, "critic_hiddens", None) else "fcnet_hiddens"
-        critic = getattr(algorithm, critic_flag, None) or model.fcnet_hiddens
+        critic = getattr(algorithm, "critic_hiddens", None)  # CrossQ's critics have widths of their own
+        critic_flag = "critic_hiddens" if critic else "fcnet_hiddens"
+        critic = critic or model.fcnet_hiddens
         check_widths(critic_flag, critic)
         networks = {
             "the actor": (encoder + _dense([features, *model.fcnet_hiddens, 2 * act_dim]),
