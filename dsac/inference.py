@@ -61,7 +61,7 @@ class LoadedPolicy:
             if named["policy_class"]:
                 cls = load_subclass(named["policy_class"], Policy, "policy_class")
             else:
-                spec.check_spaces(self.env_id, self.observation_space, self.action_space)
+                spec.check_spaces(repr(self.env_id), self.observation_space, self.action_space)  # a name from the file
                 cls = spec.policy_class
             # the sizes the file names, checked before a network of them is built
             check_network_size(self.config, self.observation_space, self.action_space)
