@@ -183,12 +183,27 @@ def _read_regular(path: str, name: str, limit: int, beyond: str) -> bytes:
         os.close(fd)
 
 
-def read_limited(path: str, what: str, limit: int | None = None) -> bytes:
-    """The bytes of the regular file ``path``; refuses anything else, and a file larger than
-    ``limit`` (default: half the memory available), reading at most ``limit + 1`` bytes."""
+def available_memory() -> int:
+    """The bytes this process can still allocate: the machine's available memory, and no more
+    than what its address-space and data limits (``ulimit -v``, ``ulimit -d``: RLIMIT_AS,
+    RLIMIT_DATA) leave beyond what it already maps."""
+    import resource
+
     import psutil
 
-    limit = limit if limit is not None else psutil.virtual_memory().available // 2
+    free = psutil.virtual_memory().available
+    usage = psutil.Process().memory_info()
+    for limit, used in ((resource.RLIMIT_AS, usage.vms), (resource.RLIMIT_DATA, getattr(usage, "data", 0))):
+        soft, _ = resource.getrlimit(limit)
+        if soft != resource.RLIM_INFINITY:
+            free = min(free, max(soft - used, 0))
+    return free
+
+
+def read_limited(path: str, what: str, limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path``; refuses anything else, and a file larger than
+    ``limit`` (default: half of :func:`available_memory`), reading at most ``limit + 1`` bytes."""
+    limit = limit if limit is not None else available_memory() // 2
     return _read_regular(path, f"{what} {path}", limit, "this machine can load safely")
 
 
@@ -500,10 +515,8 @@ def check_meta(meta, what: str) -> None:
 
 
 def _memory_budget() -> list[int]:
-    """What all the arrays of one checkpoint may take together: half the memory available."""
-    import psutil
-
-    return [psutil.virtual_memory().available // 2]
+    """What all the arrays of one checkpoint may take together: half of :func:`available_memory`."""
+    return [available_memory() // 2]
 
 
 # Deflate expands at most ~1032:1 (258 bytes from 2 bits); a member declaring more than this
@@ -514,28 +527,39 @@ DEFLATE_MAX_RATIO = 1032
 def read_npz(path: str, what: str, budget: list[int] | None = None,
              max_rows: int | None = None) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` file (a regular file: :func:`open_regular`), read without
-    pickles. Each member's header is read first: a numeric dtype, and a declared size that
-    fits the member's stated length, what deflate can expand its compressed length to
-    (:data:`DEFLATE_MAX_RATIO`), and ``budget`` (a one-element list, reduced by what is read).
-    Decompression stops at the stated length (``zipfile`` reads a member in chunks up to it),
-    so a member — a forged header, a zip bomb — makes the loader allocate at most
-    ``DEFLATE_MAX_RATIO`` times the file's size, and never more than the budget. ``max_rows``:
+    pickles. No size the file states is taken on trust: its members' compressed lengths must
+    fit in the file together, a stored member's length must be its compressed length, and a
+    deflated one's at most what deflate can expand it to (:data:`DEFLATE_MAX_RATIO`). Then
+    each member's header is read: a numeric dtype, and a declared size equal to the member's
+    length and within ``budget`` (a one-element list, reduced by what is read). Decompression
+    stops at the stated length (``zipfile`` reads a member in chunks up to it), so a member — a
+    forged header, a zip bomb — makes the loader allocate at most ``DEFLATE_MAX_RATIO`` times
+    the file's real size (plus 4 KiB a member), and never more than the budget. ``max_rows``:
     the most rows (first dimension) a member may declare (a replay snapshot: what its run's
     buffer keeps)."""
     budget = budget if budget is not None else _memory_budget()
-    fd, _ = open_regular(path, what)
+    fd, size = open_regular(path, what)
     try:
         with os.fdopen(fd, "rb") as file, zipfile.ZipFile(file) as archive:
-            for info in archive.infolist():
+            infos = archive.infolist()
+            claimed = sum(info.compress_size for info in infos)
+            if claimed > size:
+                raise DsacError(f"{what}: its members claim {claimed:,} compressed bytes, more than the file's "
+                                f"{size:,}")
+            for info in infos:
+                name = repr(info.filename)
                 # zipfile inflates a bzip2 or LZMA chunk whole before cutting it to the declared
                 # length: only numpy's own methods (stored, deflate) keep the bounds below.
                 if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or info.flag_bits & 1:
                     kind = "encrypted" if info.flag_bits & 1 else "compressed"
-                    raise DsacError(f"{what}: member {info.filename} is {kind}"
+                    raise DsacError(f"{what}: member {name} is {kind}"
                                     f"{'' if info.flag_bits & 1 else f' with method {info.compress_type}'}, "
                                     "not as numpy writes it (stored or deflate)")
+                if info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size:
+                    raise DsacError(f"{what}: member {name} is stored, yet declares {info.file_size:,} bytes from "
+                                    f"{info.compress_size:,}")
                 if info.file_size > DEFLATE_MAX_RATIO * info.compress_size + 4096:
-                    raise DsacError(f"{what}: member {info.filename} declares {info.file_size:,} bytes from "
+                    raise DsacError(f"{what}: member {name} declares {info.file_size:,} bytes from "
                                     f"{info.compress_size:,} compressed, more than deflate can expand")
                 with archive.open(info) as member:
                     version = np.lib.format.read_magic(member)
@@ -544,16 +568,16 @@ def read_npz(path: str, what: str, budget: list[int] | None = None,
                     shape, _, dtype = read_header(member)
                     header_len = member.tell()
                 if dtype.kind not in "biufU" or dtype.fields is not None or dtype.subdtype is not None:
-                    raise DsacError(f"{what}: member {info.filename} has dtype {dtype}, not plain numbers or text")
+                    raise DsacError(f"{what}: member {name} has dtype {dtype}, not plain numbers or text")
                 if max_rows is not None and len(shape) and shape[0] > max_rows:
-                    raise DsacError(f"{what}: member {info.filename} declares {shape[0]:,} rows, more than the "
+                    raise DsacError(f"{what}: member {name} declares {shape[0]:,} rows, more than the "
                                     f"{max_rows:,} its run's replay buffer keeps")
                 nbytes = math.prod(shape) * dtype.itemsize
                 if header_len + nbytes != info.file_size:
-                    raise DsacError(f"{what}: member {info.filename} declares {nbytes:,} bytes of data but holds "
+                    raise DsacError(f"{what}: member {name} declares {nbytes:,} bytes of data but holds "
                                     f"{info.file_size - header_len:,}")
                 if nbytes > budget[0]:
-                    raise DsacError(f"{what}: member {info.filename} needs {nbytes / 2**20:,.0f} MiB, more than "
+                    raise DsacError(f"{what}: member {name} needs {nbytes / 2**20:,.0f} MiB, more than "
                                     "this machine can load safely")
                 budget[0] -= nbytes
             file.seek(0)
@@ -563,6 +587,8 @@ def read_npz(path: str, what: str, budget: list[int] | None = None,
         raise
     except FileNotFoundError:
         raise DsacError(f"{what} does not exist") from None
+    except MemoryError:  # what the budget admitted, taken by another process meanwhile
+        raise DsacError(f"{what} needs more memory than this machine has free") from None
     except (OSError, ValueError, EOFError, KeyError, RuntimeError, zipfile.BadZipFile, zlib.error,
             NotImplementedError) as exc:
         raise DsacError(f"{what} is truncated or corrupt ({type(exc).__name__}: {exc})") from None

@@ -1,6 +1,7 @@
 """Checkpoints of the full training state, and resuming a run from one."""
 
 import json
+import os
 
 import gymnasium as gym
 import numpy as np
@@ -92,3 +93,103 @@ def test_resume_carries_counters_and_learning_on(ray_local, tmp_path):
     assert (len(after_resume) >= 2
             and max(after_resume) >= before[-1]["eval_return_mean"] - 150), (before[-1], after_resume)
     assert second["env_steps"] == 6_000 and second["updates"] > first["updates"] + 1_500
+
+
+def forged_npz(declared: int, stored: bool = True, compressed: int | None = None, name: str = "updates.npy") -> bytes:
+    """An .npz of one float32 member whose npy header and zip sizes declare ``declared`` bytes
+    (``compressed``: the compressed length its directory claims, default ``declared``) while
+    the file holds its 128-byte header only."""
+    import io
+    import struct
+    import zipfile
+
+    header = io.BytesIO()
+    count = (declared - 128) // 4
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (count,)})
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(name, header.getvalue())
+    data = bytearray(out.getvalue())
+    entry = data.index(b"PK\x01\x02")  # the central directory's entry: what zipfile trusts
+    struct.pack_into("<II", data, entry + 20, declared if compressed is None else compressed, 128 + 4 * count)
+    return bytes(data)
+
+
+# A program of the batch: lower the address space to what this process maps plus 96 MiB, then
+# read an honest .npz (deflated zeros) declaring 192 MiB: the budget must see the limit.
+READ_UNDER_LIMIT = """
+import resource, sys
+import psutil
+from dsac.errors import DsacError
+from dsac.files import read_npz
+vms = psutil.Process().memory_info().vms
+resource.setrlimit(resource.RLIMIT_AS, (vms + 96 * 2**20, resource.getrlimit(resource.RLIMIT_AS)[1]))
+try:
+    read_npz(sys.argv[1], "checkpoint/state.npz")
+except DsacError as exc:
+    print(f"dsac: error: {exc}", file=sys.stderr)
+    sys.exit(2)
+"""
+SET_ADDRESS_SPACE = """
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (4_000_000 * 1024, resource.getrlimit(resource.RLIMIT_AS)[1]))
+"""
+
+
+def test_a_checkpoint_whose_zip_sizes_lie_is_refused_in_one_line_under_ulimit(tmp_path):
+    """The sizes a checkpoint's zip directory states are checked against the file itself, and
+    the memory budget against the address-space limit, before anything is allocated. In one
+    process under ``ulimit -v 4000000``, ``launch.py --resume`` of: the issue's state.npz (a
+    stored member claiming 4.2 GB in a 250-byte file), a deflated member claiming 4.1 MB
+    compressed (within deflate's ratio of its 4.2 GB), a stored member longer than its stored
+    bytes, and a replay snapshot claiming 4.2 GB in a run whose own config.json says
+    buffer_size 10**12 (a record never bounds its own checkpoint): each one line, exit 2, all
+    within 40 s. Then an honest file of zeros declaring 192 MiB under 96 MiB of address space
+    to spare: refused as more than the machine can load (it was a MemoryError traceback)."""
+    import shutil
+    import time
+    import zipfile
+
+    from conftest import REPO_ROOT, run_in_one_process
+
+    golden = os.path.join(REPO_ROOT, "tests", "data", "golden", "sac_pendulum")
+    cases = {
+        "stored_4g": ("state.npz", forged_npz(4_200_000_128), "claim 4,200,000,128 compressed bytes, more than the "
+                                                                "file's"),
+        "deflated_4g": ("state.npz", forged_npz(4_200_000_128, stored=False, compressed=4_100_000),
+                        "claim 4,100,000 compressed bytes, more than the file's"),
+        "stored_longer": ("state.npz", forged_npz(192, compressed=128), "is stored, yet declares 192 bytes from 128"),
+        "replay_4g": ("replay_0.npz", forged_npz(4_200_000_128, name="data/obs.npy"),
+                      "replay_0.npz: its members claim 4,200,000,128 compressed bytes"),
+    }
+    (tmp_path / "limit.py").write_text(SET_ADDRESS_SPACE)
+    programs = [{"program": str(tmp_path / "limit.py"), "args": []}]
+    for case, (name, content, _) in cases.items():
+        run = tmp_path / case
+        shutil.copytree(golden, run)
+        (run / "checkpoint" / name).write_bytes(content)
+        if name.startswith("replay"):
+            config = json.loads((run / "config.json").read_text())
+            (run / "config.json").write_text(json.dumps({**config, "buffer_size": 10**12}))
+        programs.append({"program": os.path.join(REPO_ROOT, "launch.py"), "args": ["--resume", str(run), "--local",
+                                                                                   "--total_env_steps", "400"]})
+    zeros = tmp_path / "zeros.npz"
+    with zipfile.ZipFile(zeros, "w", zipfile.ZIP_DEFLATED) as archive, archive.open("x.npy", "w",
+                                                                                    force_zip64=True) as member:
+        np.lib.format.write_array_header_1_0(member, {"descr": "<f4", "fortran_order": False, "shape": (48 * 2**20,)})
+        for _ in range(192):
+            member.write(bytes(2**20))
+    (tmp_path / "read.py").write_text(READ_UNDER_LIMIT)
+    programs.append({"program": str(tmp_path / "read.py"), "args": [str(zeros)]})
+    (tmp_path / "batch").mkdir()
+    began = time.monotonic()
+    _, *resumed, honest = run_in_one_process(programs, tmp_path / "batch", timeout=120)
+    assert time.monotonic() - began < 40
+    for (case, (_, _, fact)), result in zip(cases.items(), resumed, strict=True):
+        lines = result.stderr.strip().splitlines()
+        where = f"{case}: exit {result.returncode}, {result.stderr[-1500:]!r}"
+        assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith("dsac: error: --resume "), where
+        assert fact in lines[0], where
+    lines = honest.stderr.strip().splitlines()
+    assert honest.returncode == 2 and len(lines) == 1, honest.stderr[-1500:]
+    assert "needs 192 MiB, more than this machine can load safely" in lines[0], lines
