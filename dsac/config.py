@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from dsac.atari import FrameSettings, is_atari_id
 from dsac.coercion import coerce_field
 from dsac.errors import DsacError, did_you_mean
-from dsac.files import read_text
+from dsac.files import document_limit, read_text
 from dsac.foreign_keys import suggest_key
 from dsac.models.catalog import registered_models, resolve_builder
 from dsac.redaction import redact_uri, redact_value
@@ -140,7 +140,7 @@ def _qualified(obj) -> str | None:
 def read_mapping(path: str, source: str) -> dict:
     """A YAML (``.yaml``/``.yml``) or JSON file holding a mapping, with one-line errors."""
     yaml_file = path.endswith((".yaml", ".yml"))
-    text = read_text(path, source)
+    text = read_text(path, source, document_limit(path))  # the parse's memory: a small multiple of this
     try:
         if yaml_file:
             import yaml

@@ -158,6 +158,11 @@ def open_regular(path: str, name: str) -> tuple[int, int]:
         raise
 
 
+def _bytes(n: int) -> str:
+    """A size as a message gives it: KiB below a MiB, MiB above."""
+    return f"{n / 2**10:,.0f} KiB" if n < 2**20 else f"{n / 2**20:,.1f} MiB".replace(".0 MiB", " MiB")
+
+
 def _read_regular(path: str, name: str, limit: int, beyond: str) -> bytes:
     """At most ``limit`` bytes of the regular file ``path`` (:func:`open_regular`), or a one-line
     :class:`DsacError` ending in ``beyond`` when it holds more. The read stops at ``limit + 1``
@@ -165,7 +170,7 @@ def _read_regular(path: str, name: str, limit: int, beyond: str) -> bytes:
     fd, size = open_regular(path, name)
     try:
         if size > limit:
-            raise DsacError(f"{name} is {size / 2**20:,.1f} MiB, more than the {limit / 2**20:,.0f} MiB {beyond}")
+            raise DsacError(f"{name} is {_bytes(size)}, more than the {_bytes(limit)} {beyond}")
         parts, total = [], 0
         while total <= limit:
             # the size stat gave (plus one, to see the end), then chunks: one read for a file as stated
@@ -175,7 +180,7 @@ def _read_regular(path: str, name: str, limit: int, beyond: str) -> bytes:
             parts.append(chunk)
             total += len(chunk)
         if total > limit:
-            raise DsacError(f"{name} grew past {limit / 2**20:,.0f} MiB while read, more than {beyond}")
+            raise DsacError(f"{name} grew past {_bytes(limit)} while read, more than {beyond}")
         return parts[0] if len(parts) == 1 else b"".join(parts)
     except OSError as exc:
         raise DsacError(f"{name} cannot be read ({exc.strerror or exc})") from None
@@ -462,8 +467,21 @@ def replay_rows(run_dir: str, label: str, env_steps: int) -> int:
     return frame_capacity(max(size, int(env_steps)))
 
 
-# The largest text file dsac reads (config.json, meta.json, a --config or --space file: a few KB).
+# The largest text file dsac reads a line at a time (progress.jsonl: a row per log line).
 TEXT_LIMIT = 64 * 2**20
+# The largest JSON and YAML documents dsac parses whole (config.json, meta.json, a --config or
+# --space file; the ones dsac writes are a few KB). A parser builds an object for each bracket
+# and scalar, which costs many times the bytes that spelled it (and PyYAML's pure-Python loader
+# far more than json's), so the limits bound the parse's memory, not just the file's
+# (docs/safety.md).
+JSON_LIMIT = 2**20
+YAML_LIMIT = 32 * 2**10
+
+
+def document_limit(path: str) -> int:
+    """The most bytes of ``path`` dsac parses as one document: :data:`YAML_LIMIT` for a
+    ``.yaml``/``.yml`` file, :data:`JSON_LIMIT` for any other (read as JSON)."""
+    return YAML_LIMIT if path.endswith((".yaml", ".yml")) else JSON_LIMIT
 
 
 def read_text(path: str, what: str, limit: int = TEXT_LIMIT) -> str:
@@ -478,9 +496,9 @@ def read_text(path: str, what: str, limit: int = TEXT_LIMIT) -> str:
 
 def read_json(path: str, what: str):
     """A JSON file's content, with one-line errors (missing, not a regular file, larger than
-    :data:`TEXT_LIMIT`, not UTF-8, not JSON)."""
+    :data:`JSON_LIMIT`, not UTF-8, not JSON)."""
     try:
-        return json.loads(read_text(path, what))
+        return json.loads(read_text(path, what, JSON_LIMIT))
     except ValueError as exc:
         raise DsacError(f"{what} is not valid JSON ({exc})") from None
     except RecursionError:

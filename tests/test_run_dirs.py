@@ -150,3 +150,53 @@ def test_a_fifo_planted_for_a_file_dsac_writes_is_refused_not_waited_on(tmp_path
         check_run_dir(str(run), "--resume")
     with pytest.raises(OSError):  # ENXIO: no reader, and O_NONBLOCK does not wait for one
         open_for_writing(str(run / "progress.jsonl"), append=True)
+
+
+def _filled(prefix: str, unit: str, suffix: str, size: int) -> str:
+    """A document of ``size`` bytes at most: ``prefix``, as many ``unit`` as fit, ``suffix``."""
+    return (prefix + unit * ((size - len(prefix) - len(suffix)) // len(unit))).rstrip(",") + suffix
+
+
+def test_a_json_or_yaml_file_dsac_parses_takes_a_bounded_memory(tmp_path):
+    """A parser builds an object per bracket, so a document's memory is a multiple of its size:
+    the issue's 16 MiB config.json of empty lists (475 MB before its refusal), as --config, as
+    a run's config.json and as a checkpoint's meta.json, is refused unread; the densest
+    documents within the limits (JSON_LIMIT of empty lists or dicts, YAML_LIMIT of flow lists,
+    scalars or one-pair mappings) are parsed, then refused as flags, within the bound
+    docs/safety.md states. One process for all; the first program (a small file) is the baseline."""
+    from dsac.files import JSON_LIMIT, YAML_LIMIT
+
+    documents = {
+        "small.json": '{"nonsense_flag": 1}',
+        "issue.json": _filled("[", "[],", "]", 16 * 2**20),
+        "lists.json": _filled("[", "[],", "]", JSON_LIMIT),
+        "dicts.json": _filled('{"a": [', "{},", "]}", JSON_LIMIT),
+        "lists.yaml": _filled("a: [", "[],", "]", YAML_LIMIT),
+        "scalars.yaml": _filled("a: [", "a,", "]", YAML_LIMIT),
+        "pairs.yaml": _filled("a: [", "?,", "]", YAML_LIMIT),  # a one-pair mapping per 2 bytes
+    }
+    for name, text in documents.items():
+        (tmp_path / name).write_text(text)
+    record, meta = tmp_path / "record", tmp_path / "meta"
+    for run, inside in ((record, "config.json"), (meta, "checkpoint/meta.json")):
+        shutil.copytree(GOLDEN_RUN, run)
+        shutil.copy(tmp_path / "issue.json", run / inside)
+    launch_py = os.path.join(REPO_ROOT, "launch.py")
+    cases = [(["--config", str(tmp_path / name)], fact) for name, fact in [
+        ("small.json", "unknown config key 'nonsense_flag'"),
+        ("issue.json", "issue.json is 16 MiB, more than the 1 MiB"),
+        ("lists.json", "must hold a mapping"),
+        ("dicts.json", "unknown config key 'a'"),
+        ("lists.yaml", "unknown config key 'a'"),
+        ("scalars.yaml", "unknown config key 'a'"),
+        ("pairs.yaml", "unknown config key 'a'"),
+    ]]
+    cases += [(["--resume", str(record)], "config.json is 16 MiB, more than the 1 MiB"),
+              (["--resume", str(meta)], "checkpoint/meta.json is 16 MiB, more than the 1 MiB")]
+    (tmp_path / "batch").mkdir()
+    results = run_in_one_process([{"program": launch_py, "args": args} for args, _ in cases], tmp_path / "batch")
+    for (args, fact), result in zip(cases, results, strict=True):
+        lines = result.stderr.strip().splitlines()
+        where = f"{args}: exit {result.returncode}, peak {result.peak_rss_mb:.0f} MB, {result.stderr[-800:]!r}"
+        assert result.returncode == 2 and len(lines) == 1 and fact in lines[0], where
+        assert result.peak_rss_mb - results[0].peak_rss_mb < 64, where  # docs/safety.md: at most 64 MiB
