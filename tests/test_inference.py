@@ -2,6 +2,7 @@
 
 import os
 import pickle
+import re
 import subprocess
 import sys
 
@@ -91,6 +92,10 @@ def test_corrupt_truncated_foreign_and_old_files_give_one_line_errors(tmp_path):
         "old.pkl": (pickle.dumps({**pickle.loads(data), "format_version": 99}, protocol=5), "format_version 99"),
         "other.pkl": (pickle.dumps({**pickle.loads(data), "algo": "ppo"}, protocol=5), "algorithm 'ppo'"),
         "list.pkl": (pickle.dumps([1, 2, 3]), "no weights in it"),
+        # an env id with a line break and a terminal escape, and an action space SAC refuses: shown with repr
+        "escapes.pkl": (pickle.dumps({**pickle.loads(data), "env": "Pend\n\x1b[31mulum",
+                                      "action_space": {"type": "Discrete", "n": 2, "start": 0}}, protocol=5),
+                        re.escape("but 'Pend\\n\\x1b[31mulum' has Discrete(2)")),
     }
     for name, (content, message) in cases.items():
         path = tmp_path / name
