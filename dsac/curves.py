@@ -40,19 +40,35 @@ class Curve:
     std: np.ndarray
 
 
-def _numbered_rows(progress: str) -> list[tuple[int, object]]:
-    """``(line number, JSON value)`` of every non-blank line of ``progress`` (read as every text
-    file dsac reads: a regular file, within :data:`dsac.files.TEXT_LIMIT`)."""
-    from dsac.files import read_text
+# The most rows dsac reads of a progress.jsonl: a run evaluating every 1,000 env steps for 10^9
+# of them. With the file within TEXT_LIMIT and each line within JSON_LIMIT, this bounds what
+# reading one costs (docs/safety.md), however small its rows.
+MAX_PROGRESS_ROWS = 1_000_000
 
-    rows = []
-    for number, text in enumerate(read_text(progress, progress).splitlines(), 1):
-        if text.strip():
-            try:
-                rows.append((number, json.loads(text)))
-            except (ValueError, RecursionError):
-                raise DsacError(f"{progress}: line {number} is not JSON") from None
-    return rows
+
+def _numbered_rows(progress: str):
+    """``(line number, JSON value)`` of every non-blank line of ``progress``, one at a time (read
+    as every text file dsac reads: a regular file, within :data:`dsac.files.TEXT_LIMIT`; each
+    line within :data:`dsac.files.JSON_LIMIT`, at most :data:`MAX_PROGRESS_ROWS` of them)."""
+    from dsac.files import JSON_LIMIT, read_text
+
+    text = read_text(progress, progress)
+    start, number, rows = 0, 0, 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        line, start, number = text[start:end], end + 1, number + 1
+        if not line.strip():
+            continue
+        rows += 1
+        if rows > MAX_PROGRESS_ROWS:
+            raise DsacError(f"{progress} has more than {MAX_PROGRESS_ROWS:,} rows, more than a run writes")
+        if len(line) > JSON_LIMIT:
+            raise DsacError(f"{progress}: line {number} is longer than the {JSON_LIMIT // 2**20} MiB a row may be")
+        try:
+            yield number, json.loads(line)
+        except (ValueError, RecursionError):
+            raise DsacError(f"{progress}: line {number} is not JSON") from None
 
 
 def read_progress(path: str) -> list[dict]:
@@ -103,17 +119,19 @@ def read_run(path: str) -> Run:
     progress = os.path.join(path, "progress.jsonl")
     if not os.path.lexists(progress):
         raise DsacError(f"{path} is not a run directory (no progress.jsonl)")
-    lines = [_checked_row(progress, number, row) for number, row in _numbered_rows(progress)]
-    if not lines:
+    # Only the numbers a curve reads are kept of each row, as it is read.
+    points = np.array([[row[key] for key in ROW_NUMBERS] for row in (
+        _checked_row(progress, number, row) for number, row in _numbered_rows(progress))], dtype=np.float64)
+    if not len(points):
         raise DsacError(f"{progress} has no evaluations yet")
     config = read_config(path)
-    lines.sort(key=lambda line: line["env_steps"])
+    points = points[np.argsort(points[:, 0], kind="stable")]
     return Run(
         name=os.path.basename(os.path.normpath(path)),
         config=config,
-        env_steps=np.array([line["env_steps"] for line in lines], dtype=np.float64),
-        wall_s=np.array([line["wall_s"] for line in lines], dtype=np.float64),
-        returns=np.array([line["eval_return_mean"] for line in lines], dtype=np.float64),
+        env_steps=points[:, 0],
+        wall_s=points[:, 1],
+        returns=points[:, 2],
     )
 
 

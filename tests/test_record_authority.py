@@ -271,10 +271,11 @@ def test_names_from_a_file_stay_one_line_without_terminal_codes(tmp_path, monkey
     monkeypatch.delitem(sys.modules, "rec_named", raising=False)
 
 
-def test_dsac_plot_refuses_a_run_it_cannot_read_in_one_line(tmp_path, capsys):
+def test_dsac_plot_refuses_a_run_it_cannot_read_in_one_line(tmp_path, capsys, monkeypatch):
     """dsac-plot on a run whose config.json is not a mapping (a list, nested 100k deep, a FIFO)
-    or whose progress rows are not what dsac writes: one line naming the file and what is wrong,
-    exit 2 (a bad row refuses the run: a curve that skipped rows would show another run)."""
+    or whose progress rows are not what dsac writes (or more, or longer, than a run writes): one
+    line naming the file and what is wrong, exit 2 (a bad row refuses the run: a curve that
+    skipped rows would show another run)."""
     from dsac.plot import main
 
     good = [{"env_steps": 100, "wall_s": 1.0, "eval_return_mean": -5.0},
@@ -290,7 +291,11 @@ def test_dsac_plot_refuses_a_run_it_cannot_read_in_one_line(tmp_path, capsys):
         "no return": ("{}", [{"env_steps": 1, "wall_s": 1}], "line 1: eval_return_mean must be a number, got None"),
         "row": ("{}", [[1, 2]], "progress.jsonl: line 1 is a JSON list, not a row of a run's progress"),
         "deep row": ("{}", ["[" * 100_000 + "]" * 100_000], "progress.jsonl: line 1 is not JSON"),
+        "long row": ("{}", [good[0], '{"x": [' + "[]," * 2**19 + "[]]}"], "line 2 is longer than the 1 MiB a row may"),
+        "many rows": ("{}", good * 3, "progress.jsonl has more than 5 rows, more than a run writes"),
     }
+    # The row bound (1,000,000) made small: a file of a million tiny rows takes seconds to read.
+    monkeypatch.setattr("dsac.curves.MAX_PROGRESS_ROWS", 5)
     for name, (config, rows, message) in cases.items():
         run = tmp_path / name.replace(" ", "_")
         run.mkdir()
