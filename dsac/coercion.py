@@ -140,6 +140,16 @@ def positive_ints(section, *names: str) -> None:
             raise DsacError(f"--{name} must be a positive integer, got {value!r}")
 
 
+def at_most(section, **bounds: int) -> None:
+    """Counts that set how much is built or held per step (envs, episodes, batches in one
+    call, rewards summed): each at most its bound, checked before anything is allocated
+    (docs/safety.md lists them)."""
+    for name, bound in bounds.items():
+        value = getattr(section, name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > bound:
+            raise DsacError(f"--{name} must be at most {bound:,}, got {value:,}")
+
+
 def non_negative_ints(section, *names: str) -> None:
     for name in names:
         value = getattr(section, name)

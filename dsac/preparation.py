@@ -12,13 +12,19 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import psutil
 
 from dsac.atari import is_atari_id, is_large_frame
 from dsac.config import Config
 from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_line
 from dsac.errors import DsacError
-from dsac.files import check_run_dir, check_writable_dir, code_names, load_weights, read_checkpoint
+from dsac.files import (
+    available_memory,
+    check_run_dir,
+    check_writable_dir,
+    code_names,
+    load_weights,
+    read_checkpoint,
+)
 from dsac.models.sizes import check_network_size
 from dsac.models.vision import conv_output_shape, is_large_image, obs_input
 from dsac.policy import check_policy_weights
@@ -116,7 +122,7 @@ def resolve_for_spaces(config: Config, observation_space, action_space, availabl
     Raises:
         DsacError: one line, before anything starts.
     """
-    available = psutil.virtual_memory().available if available is None else available
+    available = available_memory() if available is None else available
     obs = obs_input(observation_space)
     fills = image_fills(config, obs.shape) if obs.is_image else {}
     resolved = config.replace(**fills) if fills else config
@@ -129,7 +135,21 @@ def resolve_for_spaces(config: Config, observation_space, action_space, availabl
         conv_output_shape(obs.shape, resolved.model.conv_filters)
     check_network_size(resolved, observation_space, action_space)  # before a network of that size is built
     check_fits_in_memory(storage_bytes(resolved.replay.buffer_size, specs, frames), available, "this machine")
+    check_sample_call(resolved, specs, obs, available)
     return resolved
+
+
+def check_sample_call(config: Config, specs: dict, obs, available: int) -> None:
+    """Refuse a replay sample call (``--batch_size`` × ``--batches_per_sample`` transitions,
+    observations whole) that would take more than a quarter of the memory available: the
+    replay, Ray's copy and the learner each hold it."""
+    per_item = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize for shape, dtype in specs.values())
+    per_item += 2 * int(np.prod(obs.shape, dtype=np.int64)) * np.dtype(obs.dtype).itemsize  # obs, next_obs
+    batch, calls = config.algorithm.batch_size, config.flow.batches_per_sample
+    if batch * calls * per_item > available / 4:
+        raise DsacError(f"one replay sample call of --batch_size {batch:,} × --batches_per_sample {calls} needs "
+                        f"{batch * calls * per_item / 2**30:.2f} GiB, more than a quarter of the "
+                        f"{available / 2**30:.2f} GiB available: lower them")
 
 
 def checked_output_dir(config: Config) -> tuple[str, bool]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from dsac import schedules
 from dsac.coercion import (
     SCHEDULED,
+    at_most,
     in_half_open_unit_interval,
     in_unit_interval,
     json_list,
@@ -151,6 +152,7 @@ class ResourceSettings:
         if self.local:
             self.check_local()
         positive_ints(self, "envs_per_worker", "num_learners", "num_replay_shards")
+        at_most(self, envs_per_worker=4_096)
         optional_positive(self, "worker_cpus", "stop_timeout")
         non_negative_ints(self, "max_restarts", "env_restarts")
         if self.learner_threads is not None:
@@ -266,6 +268,7 @@ class ReplaySettings:
 
     def check(self) -> None:
         positive_ints(self, "buffer_size", "n_step")
+        at_most(self, n_step=1_000)
         in_unit_interval(self, "priority_alpha", "priority_beta")
 
 
@@ -292,6 +295,7 @@ class FlowSettings:
 
     def check(self) -> None:
         positive_ints(self, "max_steps_ahead", "batches_per_sample", "prefetch", "push_every", "max_chunk")
+        at_most(self, batches_per_sample=1_024, prefetch=64)
         positive_numbers(self, "chunk_seconds")
         if not (isinstance(self.push_interval, int | float) and 0.0 <= self.push_interval <= 60.0):
             raise DsacError(f"--push_interval must be in [0, 60] seconds, got {self.push_interval!r}")
@@ -341,6 +345,7 @@ class OutputSettings:
 
     def check(self) -> None:
         positive_ints(self, "eval_every", "eval_episodes")
+        at_most(self, eval_episodes=100_000)
         if not (isinstance(self.eval_cpu_share, int | float) and 0.0 <= self.eval_cpu_share <= 1.0):
             raise DsacError(f"--eval_cpu_share must be in [0, 1], got {self.eval_cpu_share!r}")
         non_negative_ints(self, "video_every")

@@ -296,6 +296,13 @@ def _bad_input_cases(tmp):
         # --local runs one worker's envs: a worker count is refused as --num_learners is, typed or from a file.
         (launch_py, ["--local", "--num_workers", "4"], "--num_workers 4 needs Ray: the serial runner (--local)"),
         (launch_py, ["--config", str(tmp / "local.yaml")], "use --envs_per_worker 4 for 4 envs in this process"),
+        # Counts that set what is built or held per step: bounded before anything is allocated.
+        (launch_py, ["--envs_per_worker", "1000000000"], "--envs_per_worker must be at most 4,096"),
+        (launch_py, ["--n_step", "1000000000"], "--n_step must be at most 1,000"),
+        (launch_py, ["--eval_episodes", "1000000000000"], "--eval_episodes must be at most 100,000"),
+        (launch_py, ["--batches_per_sample", "1000000000"], "--batches_per_sample must be at most 1,024"),
+        (launch_py, ["--prefetch", "1000000000"], "--prefetch must be at most 64"),
+        (launch_py, ["--batch_size", "1000000", "--batches_per_sample", "1024"], "one replay sample call of"),
         (launch_py, ["--resume", _resumable_run(tmp / "r6"), "--config", str(tmp / "bad.yaml")],
          "continues with the config.json it was started with, not --config"),
         (infer, [str(tmp / "weights.pkl"), "--seed", "-1"], "--seed"),
