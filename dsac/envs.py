@@ -291,5 +291,16 @@ def space_from_description(desc) -> gym.Space:
             raise DsacError(f"a Box space's {name} must be numbers, got {printable(str(value)[:80])}") from None
         if array.shape != tuple(shape):
             raise DsacError(f"a Box space's {name} has shape {array.shape}, not its shape {tuple(shape)}")
-        bounds.append(array.astype(dtype))
-    return gym.spaces.Box(low=bounds[0], high=bounds[1], dtype=dtype)
+        kind = np.dtype(dtype).kind
+        info = np.iinfo(dtype) if kind in "iu" else np.finfo(dtype) if kind == "f" else None
+        finite = array[np.isfinite(array)]
+        if np.isnan(array).any() or (kind in "iub" and len(finite) < array.size) \
+                or (info is not None and len(finite) and (finite.min() < info.min or finite.max() > info.max)):
+            raise DsacError(f"a Box space's {name} holds NaN or a bound outside its dtype {dtype}")
+        bounds.append(array)
+    if (bounds[0] > bounds[1]).any():
+        raise DsacError("a Box space's low is above its high")
+    try:
+        return gym.spaces.Box(low=bounds[0].astype(dtype), high=bounds[1].astype(dtype), dtype=dtype)
+    except (ValueError, TypeError, OverflowError) as exc:  # e.g. an integer bound outside its dtype
+        raise DsacError(f"a Box space's bounds do not make a gymnasium Box ({printable(str(exc)[:120])})") from None

@@ -167,3 +167,23 @@ def test_a_fetch_task_that_fails_to_start_names_mujoco_when_it_is_the_known_caus
         assert bool(fetch_mujoco_hint("gymnasium_robotics:FetchPush-v4")) == hinted
         assert fetch_mujoco_hint("PointMaze_UMaze-v3") == ""  # the mazes run on either
     assert "pins mujoco 3.11.0" in fetch_mujoco_hint("FetchReach-v4")
+
+
+@pytest.mark.parametrize("low, high, dtype, fact", [
+    ([-4.8, -1.0], [4.8, float("nan")], "float32", "high holds NaN or a bound outside its dtype float32"),
+    ([-2.0], [float("-inf")], "float32", "low is above its high"),
+    ([-5], [300], "uint8", "low holds NaN or a bound outside its dtype uint8"),
+    ([0], [1e30], "int8", "high holds NaN or a bound outside its dtype int8"),
+    ([-1e300], [1e300], "float32", "low holds NaN or a bound outside its dtype float32"),
+])
+def test_a_box_described_in_a_file_is_checked_before_gymnasium_sees_it(low, high, dtype, fact):
+    """Bounds a weights file describes (found by ``python -m benchmarks fuzz``: NaN, low above
+    high) are refused in dsac's one line, never gymnasium's ValueError or numpy's cast warning."""
+    import warnings
+
+    from dsac.envs import space_from_description
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(DsacError, match=fact):
+            space_from_description({"type": "Box", "shape": [len(low)], "dtype": dtype, "low": low, "high": high})
