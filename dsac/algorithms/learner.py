@@ -94,16 +94,30 @@ class Learner:
 
     def compute_gradients(self, batch: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict]:
         """:meth:`learn_on_batch`'s gradients without applying them (data-parallel learners
-        average them first); returns ``(gradients, stats)``."""
+        average them first); returns ``(gradients, stats)``. The gradients are followed by
+        the values this batch moved :meth:`_replica_variables` to (batch renormalization's
+        running statistics), which are put back until :meth:`apply_gradients` sets them: every
+        replica then takes the same mean, and a dropped update moves nothing."""
+        variables = self._replica_variables()
+        before = [v.numpy() for v in variables]
         stats, grads = self._gradients(self._to_tensors(batch))
         grads = [g.numpy() for g in grads]
+        moved = [v.numpy() for v in variables]
+        for variable, value in zip(variables, before, strict=True):
+            variable.assign(value)
         # The mean of all learners' gradients is applied only if finite (see apply_gradients).
-        return grads, {**stats_to_numpy(stats), "skipped": float(not all(np.isfinite(g).all() for g in grads))}
+        return [*grads, *moved], {**stats_to_numpy(stats),
+                                  "skipped": float(not all(np.isfinite(g).all() for g in grads))}
 
     def apply_gradients(self, gradients: list[np.ndarray]) -> bool:
-        """:meth:`learn_on_batch`'s step with the given gradients; returns whether they were
-        applied (not when any is non-finite)."""
-        applied = bool(self._apply([tf.convert_to_tensor(g) for g in gradients]))
+        """:meth:`learn_on_batch`'s step with the given gradients (as :meth:`compute_gradients`
+        returns them: the replica statistics last, set whatever the verdict); returns whether
+        they were applied (not when any gradient is non-finite)."""
+        variables = self._replica_variables()
+        count = len(gradients) - len(variables)
+        applied = bool(self._apply([tf.convert_to_tensor(g) for g in gradients[:count]]))
+        for variable, value in zip(variables, gradients[count:], strict=True):
+            variable.assign(value)
         self._weights = None
         return applied
 
@@ -111,18 +125,6 @@ class Learner:
         """Variables an update moves from its own batch besides the optimizer's step (batch
         normalization's running statistics); none for most learners."""
         return []
-
-    def replica_statistics(self) -> list[np.ndarray]:
-        """The values of :meth:`_replica_variables` now. Data-parallel learners average them
-        with the gradients (:class:`dsac.distributed.learner_transport.GradientSync`), as each
-        replica moved them from its own batch."""
-        return [v.numpy() for v in self._replica_variables()]
-
-    def set_replica_statistics(self, values: list[np.ndarray]) -> None:
-        """Set :meth:`_replica_variables` (the replicas' mean), in :meth:`replica_statistics`' order."""
-        for variable, value in zip(self._replica_variables(), values, strict=True):
-            variable.assign(value)
-        self._weights = None
 
     def get_weights(self) -> dict[str, np.ndarray]:
         """The weights acting needs, by name, as of the last update (what a push sends)."""

@@ -99,49 +99,31 @@ class GradientSync:
     def learn(self, policy, batch: dict, step: int, own_env_steps: int) -> dict | None:
         """One synchronous update; its stats, or None when the run stopped meanwhile or the
         group has to re-form (:attr:`regroup` set; nothing applied)."""
-        before = replica_statistics(policy)
         grads, stats = policy.compute_gradients(batch)
-        # What the update moved from this batch alone (batch renormalization's running
-        # statistics) is averaged with the gradients, or the replicas would drift apart.
-        parts = [*grads, *replica_statistics(policy)]
-        shapes = [np.shape(g) for g in parts]
-        flat = np.concatenate([np.asarray(g, np.float32).ravel() for g in parts])
+        shapes = [np.shape(g) for g in grads]
+        flat = np.concatenate([np.asarray(g, np.float32).ravel() for g in grads])
         try:
             reply = ray.get(self.averager.average.remote(self.index, self.group, step, flat, own_env_steps))
         except ray.exceptions.RayActorError:  # the averager's process died: Ray restarts it
             reply = REGROUP
-        if (isinstance(reply, str) and reply == REGROUP) or reply is None:
-            if reply is not None:
-                self.regroup = True
-            if before:  # no update: nor may this replica's own statistics move
-                policy.set_replica_statistics(before)
+        if isinstance(reply, str) and reply == REGROUP:
+            self.regroup = True
+            return None
+        if reply is None:
             return None
         mean, self.env_steps = reply
-        return apply_mean(policy, mean, shapes, stats, len(grads))
+        return apply_mean(policy, mean, shapes, stats)
 
 
-def replica_statistics(policy) -> list[np.ndarray]:
-    """The statistics ``policy``'s last gradient computation moved from its own batch (none for
-    a learner without :meth:`dsac.algorithms.learner.Learner.replica_statistics`)."""
-    method = getattr(policy, "replica_statistics", None)
-    return list(method()) if method is not None else []
-
-
-def apply_mean(policy, mean: np.ndarray, shapes: list, stats: dict, num_gradients: int | None = None) -> dict:
-    """Apply the learners' mean (flat, cut into ``shapes``): its first ``num_gradients`` parts
-    (all by default) are the gradient, the rest the replicas' mean statistics, which replace
-    each replica's own (:func:`replica_statistics`). ``stats`` with ``skipped`` saying whether
-    the gradient was dropped. The policy applies the mean only when all of it is finite, so that
-    decides: every learner counts the same dropped update once, even one whose own gradients
-    were finite (its local verdict would leave ``skipped_updates`` at 0)."""
-    num_gradients = len(shapes) if num_gradients is None else num_gradients
+def apply_mean(policy, mean: np.ndarray, shapes: list, stats: dict) -> dict:
+    """Apply the learners' mean gradient (flat, cut into ``shapes``); ``stats`` with ``skipped``
+    saying whether it was dropped. The policy applies the mean only when all of it is finite,
+    so that decides: every learner counts the same dropped update once, even one whose own
+    gradients were finite (its local verdict would leave ``skipped_updates`` at 0)."""
     ends = np.cumsum([int(np.prod(shape)) for shape in shapes])
-    parts = [part.reshape(shape) for part, shape in zip(np.split(mean, ends[:-1]), shapes, strict=True)]
-    policy.apply_gradients(parts[:num_gradients])
-    if num_gradients < len(parts):
-        policy.set_replica_statistics(parts[num_gradients:])
-    gradient = mean[:ends[num_gradients - 1]] if num_gradients else mean[:0]
-    return {**stats, "skipped": float(not np.isfinite(gradient).all())}
+    policy.apply_gradients([part.reshape(shape) for part, shape in zip(np.split(mean, ends[:-1]), shapes,
+                                                                          strict=True)])
+    return {**stats, "skipped": float(not np.isfinite(mean).all())}
 
 
 def weights_digest(weights: dict[str, np.ndarray]) -> str:

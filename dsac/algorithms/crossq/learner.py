@@ -143,10 +143,10 @@ class CrossQLearner(Learner):
             self._compile_with_xla()
 
     def _replica_variables(self) -> list:
-        """Every renormalization's running mean and variance: a replica moves them from its own
-        batch (the step counters move alike everywhere)."""
+        """Every renormalization's running mean and variance, which a replica moves from its own
+        batch, and its step counter (alike on every replica, but a dropped update moves none)."""
         return [variable for network in (self.actor, self.q1, self.q2) for layer in network.layers
-                if isinstance(layer, BatchRenorm) for variable in (layer.mean, layer.var)]
+                if isinstance(layer, BatchRenorm) for variable in (layer.mean, layer.var, layer.steps)]
 
     def _actor_step(self):
         """Whether this update steps the actor and α: the policy_delay-th, 2·policy_delay-th, ...
