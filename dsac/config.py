@@ -30,10 +30,10 @@ from dsac.registry import (
     algorithm,
     algorithm_settings,
     load_object,
-    load_subclass,
     printable,
     refuse_untrusted_code,
 )
+from dsac.relations import check_named_code, check_relations
 from dsac.settings import (
     AlgorithmSettings,
     FlowSettings,
@@ -350,8 +350,8 @@ class Config:
         :meth:`validate` resolves and checks."""
         for name in SECTIONS:
             getattr(self, name).check()
-        check_relations(self)
-        check_named_code(self)
+        check_relations(self.run, self.resources, self.algorithm, self.replay)
+        check_named_code(self.run)
         return self
 
 
@@ -488,41 +488,3 @@ def _flat(section: str, name: str, help: str | None) -> property:
 
 for _field in config_fields():
     setattr(Config, _field.name, _flat(SECTION_OF[_field.name], _field.name, _field.metadata.get("help")))
-
-
-def check_relations(config: Config) -> None:
-    """Fields of different sections that must agree."""
-    algorithm, buffer_size = config.algorithm, config.replay.buffer_size
-    if config.run.her and config.replay.n_step != 1:
-        raise DsacError(f"--her relabels one-step transitions; --n_step {config.replay.n_step} would sum rewards "
-                        "of the episode's own goal (use --n_step 1)")
-    if algorithm.batch_size > buffer_size:
-        raise DsacError(
-            f"--batch_size {algorithm.batch_size} is larger than the replay capacity --buffer_size {buffer_size}"
-        )
-    if algorithm.learning_starts > buffer_size:
-        raise DsacError(f"--learning_starts {algorithm.learning_starts} exceeds --buffer_size {buffer_size}")
-    num_learners = config.resources.num_learners
-    if num_learners > 1 and config.run.policy_class is not None:  # dsac's own learners all split their steps
-        from dsac.policy import Policy
-        from dsac.registry import policy_class_for
-
-        policy = policy_class_for(config.run)
-        if policy.compute_gradients is Policy.compute_gradients:
-            raise DsacError(
-                f"--num_learners {num_learners}: policy_class {policy.__name__} does not implement "
-                "compute_gradients/apply_gradients"
-            )
-
-
-def check_named_code(config: Config) -> None:
-    """Callbacks and policy classes named by the config are what they must be."""
-    run = config.run
-    if run.callbacks is not None:
-        from dsac.callbacks import Callbacks
-
-        load_subclass(run.callbacks, Callbacks, "callbacks")
-    if run.policy_class is not None:
-        from dsac.policy import Policy
-
-        load_subclass(run.policy_class, Policy, "policy_class")

@@ -64,7 +64,7 @@ class LoadedPolicy:
                 spec.check_spaces(repr(self.env_id), self.observation_space, self.action_space)  # a name from the file
                 cls = spec.policy_class
             # the sizes the file names, checked before a network of them is built
-            check_network_size(self.config, self.observation_space, self.action_space)
+            check_network_size(self.config.model, self.config.algorithm, self.observation_space, self.action_space)
         except DsacError as exc:
             raise DsacError(f"weights file {path}: {exc}") from None
         try:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dsac.atari import is_atari_id, is_large_frame
+from dsac.checkpoints import read_checkpoint
 from dsac.config import Config
 from dsac.envs import check_training_env_kwargs, describe_space, make_env, one_line
 from dsac.errors import DsacError
@@ -23,7 +24,6 @@ from dsac.files import (
     check_writable_dir,
     code_names,
     load_weights,
-    read_checkpoint,
 )
 from dsac.models.sizes import check_network_size
 from dsac.models.vision import conv_output_shape, is_large_image, obs_input
@@ -133,7 +133,8 @@ def resolve_for_spaces(config: Config, observation_space, action_space, availabl
         resolved = config.replace(**fills).check()
     if obs.is_image:  # every conv layer must fit its input: one line now, not a learner's traceback later
         conv_output_shape(obs.shape, resolved.model.conv_filters)
-    check_network_size(resolved, observation_space, action_space)  # before a network of that size is built
+    # before a network of that size is built
+    check_network_size(resolved.model, resolved.algorithm, observation_space, action_space)
     check_fits_in_memory(storage_bytes(resolved.replay.buffer_size, specs, frames), available, "this machine")
     check_sample_call(resolved, specs, obs, available)
     return resolved

@@ -17,10 +17,11 @@ import statistics
 import time
 
 import dsac
+from dsac.checkpoints import write_checkpoint
 from dsac.config import MODEL_KEYS, Config
 from dsac.envs import describe_space
 from dsac.errors import DsacError
-from dsac.files import append_jsonl, atomic_write_bytes, real_dir, save_weights, write_checkpoint, write_json
+from dsac.files import append_jsonl, atomic_write_bytes, real_dir, save_weights, write_json
 from dsac.messages import Evaluation
 from dsac.registry import algorithm
 from dsac.tensorboard_log import TensorBoardLog

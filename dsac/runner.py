@@ -20,7 +20,7 @@ def start(config: Config, started_at: float, insert_limit: int | None = None,
         config: a validated config (:meth:`dsac.config.Config.validate`).
         started_at: ``time.time()`` the run counts its wall seconds from.
         insert_limit: no collection past this many env steps (None: ``total_env_steps``).
-        checkpoint: a resumed run's checkpoint (:func:`dsac.files.read_checkpoint`), or None.
+        checkpoint: a resumed run's checkpoint (:func:`dsac.checkpoints.read_checkpoint`), or None.
 
     Raises:
         DsacError: bad input, found before training starts.

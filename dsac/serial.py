@@ -41,7 +41,7 @@ class SerialRun:
         prepared: what :func:`dsac.preparation.prepare` checked.
         started_at: ``time.time()`` the run counts its wall seconds from.
         insert_limit: no collection past this many transitions (None: ``total_env_steps``).
-        checkpoint: a resumed run's checkpoint (:func:`dsac.files.read_checkpoint`).
+        checkpoint: a resumed run's checkpoint (:func:`dsac.checkpoints.read_checkpoint`).
     """
 
     def __init__(self, prepared: Prepared, started_at: float, insert_limit: int | None = None,

@@ -27,9 +27,10 @@ import time
 
 import numpy as np
 
+from dsac.checkpoints import read_checkpoint
 from dsac.config import Config
 from dsac.errors import DsacError
-from dsac.files import check_run_dir, check_writable_dir, read_checkpoint
+from dsac.files import check_run_dir, check_writable_dir
 from dsac.registry import policy_class_for
 from dsac.runner import start
 

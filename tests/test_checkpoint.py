@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from dsac.build import make_learner
+from dsac.checkpoints import read_checkpoint, write_checkpoint
 from dsac.config import Config
 from dsac.envs import describe_space
-from dsac.files import read_checkpoint, write_checkpoint
 from dsac.learning import UpdateLoop
 from dsac.preparation import resume_config
 from dsac.replay import PrioritizedReplayStorage, ReplayStorage, field_specs
@@ -121,7 +121,7 @@ READ_UNDER_LIMIT = """
 import resource, sys
 import psutil
 from dsac.errors import DsacError
-from dsac.files import read_npz
+from dsac.checkpoints import read_npz
 vms = psutil.Process().memory_info().vms
 resource.setrlimit(resource.RLIMIT_AS, (vms + 96 * 2**20, resource.getrlimit(resource.RLIMIT_AS)[1]))
 try:

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT, run_in_one_process
 
-from dsac import files
+from dsac import checkpoints
+from dsac.checkpoints import read_checkpoint, write_checkpoint
 from dsac.envs import describe_space
-from dsac.files import CHECKPOINT_SLOTS, read_checkpoint, write_checkpoint
+from dsac.files import CHECKPOINT_SLOTS
 
 GOLDEN_RUN = os.path.join(REPO_ROOT, "tests", "data", "golden", "sac_pendulum")  # a serial SAC run, 300 env steps
 ENV = gym.make("Pendulum-v1")
@@ -147,7 +148,7 @@ def test_a_folder_missing_any_file_is_passed_over_for_the_older_whole_one(tmp_pa
                 if slot != "checkpoint.new" or cut == slot:
                     shutil.copytree(whole(tmp_path, g), run / slot)
             os.unlink(run / cut / name)
-            assert files.newest_checkpoint(str(run)) != cut, (cut, name)
+            assert checkpoints.newest_checkpoint(str(run)) != cut, (cut, name)
             assert read_generation(run) == expected, (cut, name)
     for slot in CHECKPOINT_SLOTS:
         shutil.rmtree(run / slot, ignore_errors=True)

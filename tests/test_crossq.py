@@ -17,10 +17,10 @@ from dsac.algorithms.crossq.learner import actor_losses, critic_losses
 from dsac.algorithms.crossq.networks import BatchRenorm
 from dsac.algorithms.crossq.policy import CrossQPolicy
 from dsac.build import make_learner
+from dsac.checkpoints import read_checkpoint, write_checkpoint
 from dsac.config import Config
 from dsac.envs import describe_space
 from dsac.errors import DsacError
-from dsac.files import read_checkpoint, write_checkpoint
 from dsac.inference import load_policy
 from dsac.preparation import prepare
 from dsac.weights import TensorFlowVariables

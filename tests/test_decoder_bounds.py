@@ -200,8 +200,8 @@ def test_a_replay_snapshot_is_read_against_its_runs_buffer_size(tmp_path):
 
     import numpy as np
 
+    from dsac.checkpoints import read_checkpoint
     from dsac.errors import DsacError
-    from dsac.files import read_checkpoint
     from dsac.frames import frame_capacity
 
     run = tmp_path / "run"
@@ -225,8 +225,9 @@ def test_inputs_a_review_found_are_refused_in_one_line(tmp_path):
 
     import numpy as np
 
+    from dsac.checkpoints import read_npz
     from dsac.errors import DsacError
-    from dsac.files import read_json, read_npz
+    from dsac.files import read_json
 
     member = io.BytesIO()
     np.lib.format.write_array(member, np.zeros(4, np.float32))

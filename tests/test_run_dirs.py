@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT, run_in_one_process
 
+from dsac.checkpoints import write_checkpoint
 from dsac.errors import DsacError
 from dsac.files import (
     RUN_FILES,
@@ -22,7 +23,6 @@ from dsac.files import (
     atomic_write_bytes,
     check_writable_dir,
     real_dir,
-    write_checkpoint,
 )
 
 GOLDEN_RUN = os.path.join(REPO_ROOT, "tests", "data", "golden", "sac_pendulum")  # a serial SAC run, 300 env steps

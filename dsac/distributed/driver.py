@@ -21,13 +21,13 @@ from collections import deque
 import ray
 
 from dsac import cpu
+from dsac.checkpoints import read_checkpoint
 from dsac.config import Config
 from dsac.distributed.cluster import connect_ray, ship_user_code
 from dsac.distributed.recovery import LearnerCheckpoint, Recovery, process_died, ray_error_line
 from dsac.distributed.system import System
 from dsac.distributed.topology import plan_here
 from dsac.errors import DsacError
-from dsac.files import read_checkpoint
 from dsac.messages import LearnerState, Reports, ShardStats
 from dsac.preparation import Prepared, check_resume_state, prepare
 from dsac.recorder import Recorder, custom_metric_means
@@ -53,7 +53,7 @@ class DistributedRun:
         started_at: ``time.time()`` the run counts its wall seconds from.
         insert_limit: no collection past this many transitions (None: unbounded).
         initial_weights: the learner's starting weights (``--init_weights``), or None.
-        checkpoint: a resumed run's checkpoint (:func:`dsac.files.read_checkpoint`), or None.
+        checkpoint: a resumed run's checkpoint (:func:`dsac.checkpoints.read_checkpoint`), or None.
     """
 
     def __init__(self, prepared: Prepared, started_at: float, insert_limit: int | None = None,

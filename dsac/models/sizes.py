@@ -49,10 +49,10 @@ def _dense(sizes: list[int]) -> int:
     return sum(n_in * n_out + n_out for n_in, n_out in itertools.pairwise(sizes))
 
 
-def network_sizes(config, observation_space, action_space) -> dict[str, tuple[int, str]]:
-    """``{network: (parameters, the setting of its hidden widths)}`` of the networks ``config``
-    implies on these spaces, each layer's outputs checked against :data:`MAX_LAYER_OUTPUTS` on the
-    way (a one-line :class:`DsacError`)."""
+def network_sizes(model, algorithm, observation_space, action_space) -> dict[str, tuple[int, str]]:
+    """``{network: (parameters, the setting of its hidden widths)}`` of the networks the run's
+    ``model`` and ``algorithm`` sections imply on these spaces, each layer's outputs checked
+    against :data:`MAX_LAYER_OUTPUTS` on the way (a one-line :class:`DsacError`)."""
     from dsac.models.vision import (
         ObsInput,
         check_conv_filters,
@@ -62,7 +62,6 @@ def network_sizes(config, observation_space, action_space) -> dict[str, tuple[in
         obs_input,
     )
 
-    model, algorithm = config.model, config.algorithm
     check_widths("fcnet_hiddens", model.fcnet_hiddens)
     try:
         obs = obs_input(observation_space)
@@ -107,10 +106,11 @@ def network_sizes(config, observation_space, action_space) -> dict[str, tuple[in
     return networks
 
 
-def check_network_size(config, observation_space, action_space) -> None:
-    """Refuse, in one line, settings that imply a network or a layer above the bounds (see the
-    module's text), before anything of that size is allocated."""
-    networks = network_sizes(config, observation_space, action_space)
+def check_network_size(model, algorithm, observation_space, action_space) -> None:
+    """Refuse, in one line, settings (the run's ``model`` and ``algorithm`` sections) that imply
+    a network or a layer above the bounds (see the module's text), before anything of that size
+    is allocated."""
+    networks = network_sizes(model, algorithm, observation_space, action_space)
     name, (parameters, hidden) = max(networks.items(), key=lambda item: item[1][0])
     if parameters > MAX_PARAMETERS:
         raise DsacError(f"{name} of {hidden} on observations of shape {tuple(observation_space.shape)} has "
