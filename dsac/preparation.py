@@ -142,14 +142,21 @@ def resolve_for_spaces(config: Config, observation_space, action_space, availabl
 
 def check_sample_call(config: Config, specs: dict, obs, available: int) -> None:
     """Refuse a replay sample call (``--batch_size`` × ``--batches_per_sample`` transitions,
-    observations whole) that would take more than a quarter of the memory available: the
-    replay, Ray's copy and the learner each hold it."""
+    observations whole) that would take more than a quarter of the memory available (the
+    replay, Ray's copy and the learner each hold it), and a distributional update as large."""
     per_item = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize for shape, dtype in specs.values())
     per_item += 2 * int(np.prod(obs.shape, dtype=np.int64)) * np.dtype(obs.dtype).itemsize  # obs, next_obs
     batch, calls = config.algorithm.batch_size, config.flow.batches_per_sample
     if batch * calls * per_item > available / 4:
         raise DsacError(f"one replay sample call of --batch_size {batch:,} × --batches_per_sample {calls} needs "
                         f"{batch * calls * per_item / 2**30:.2f} GiB, more than a quarter of the "
+                        f"{available / 2**30:.2f} GiB available: lower them")
+    # C51's projection weighs every atom against every atom for each transition: B × N × N
+    # float32, and the gradient tape keeps a few such arrays.
+    atoms = int(getattr(config.algorithm, "num_atoms", 1) or 1)
+    if atoms > 1 and 3 * 4 * batch * atoms * atoms > available / 4:
+        raise DsacError(f"the distributional update of --batch_size {batch:,} with --num_atoms {atoms:,} needs "
+                        f"{3 * 4 * batch * atoms * atoms / 2**30:.2f} GiB, more than a quarter of the "
                         f"{available / 2**30:.2f} GiB available: lower them")
 
 

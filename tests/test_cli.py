@@ -303,6 +303,8 @@ def _bad_input_cases(tmp):
         (launch_py, ["--batches_per_sample", "1000000000"], "--batches_per_sample must be at most 1,024"),
         (launch_py, ["--prefetch", "1000000000"], "--prefetch must be at most 64"),
         (launch_py, ["--batch_size", "1000000", "--batches_per_sample", "1024"], "one replay sample call of"),
+        (launch_py, ["--algo", "dqn", "--env", "CartPole-v1", "--num_atoms", "1000", "--batch_size", "100000"],
+         "the distributional update of --batch_size 100,000 with --num_atoms 1,000 needs"),
         (launch_py, ["--resume", _resumable_run(tmp / "r6"), "--config", str(tmp / "bad.yaml")],
          "continues with the config.json it was started with, not --config"),
         (infer, [str(tmp / "weights.pkl"), "--seed", "-1"], "--seed"),
