@@ -94,7 +94,7 @@ def test_custom_env_module_trains_in_every_worker(user_module):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     lines = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
     assert lines[-1]["eval_return_mean"] > -6.0, lines
-    with pytest.raises(DsacError, match="module reach_envs"):  # the file names code: imported only with consent
+    with pytest.raises(DsacError, match="module 'reach_envs'"):  # the file names code: imported only with consent
         load_policy(str(out / "weights.pkl"))
     policy = load_policy(str(out / "weights.pkl"), trust_code=True)
     assert policy.flatten_obs and policy.observation_space.shape == (2,)
