@@ -263,3 +263,30 @@ def test_two_crossq_learners_keep_one_set_of_running_statistics(ray_local, tmp_p
     assert learners["learner_0"]["updates"] == learners["learner_1"]["updates"] > 0, learners
     assert learners["learner_0"]["state_digest"] == learners["learner_1"]["state_digest"], learners
     assert learners["learner_0"]["weights_digest"] == learners["learner_1"]["weights_digest"], learners
+
+
+def test_a_dropped_data_parallel_update_moves_no_running_statistics():
+    """compute_gradients hands back what a batch moved the renormalization statistics to and
+    puts the old ones back; apply_gradients sets the learners' mean only with an applied step,
+    so a mean with a non-finite gradient moves nothing and is reported as skipped."""
+    from dsac.distributed.learner_transport import apply_mean, weights_digest
+
+    env = gym.make("Pendulum-v1")
+    config = Config(algo="crossq", env="Pendulum-v1", fcnet_hiddens=[16], critic_hiddens=[16]).validate()
+    learner = make_learner(config, env.observation_space, env.action_space, 0)
+    rng = np.random.default_rng(0)
+    n = 32
+    batch = {"obs": rng.normal(size=(n, 3)).astype(np.float32), "action": rng.uniform(-2, 2, (n, 1)).astype(np.float32),
+             "reward": rng.normal(size=n).astype(np.float32), "next_obs": rng.normal(size=(n, 3)).astype(np.float32),
+             "terminated": np.zeros(n, np.float32), "discount": np.full(n, 0.99, np.float32)}
+    before = weights_digest(learner.get_state())
+    parts, stats = learner.compute_gradients(batch)
+    assert weights_digest(learner.get_state()) == before  # computing moved nothing
+    shapes = [np.shape(p) for p in parts]
+    flat = np.concatenate([np.ravel(p).astype(np.float32) for p in parts])
+    poisoned = flat.copy()
+    poisoned[0] = np.nan  # a gradient: the update is dropped, statistics and all
+    assert apply_mean(learner, poisoned, shapes, stats)["skipped"] == 1.0
+    assert weights_digest(learner.get_state()) == before
+    assert apply_mean(learner, flat, shapes, stats)["skipped"] == 0.0
+    assert weights_digest(learner.get_state()) != before

@@ -111,13 +111,14 @@ class Learner:
 
     def apply_gradients(self, gradients: list[np.ndarray]) -> bool:
         """:meth:`learn_on_batch`'s step with the given gradients (as :meth:`compute_gradients`
-        returns them: the replica statistics last, set whatever the verdict); returns whether
-        they were applied (not when any gradient is non-finite)."""
+        returns them: the replica statistics last, set with the step); returns whether they were
+        applied (not when any gradient is non-finite: then nothing moves)."""
         variables = self._replica_variables()
         count = len(gradients) - len(variables)
         applied = bool(self._apply([tf.convert_to_tensor(g) for g in gradients[:count]]))
-        for variable, value in zip(variables, gradients[count:], strict=True):
-            variable.assign(value)
+        if applied:
+            for variable, value in zip(variables, gradients[count:], strict=True):
+                variable.assign(value)
         self._weights = None
         return applied
 

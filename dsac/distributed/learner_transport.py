@@ -121,9 +121,11 @@ def apply_mean(policy, mean: np.ndarray, shapes: list, stats: dict) -> dict:
     so that decides: every learner counts the same dropped update once, even one whose own
     gradients were finite (its local verdict would leave ``skipped_updates`` at 0)."""
     ends = np.cumsum([int(np.prod(shape)) for shape in shapes])
-    policy.apply_gradients([part.reshape(shape) for part, shape in zip(np.split(mean, ends[:-1]), shapes,
-                                                                          strict=True)])
-    return {**stats, "skipped": float(not np.isfinite(mean).all())}
+    applied = policy.apply_gradients([part.reshape(shape) for part, shape in zip(np.split(mean, ends[:-1]), shapes,
+                                                                                    strict=True)])
+    # The policy's own verdict where it gives one (dsac's learners check the gradients, not what
+    # follows them in the array); else the whole mean's.
+    return {**stats, "skipped": float(not applied if isinstance(applied, bool) else not np.isfinite(mean).all())}
 
 
 def weights_digest(weights: dict[str, np.ndarray]) -> str:
