@@ -265,6 +265,13 @@ BOX_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64"
               "uint64", "bool")
 
 
+def _survives_cast(values: np.ndarray, dtype: str) -> bool:
+    """Whether float ``values`` keep their value as ``dtype`` (2**63 passes a comparison with
+    int64's maximum as a float, then wraps)."""
+    with np.errstate(all="ignore"):
+        return bool((values.astype(dtype).astype(np.float64) == values).all())
+
+
 def space_from_description(desc) -> gym.Space:
     """Rebuild a Box or Discrete space from :func:`describe_space`'s output (read from a
     file: every field's type and size is checked first)."""
@@ -295,7 +302,8 @@ def space_from_description(desc) -> gym.Space:
         info = np.iinfo(dtype) if kind in "iu" else np.finfo(dtype) if kind == "f" else None
         finite = array[np.isfinite(array)]
         if np.isnan(array).any() or (kind in "iub" and len(finite) < array.size) \
-                or (info is not None and len(finite) and (finite.min() < info.min or finite.max() > info.max)):
+                or (info is not None and len(finite) and (finite.min() < info.min or finite.max() > info.max)) \
+                or (kind in "iu" and not _survives_cast(finite, dtype)):
             raise DsacError(f"a Box space's {name} holds NaN or a bound outside its dtype {dtype}")
         bounds.append(array)
     if (bounds[0] > bounds[1]).any():

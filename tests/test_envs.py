@@ -175,6 +175,7 @@ def test_a_fetch_task_that_fails_to_start_names_mujoco_when_it_is_the_known_caus
     ([-5], [300], "uint8", "low holds NaN or a bound outside its dtype uint8"),
     ([0], [1e30], "int8", "high holds NaN or a bound outside its dtype int8"),
     ([-1e300], [1e300], "float32", "low holds NaN or a bound outside its dtype float32"),
+    ([2**63], [2**63], "int64", "low holds NaN or a bound outside its dtype int64"),
 ])
 def test_a_box_described_in_a_file_is_checked_before_gymnasium_sees_it(low, high, dtype, fact):
     """Bounds a weights file describes (found by ``python -m benchmarks fuzz``: NaN, low above
