@@ -249,11 +249,11 @@ def fitting_weights(config: Config, path: str, observation_space, action_space) 
         typed = {key: values[key] for key in ("env", "policy_class", "custom_model")}
         refuse_untrusted_code(code_names(payload), f"--init_weights {path}", typed)
     if payload.get("algo") != run.algo:
-        raise DsacError(f"--init_weights {path} holds {payload.get('algo')} weights, this run is --algo {run.algo}")
+        raise DsacError(f"--init_weights {path} holds {payload.get('algo')!r} weights, this run is --algo {run.algo}")
     for name, space in (("observation", observation_space), ("action", action_space)):
         if payload.get(f"{name}_space") != describe_space(space):
             raise DsacError(
-                f"--init_weights {path} was trained on {payload.get('env')} whose {name} space differs from "
+                f"--init_weights {path} was trained on {payload.get('env')!r} whose {name} space differs from "
                 f"{run.env}'s"
             )
     for key in network_keys(config):

@@ -71,6 +71,7 @@ class Trainer:
         # save() writes, so that both stand still between train() calls even while the
         # learner applies the batches it still had in flight.
         self._held = None
+        self._held_weights = None  # its acting weights, taken out once
 
     @property
     def output_dir(self) -> str:
@@ -102,6 +103,7 @@ class Trainer:
         self._run.set_insert_limit(target)
         evaluations, episodes = self._step_until(target)
         self._held = self._run.full_state()
+        self._held_weights = self._acting_weights(self._held.state)
         self.iteration += 1
         result = self._result(started_counts, max(time.monotonic() - started, 1e-9), evaluations, episodes)
         if self._run.callbacks is not None:
@@ -172,8 +174,8 @@ class Trainer:
         """A local (driver-side, numpy) policy with the weights as the last :meth:`train` ended
         (the latest pushed ones before the first)."""
         policy = self._policy_for_names()
-        if self._held is not None:
-            policy.set_weights(self._acting_weights(self._held.state))
+        if self._held_weights is not None:
+            policy.set_weights(self._held_weights)
             return policy
         deadline = time.monotonic() + STALL_TIMEOUT_S
         latest = self._run.latest()
@@ -215,10 +217,13 @@ class Trainer:
         check_run_dir(checkpoint_dir, "Trainer.save")
         if run.latest().weights is None:
             raise DsacError("no weights to save yet: call train() first")
-        taken = self._held if self._held is not None else run.full_state()
+        if self._held is not None:
+            taken, weights = self._held, self._held_weights
+        else:
+            taken = run.full_state()
+            weights = self._acting_weights(taken.state)
         counters = {**run.counters, "updates": int(taken.report.updates)}
-        return run.recorder.saved_state(checkpoint_dir, taken.state, self._acting_weights(taken.state),
-                                        run.latest().version, counters)
+        return run.recorder.saved_state(checkpoint_dir, taken.state, weights, run.latest().version, counters)
 
     def _policy_for_names(self):
         """A local acting policy (numpy; no weights needed) that knows its weight names."""

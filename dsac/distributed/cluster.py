@@ -17,7 +17,7 @@ from dsac.distributed import ray_private
 from dsac.distributed.recovery import ray_error_line
 from dsac.errors import DsacError
 from dsac.preparation import in_ray_job
-from dsac.redaction import redact_uri
+from dsac.redaction import redact_text, redact_uri
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(dsac.__file__)))
 log = logging.getLogger("dsac")
@@ -50,7 +50,8 @@ def connect_ray(config: Config) -> bool:
             start_local_ray(pythonpath)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
         where = f"join a Ray cluster at {redact_uri(address)}" if address else "start a local Ray"
-        raise DsacError(f"cannot {where}: {ray_error_line(exc)}") from None
+        why = redact_text(ray_error_line(exc), address) if address else ray_error_line(exc)
+        raise DsacError(f"cannot {where}: {why}") from None
     if not config.output.verbose:
         quiet_ray_death_notices()
     return True
