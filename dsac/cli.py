@@ -19,7 +19,6 @@ import sys  # noqa: E402
 
 from dsac.config import SECTION_OF, SECTIONS, Config, config_fields, suggest_key  # noqa: E402
 from dsac.errors import DsacError, quiet_when_the_reader_leaves  # noqa: E402
-from dsac.settings import ResourceSettings  # noqa: E402
 
 _TYPES = {"int": int, "float": float, "str": str}
 
@@ -97,18 +96,6 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
-def check_serial_workers(config: Config, given: dict) -> None:
-    """The serial runner (``--local``) steps one rollout worker's ``--envs_per_worker`` envs, so
-    a worker count above one, typed or from a file (anything but the default), asks for what it
-    does not do: refused, as ``--num_learners`` is, with the flag that does it in one process."""
-    workers = config.resources.num_workers
-    default = ResourceSettings().num_workers
-    if config.resources.local and workers > 1 and ("num_workers" in given or workers != default):
-        raise DsacError(f"--num_workers {workers} needs Ray: the serial runner (--local) steps one rollout worker's "
-                        f"envs in this process; drop --local, or use --envs_per_worker {workers} for {workers} envs "
-                        "in this process")
-
-
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
@@ -132,7 +119,8 @@ def main(argv=None) -> int:
             values = vars(args)
             values.pop("config")
             config = Config.from_dict(values).validate()
-        check_serial_workers(config, given)
+        if config.resources.local:  # --local --num_workers 2 typed: refused though 2 is the default
+            config.resources.check_local(workers_typed="num_workers" in given)
 
         from dsac.runner import run
 

@@ -174,14 +174,20 @@ class ResourceSettings:
                        if name == "num_learners" else "every shard needs a worker writing to it")
                 )
 
-    def check_local(self) -> None:
-        """The serial runner takes no flag that only means something with Ray."""
+    def check_local(self, workers_typed: bool = False) -> None:
+        """The serial runner takes no flag that only means something with Ray, and steps one
+        rollout worker's ``--envs_per_worker`` envs: a worker count above one, typed (the command
+        line says) or not the default, asks for what it does not do."""
         for name, fine in (("num_learners", 1), ("num_replay_shards", 1), ("address", None),
                            ("worker_cpus", None), ("learner_gpus", None)):
             value = getattr(self, name)
             if value != fine:
                 raise DsacError(f"--{name} {value} needs Ray: the serial runner (--local / --num_workers 0) runs one "
                                 "learner and one replay buffer in this process")
+        n = self.num_workers
+        if n > 1 and (workers_typed or n != ResourceSettings.num_workers):
+            raise DsacError(f"--num_workers {n} needs Ray: the serial runner (--local) steps one rollout worker's envs "
+                            f"in this process; drop --local, or use --envs_per_worker {n} for {n} envs in this process")
 
 
 @dataclass(frozen=True)

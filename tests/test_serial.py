@@ -43,6 +43,8 @@ def test_local_run_learns_pendulum_without_starting_ray(tmp_path):
 def test_num_workers_0_is_the_serial_runner_and_ray_only_flags_are_refused():
     assert Config(num_workers=0).validate().local is True
     assert Config(local=True).validate().num_workers == 2  # --local alone: the worker count is not used
+    with pytest.raises(DsacError, match="--num_workers 4 needs Ray"):  # Trainer and Tune too, not only the CLI
+        Config(local=True, num_workers=4).validate()
     for values, flag in (({"num_learners": 2}, "--num_learners"), ({"address": "127.0.0.1:6379"}, "--address"),
                          ({"learner_gpus": 1.0}, "--learner_gpus"), ({"num_replay_shards": 2}, "--num_replay_shards")):
         with pytest.raises(DsacError, match=f"{flag} .* needs Ray"):

@@ -118,18 +118,20 @@ def check_options(args) -> None:
     if args.total_env_steps is not None:
         positive_ints(args, "total_env_steps")
     check_scheduler_options(args.grace_period, args.reduction_factor, args.perturbation_interval)
+    if args.num_cpus is not None and args.address:
+        raise DsacError("--num_cpus sizes a local Ray, not the cluster at --address: drop one of them")
 
 
 def scheduler_for(name: str, space: dict, time_attr: str = "training_iteration", grace_period: float = 2,
                   reduction_factor: float = 2, perturbation_interval: float = 2):
-    """Tune's scheduler ``name`` (``fifo``: None) over ``space``, counting ``time_attr``. ASHA's
-    last rung is the trials' own budget in that unit where the space fixes it
-    (``max_seconds`` for ``time_total_s``, ``total_env_steps`` for ``timesteps_total``)."""
+    """Tune's scheduler ``name`` (``fifo``: None) over ``space``, counting ``time_attr`` (its
+    numbers as :func:`check_options` checked them). ASHA's last rung is the trials' own budget in
+    that unit where the space fixes it (``max_seconds`` for ``time_total_s``,
+    ``total_env_steps`` for ``timesteps_total``)."""
     from ray.tune.schedulers import ASHAScheduler, PopulationBasedTraining
 
     from dsac.tune.space import mutations
 
-    check_scheduler_options(grace_period, reduction_factor, perturbation_interval)
     if name == "asha":
         budget = {"time_total_s": "max_seconds", "timesteps_total": "total_env_steps"}.get(time_attr)
         kind, value = space.get(budget, ("grid", None))
@@ -170,8 +172,6 @@ def run(args) -> tuple[str, str]:
     except DsacError as exc:  # a cloud store's URI may carry a token
         raise DsacError(redact_text(str(exc), args.storage_path)) from None
     callbacks = tracker_callbacks(args.wandb, args.mlflow)
-    if args.num_cpus is not None and (args.address or args.num_cpus <= 0):
-        raise DsacError("--num_cpus sizes a local Ray: a positive number, without --address")
     address = args.address or os.environ.get("RAY_ADDRESS")
     runtime_env = None
     if not address:  # a local Ray: its size is known before it starts
