@@ -151,7 +151,8 @@ def cpus_per_worker(workers: int) -> float:
     from dsac.config import Config
     from dsac.distributed.topology import plan_resources
 
-    return plan_resources(Config(num_workers=workers).validate(), ray.cluster_resources()).worker_cpus
+    config = Config(num_workers=workers).validate()
+    return plan_resources(config.resources, config.flow, ray.cluster_resources()).worker_cpus
 
 
 def percentile_ms(seconds: np.ndarray, q: float) -> float | None:

@@ -93,7 +93,7 @@ def check_local_ray_fits(config: Config) -> None:
     from dsac.distributed.topology import local_cluster_resources, plan_resources
 
     if not ray.is_initialized():
-        plan_resources(config, local_cluster_resources())
+        plan_resources(config.resources, config.flow, local_cluster_resources())
 
 
 def env_spaces(config: Config) -> tuple:

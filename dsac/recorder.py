@@ -77,7 +77,7 @@ class Recorder:
         self.best_video_return = meta.get("best_video_return", -math.inf)
         write_json(os.path.join(output_dir, "config.json"), config.record())
         self.tensorboard = TensorBoardLog(os.path.join(output_dir, "tb")) if config.output.tensorboard else None
-        self.trackers = Trackers(config, output_dir)
+        self.trackers = Trackers(config.output, config.to_dict(), output_dir)
 
     def wall_s(self) -> float:
         return round(time.time() - self.started_at, 3)

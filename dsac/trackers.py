@@ -302,14 +302,14 @@ class MLflowTracker(Tracker):
 
 
 class Trackers:
-    """The trackers a run's config asks for, started in ``output_dir`` (each one's failure
-    drops it with one warning)."""
+    """The trackers a run's ``output`` section asks for, started in ``output_dir`` with the
+    run's config ``values`` (``Config.to_dict``) as their params (each one's failure drops it
+    with one warning)."""
 
-    def __init__(self, config, output_dir: str):
+    def __init__(self, output, values: dict, output_dir: str):
         self.output_dir = output_dir
         self.active: list[Tracker] = []
         self.uri = None
-        output = config.output
         if output.wandb is None and output.mlflow is None:
             return
         ids_path = os.path.join(output_dir, IDS_FILE)
@@ -322,7 +322,6 @@ class Trackers:
                 pass
             ids = ids if isinstance(ids, dict) else {}
         self.uri = output.mlflow  # its secrets are hidden in warnings (to_dict gives it redacted)
-        values = config.to_dict()
         starts = [("wandb", output.wandb, WandbTracker), ("mlflow", output.mlflow, MLflowTracker)]
         for key, target, cls in starts:
             if target is None:

@@ -435,9 +435,9 @@ def test_a_run_starts_its_own_local_ray_where_another_cluster_left_its_address()
         os.mkdir(os.path.join(temp_dir, "ray"))  # Ray's temp dir under RAY_TMPDIR
         with open(os.path.join(temp_dir, "ray", "ray_current_cluster"), "w") as f:
             f.write("127.0.0.1:9")
-        code = ("import ray; from dsac.config import Config; from dsac.distributed.cluster import connect_ray; "
-                "started = connect_ray(Config()); print('started', started, ray.get_runtime_context().gcs_address); "
-                "ray.shutdown()")
+        code = ("import ray; from dsac.distributed.cluster import connect_ray; "
+                "started = connect_ray(None, 'CartPole-v1'); "
+                "print('started', started, ray.get_runtime_context().gcs_address); ray.shutdown()")
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         env.update(RAY_TMPDIR=temp_dir, PYTHONPATH=os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p))
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180, env=env)

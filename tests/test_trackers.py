@@ -180,7 +180,8 @@ def test_a_tracking_server_gets_the_run_and_losing_it_costs_only_the_tracking(tm
     from dsac.trackers import Trackers
 
     os.makedirs(tmp_path / "second")
-    trackers = Trackers(Config(mlflow=uri).validate(), str(tmp_path / "second"))
+    config = Config(mlflow=uri).validate()
+    trackers = Trackers(config.output, config.to_dict(), str(tmp_path / "second"))
     assert len(trackers.active) == 1
     os.killpg(server.pid, 9)
     server.wait()

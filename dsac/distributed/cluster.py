@@ -12,7 +12,6 @@ import time
 import ray
 
 import dsac
-from dsac.config import Config
 from dsac.distributed import ray_private
 from dsac.distributed.recovery import ray_error_line
 from dsac.errors import DsacError
@@ -31,28 +30,29 @@ RAY_DEATH_NOTICE = re.compile(
     r"killed due to the node running low on memory|The actor died|actor is dead", re.IGNORECASE)
 
 
-def connect_ray(config: Config) -> bool:
-    """Join the cluster named by ``--address`` or ``RAY_ADDRESS``, else start a local Ray.
-    Returns whether this call started Ray (and so should shut it down)."""
+def connect_ray(address: str | None, env: str, verbose: bool = False) -> bool:
+    """Join the cluster at ``address`` (``--address``) or ``RAY_ADDRESS``, else start a local
+    Ray; the user's ``env`` module reaches its workers. Returns whether this call started Ray
+    (and so should shut it down)."""
     if ray.is_initialized():
         return False
-    address = config.resources.address or os.environ.get("RAY_ADDRESS")
+    address = address or os.environ.get("RAY_ADDRESS")
     try:
         if address:
             check_reachable(address)
             # Joining: the cluster's resources are what they are — no num_cpus/num_gpus here.
             # A `ray job submit` driver already ships its working dir; any other driver ships
             # the dsac package so tasks on other nodes can import it.
-            ray.init(address=address, runtime_env=code_for_the_cluster(config))
+            ray.init(address=address, runtime_env=code_for_the_cluster(env))
         else:
-            roots = [REPO_ROOT, *(package_root(m) for m in user_env_modules(config)), os.environ.get("PYTHONPATH")]
+            roots = [REPO_ROOT, *(package_root(m) for m in user_env_modules(env)), os.environ.get("PYTHONPATH")]
             pythonpath = os.pathsep.join(p for p in roots if p)
             start_local_ray(pythonpath)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
         where = f"join a Ray cluster at {redact_uri(address)}" if address else "start a local Ray"
         why = redact_text(ray_error_line(exc), address) if address else ray_error_line(exc)
         raise DsacError(f"cannot {where}: {why}") from None
-    if not config.output.verbose:
+    if not verbose:
         quiet_ray_death_notices()
     return True
 
@@ -98,18 +98,18 @@ def start_local_ray(pythonpath: str) -> None:
             os.environ["PYTHONPATH"] = before
 
 
-def code_for_the_cluster(config: Config) -> dict | None:
-    """The ``runtime_env`` of a driver joining a cluster: the dsac package and the user's env
-    module travel to every node (a ``ray job submit`` driver's working dir already does)."""
-    return None if in_ray_job() else {"py_modules": [dsac, *user_env_modules(config)]}
+def code_for_the_cluster(env: str) -> dict | None:
+    """The ``runtime_env`` of a driver joining a cluster: the dsac package and the user's
+    ``env`` module travel to every node (a ``ray job submit`` driver's working dir already does)."""
+    return None if in_ray_job() else {"py_modules": [dsac, *user_env_modules(env)]}
 
 
-def user_env_modules(config: Config) -> list:
-    """The top-level package of a ``module:Name`` env that is the user's own code (not an
-    installed package): every Ray worker must be able to import it."""
-    if ":" not in config.run.env:
+def user_env_modules(env: str) -> list:
+    """The top-level package of a ``module:Name`` env (``--env``) that is the user's own code
+    (not an installed package): every Ray worker must be able to import it."""
+    if ":" not in env:
         return []
-    top = sys.modules.get(config.run.env.split(":", 1)[0].split(".")[0])
+    top = sys.modules.get(env.split(":", 1)[0].split(".")[0])
     path = getattr(top, "__file__", None) or ""
     if top is None or top is dsac or not path or "-packages" + os.sep in path:
         return []
@@ -165,12 +165,13 @@ def check_reachable(address: str, timeout_s: float = 10.0, reply_s: float = 5.0)
                     "--address` takes it (host:6379 by default)")
 
 
-def ship_user_code(config: Config) -> None:
-    """Make the user's callbacks, policy class and custom model builders reach every Ray
-    worker: their modules (unless part of dsac or installed packages) travel by value."""
+def ship_user_code(run, model) -> None:
+    """Make the user's callbacks, policy class (the ``run`` section's) and custom model builders
+    (the ``model`` section's) reach every Ray worker: their modules (unless part of dsac or
+    installed packages) travel by value."""
     import ray.cloudpickle
 
-    objects = [config.run.callbacks, config.run.policy_class, *config.model.custom_models.values()]
+    objects = [run.callbacks, run.policy_class, *model.custom_models.values()]
     for obj in objects:
         if obj is None or isinstance(obj, str):
             continue

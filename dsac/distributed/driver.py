@@ -61,12 +61,12 @@ class DistributedRun:
         config = self.config = prepared.config
         self.output_dir, self.started_at, self.insert_limit = prepared.output_dir, started_at, insert_limit
         self.observation_space, self.action_space = prepared.observation_space, prepared.action_space
-        self.plan = plan_here(config)
+        self.plan = plan_here(config.resources, config.flow, "num_replay_shards" not in config.defaulted)
         # By default, replay beside the writers of each node.
         if self.plan.num_shards != config.resources.num_replay_shards:
             config = self.config = config.replace(num_replay_shards=self.plan.num_shards)
         log_plan(self.plan, config, self.output_dir, self.observation_space, self.action_space)
-        ship_user_code(config)
+        ship_user_code(config.run, config.model)
         self.callbacks = callbacks_for(config.run)
         meta = (checkpoint or {}).get("meta", {})
         self.system = System(config, self.plan, self.observation_space, self.action_space, insert_limit,
@@ -399,7 +399,8 @@ def start(config: Config, started_at: float, insert_limit: int | None = None,
     output_dir = prepared.output_dir
     started_ray = False
     try:
-        started_ray = connect_ray(prepared.config)
+        run, resources, output = prepared.config.run, prepared.config.resources, prepared.config.output
+        started_ray = connect_ray(resources.address, run.env, output.verbose)
         initial_weights = initial_weights if initial_weights is not None else prepared.initial_weights
         return DistributedRun(prepared, started_at, insert_limit, initial_weights, checkpoint), started_ray
     except BaseException:

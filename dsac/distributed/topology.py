@@ -152,17 +152,16 @@ def node_name(node: dict) -> str:
     return f"{node.get('NodeManagerHostname') or node.get('NodeManagerAddress')} (node {node['NodeID'][:8]})"
 
 
-def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
-                   driver_node: str | None = None) -> ResourcePlan:
-    """Fit every role's request into ``cluster`` (``ray.cluster_resources()``) and, given
-    ``nodes`` (``ray.nodes()``), place learners on GPU nodes when they use GPUs, spread
-    the rollout workers over the nodes in proportion to the CPUs each has left, and put the
-    actors on ``driver_node``."""
+def plan_resources(resources, flow, cluster: dict, nodes: list[dict] | None = None,
+                   driver_node: str | None = None, *, shards_given: bool = True) -> ResourcePlan:
+    """Fit every role's request (``resources``, ``flow``) into ``cluster`` (``ray.cluster_resources()``)
+    and, given ``nodes`` (``ray.nodes()``), place learners on GPU nodes when they use GPUs, spread
+    the rollout workers over the nodes in proportion to the CPUs each has left, and put the actors
+    on ``driver_node``; unless ``shards_given``, one replay shard per node (:func:`shards_for_nodes`)."""
     total_cpus = float(cluster.get("CPU", 0))
     total_gpus = float(cluster.get("GPU", 0))
     if total_cpus <= 0:
         raise DsacError("the Ray cluster has no CPUs")
-    resources = config.resources
     if resources.learner_gpus is not None and resources.learner_gpus * resources.num_learners > total_gpus:
         raise DsacError(
             f"--learner_gpus {resources.learner_gpus:g} asked for {resources.num_learners} learner(s), but the Ray "
@@ -199,66 +198,66 @@ def plan_resources(config, cluster: dict, nodes: list[dict] | None = None,
             f"cluster has {memory / 2**30:.1f} GiB for tasks: lower --num_workers"
         )
     plan = ResourcePlan(total_cpus, total_gpus, learner_cpus, learner_gpus, worker_cpus, evaluator_cpus,
-                        resources.num_workers, learners, chunk_period(config), num_shards=resources.num_replay_shards)
+                        resources.num_workers, learners, chunk_period(resources, flow),
+                        num_shards=resources.num_replay_shards)
     if len(alive) > 1:  # one node: nothing to decide
         _place(plan, alive)
         head = [n["NodeID"] for n in alive if "node:__internal_head__" in n.get("Resources", {})]
         # The head node (where `ray job submit` runs the driver); the driver's own otherwise. A
         # driver on a host with several nodes' raylets may attach to any of them.
         plan.actor_node = head[0] if head else driver_node
-        plan.num_shards = shards_for_nodes(config, plan)
+        plan.num_shards = resources.num_replay_shards if shards_given else shards_for_nodes(resources, plan)
         place_shards(plan, plan.num_shards)
-        plan.chunk_seconds = chunk_period(config, max(plan.writers_of(k) for k in range(plan.num_shards)))
+        plan.chunk_seconds = chunk_period(resources, flow, max(plan.writers_of(k) for k in range(plan.num_shards)))
         readers = [*plan.worker_nodes, plan.evaluator_node]
         plan.cache_nodes = [node for k, node in enumerate(readers) if node is not None and node not in readers[:k]]
     return plan
 
 
-def plan_here(config) -> ResourcePlan:
+def plan_here(resources, flow, shards_given: bool = True) -> ResourcePlan:
     """The plan of a run started from this process: inside a placement group (a Ray Tune
     trial) the trial's own (:func:`trial_plan`), else fitted to the whole cluster."""
     from ray.util import get_current_placement_group
 
     group = get_current_placement_group()
     if group is not None:
-        return trial_plan(config, group)
-    return plan_resources(config, ray.cluster_resources(), ray.nodes(), ray.get_runtime_context().get_node_id())
+        return trial_plan(resources, flow, group)
+    return plan_resources(resources, flow, ray.cluster_resources(), ray.nodes(),
+                          ray.get_runtime_context().get_node_id(), shards_given=shards_given)
 
 
-def trial_plan(config, placement_group=None) -> ResourcePlan:
+def trial_plan(resources, flow, placement_group=None) -> ResourcePlan:
     """A distributed Tune trial's plan: each role sized from the trial's own flags, not from
     the cluster, so that trials sharing a cluster ask for what they use: a learner 1 CPU and
     ``--learner_gpus`` GPUs (none unless given), a rollout worker ``--worker_cpus`` (1 unless
     given), the evaluator ``EVALUATOR_CPUS``; the shared actors ask for none. Everything is
     placed in ``placement_group`` (made from :func:`trial_bundles`)."""
-    learners, workers = config.resources.num_learners, config.resources.num_workers
-    learner_gpus = float(config.resources.learner_gpus or 0.0)
-    worker_cpus = float(config.resources.worker_cpus) if config.resources.worker_cpus is not None else 1.0
+    learners, workers = resources.num_learners, resources.num_workers
+    learner_gpus = float(resources.learner_gpus or 0.0)
+    worker_cpus = float(resources.worker_cpus) if resources.worker_cpus is not None else 1.0
     return ResourcePlan(
         TRIAL_DRIVER_CPUS + learners + worker_cpus * workers + EVALUATOR_CPUS, learner_gpus * learners, 1.0,
-        learner_gpus, worker_cpus, EVALUATOR_CPUS, workers, learners, chunk_period(config),
-        num_shards=config.resources.num_replay_shards, placement_group=placement_group,
+        learner_gpus, worker_cpus, EVALUATOR_CPUS, workers, learners, chunk_period(resources, flow),
+        num_shards=resources.num_replay_shards, placement_group=placement_group,
     )
 
 
-def trial_bundles(config) -> list[dict]:
+def trial_bundles(resources, flow) -> list[dict]:
     """A distributed Tune trial's placement-group bundles, all asked for at once: the trial's
     driver first (Tune runs the trial there), then each learner, each rollout worker and the
     evaluator (see :func:`trial_plan`)."""
-    plan = trial_plan(config)
+    plan = trial_plan(resources, flow)
     learner = {"CPU": plan.learner_cpus, **({"GPU": plan.learner_gpus} if plan.learner_gpus else {})}
     return ([{"CPU": TRIAL_DRIVER_CPUS}] + [dict(learner) for _ in range(plan.num_learners)]
             + [{"CPU": plan.worker_cpus} for _ in range(plan.num_workers)] + [{"CPU": plan.evaluator_cpus}])
 
 
-def shards_for_nodes(config, plan: ResourcePlan) -> int:
-    """Replay shards for a run: ``--num_replay_shards`` as given; by default (one per learner,
-    one per 64 workers) at least one per node with rollout workers, so that each node's workers
-    write beside them."""
+def shards_for_nodes(resources, plan: ResourcePlan) -> int:
+    """Replay shards for a run whose ``--num_replay_shards`` is the default (one per learner,
+    one per 64 workers): at least one per node with rollout workers, so that each node's
+    workers write beside them."""
     nodes = len({node for node in plan.worker_nodes if node is not None})
-    if "num_replay_shards" not in config.defaulted or nodes <= 1:
-        return config.resources.num_replay_shards
-    return min(config.resources.num_workers, max(config.resources.num_replay_shards, nodes))
+    return min(resources.num_workers, max(resources.num_replay_shards, nodes))
 
 
 def place_shards(plan: ResourcePlan, num_shards: int) -> None:
@@ -291,12 +290,12 @@ def place_shards(plan: ResourcePlan, num_shards: int) -> None:
         plan.worker_shards[i] = j % num_shards
 
 
-def chunk_period(config, writers: int | None = None) -> float:
+def chunk_period(resources, flow, writers: int | None = None) -> float:
     """Seconds between a rollout worker's chunks at least: ``--chunk_seconds``, or longer so
     that the ``writers`` sharing a replay shard (default: an even share of the workers) send it
     at most ``SHARD_ADD_CALLS_PER_S`` calls/s."""
-    writers = writers or per_shard(config.resources.num_workers, config.resources.num_replay_shards)
-    return max(float(config.flow.chunk_seconds), round(writers / SHARD_ADD_CALLS_PER_S, 3))
+    writers = writers or per_shard(resources.num_workers, resources.num_replay_shards)
+    return max(float(flow.chunk_seconds), round(writers / SHARD_ADD_CALLS_PER_S, 3))
 
 
 def local_cluster_resources() -> dict:

@@ -182,7 +182,7 @@ def run(args) -> tuple[str, str]:
         from dsac.tune.space import first_values
 
         check_reachable(address)
-        runtime_env = code_for_the_cluster(Config.from_dict(first_values(space)))
+        runtime_env = code_for_the_cluster(Config.from_dict(first_values(space)).run.env)
     ray.init(address=address or "local", include_dashboard=False, num_cpus=args.num_cpus, runtime_env=runtime_env)
     results = search(space, scheduler=scheduler, metric=args.metric, num_samples=args.num_samples,
                      storage_path=args.storage_path, name=args.name, max_concurrent=args.max_concurrent,

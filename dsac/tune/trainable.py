@@ -140,4 +140,4 @@ def resource_bundles(flags: dict) -> list[dict]:
         config = Config.from_dict(dict(flags)).validate()
     except Exception:  # reported by the trial's own setup, in one line
         return [{"CPU": TRIAL_DRIVER_CPUS}]
-    return [{"CPU": TRIAL_DRIVER_CPUS}] if config.resources.local else trial_bundles(config)
+    return [{"CPU": TRIAL_DRIVER_CPUS}] if config.resources.local else trial_bundles(config.resources, config.flow)
