@@ -259,6 +259,7 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
     import ray
 
     from dsac import Trainer
+    from dsac.distributed.driver import workers_per_node
 
     # A CPU-bound env (no sleep): sized for ~20k env steps/s per worker.
     ideal = workers * envs_per_worker * (1000.0 / step_ms if step_ms else 20_000.0)
@@ -306,7 +307,7 @@ def dsac_rate(workers: int, step_ms: float, seconds: float, iterations: int, env
             sync = np.asarray(ray.get(ps.status.remote(drain_synced=True))["synced"])
             lag = ray.get(ps.status.remote())
             delivered = delivering(trainer)
-            per_node = trainer._run.workers_per_node() if hasattr(trainer._run, "workers_per_node") else {}
+            per_node = workers_per_node(getattr(trainer._run, "placements", {}))
             running.join()
         finally:
             trainer.stop()

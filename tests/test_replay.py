@@ -181,12 +181,13 @@ def test_the_run_monitor_relays_the_learners_state_and_keeps_the_env_rebuild_bud
 
     monitor = RunMonitor.remote(2)
     assert ray.get(monitor.report_learner.remote(0)) is False
-    ray.get(monitor.request_state.remote())
+    assert ray.get(monitor.learner_state.remote(wanted=True)) is None  # none yet: asked for
     assert ray.get(monitor.report_learner.remote(0)) is True  # the learner hands its state over
     ray.get(monitor.put_state.remote({"s": 1}, LearnerReport(updates=7)))
     assert ray.get(monitor.report_learner.remote(1, 5)) is False
-    taken = ray.get(monitor.take_state.remote())
-    assert taken.state == {"s": 1} and taken.report.updates == 7 and ray.get(monitor.take_state.remote()) is None
+    taken = ray.get(monitor.learner_state.remote(wanted=True))  # one came: taken, no other asked for
+    assert taken.state == {"s": 1} and taken.report.updates == 7 and ray.get(monitor.learner_state.remote()) is None
+    assert ray.get(monitor.report_learner.remote(0)) is False
     assert ray.get([monitor.env_crashed.remote("rollout_worker_0", "boom") for _ in range(3)]) == [True, True, False]
     reports = ray.get(monitor.drain_reports.remote())
     assert reports["env_restarts"] == [("rollout_worker_0", "boom")] * 2 and reports["learner_updates"] == {1: 5}

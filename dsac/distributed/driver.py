@@ -25,7 +25,7 @@ from dsac.checkpoints import read_checkpoint
 from dsac.config import Config
 from dsac.distributed.cluster import connect_ray, ship_user_code
 from dsac.distributed.recovery import LearnerCheckpoint, Recovery, process_died, ray_error_line
-from dsac.distributed.system import System
+from dsac.distributed.system import System, Tasks
 from dsac.distributed.topology import plan_here
 from dsac.errors import DsacError
 from dsac.messages import LearnerState, Reports, ShardStats
@@ -71,9 +71,10 @@ class DistributedRun:
         meta = (checkpoint or {}).get("meta", {})
         self.system = System(config, self.plan, self.observation_space, self.action_space, insert_limit,
                              meta, self._replay_to_restore(checkpoint))
+        self.tasks = Tasks(config, self.system, self.observation_space, self.action_space)
         self.ps, self.monitor, self.shards = self.system.ps, self.system.monitor, self.system.shards
         self.recorder = Recorder(config, self.output_dir, self.observation_space, self.action_space, started_at,
-                                 self.system.eval_seed, meta)
+                                 self.tasks.seeds.evaluator, meta)
         self.weights_path = self.recorder.weights_path
         # The tasks go first: the learner's start-up (TensorFlow's import) is the longest, and
         # it need not wait for the actors to answer. On several nodes the actors go first: a
@@ -81,7 +82,7 @@ class DistributedRun:
         # it elsewhere while that node is busy starting the tasks' processes.
         spread = bool(self.plan.shard_nodes or self.plan.cache_nodes)
         wheres = self.system.where_actors() if spread else None
-        self.system.start_tasks(initial_weights, (checkpoint or {}).get("state"))
+        self.tasks.start(initial_weights, (checkpoint or {}).get("state"))
         # The actors' own placement (the tasks report theirs through the run monitor).
         # A different process behind an actor later means Ray restarted it (Recovery.restore_actors).
         wheres = wheres or self.system.where_actors()
@@ -89,8 +90,9 @@ class DistributedRun:
             log.info("placed %s on %s (node %s, pid %s)", name, where["host"], where["node"][:8], where["pid"])
         learner_checkpoint = (
             LearnerCheckpoint(checkpoint["state"], meta["updates"], time.monotonic()) if checkpoint else None)
-        self.recovery = Recovery(self.system, {n: w["process"] for n, w in wheres.items()}, meta.get("env_steps", 0),
-                                 learner_checkpoint, (checkpoint or {}).get("weights"), meta.get("version", 0))
+        self.recovery = Recovery(self.system, self.tasks, {n: w["process"] for n, w in wheres.items()},
+                                 meta.get("env_steps", 0), learner_checkpoint, (checkpoint or {}).get("weights"),
+                                 meta.get("version", 0))
         self.stopping = False
         self.counters: dict = {
             "env_steps": meta.get("env_steps", 0), "updates": meta.get("updates", 0),
@@ -119,22 +121,13 @@ class DistributedRun:
                  meta["version"], "with replay contents" if snapshots else "replay refills")
         return snapshots or None
 
-    @property
-    def restarts(self):
-        return self.recovery.restarts
-
-    @property
-    def last_eval(self) -> dict:
-        return self.recorder.last_eval
-
     # --- one step ------------------------------------------------------------------------
     def step(self, timeout: float = POLL_S) -> Step:
         """Wait up to ``timeout`` for a task to end (restarting one whose process died; any
-        other end before ``stop()`` is a failure), ask for a checkpoint when one is due, and
-        read and record the actors' reports. An actor lost under the driver is a failure too."""
+        other end before ``stop()`` is a failure), and read and record the actors' reports
+        (with a checkpoint when one is due). An actor lost under the driver is a failure too."""
         try:
             self.check_tasks(timeout)
-            self.request_checkpoint_if_due()
             return self.read_and_record()
         except ray.exceptions.RayError as exc:  # an actor died under the driver
             self.failure = self.failure or f"lost an actor: {ray_error_line(exc)}"
@@ -143,7 +136,7 @@ class DistributedRun:
     def check_tasks(self, timeout: float) -> None:
         """Tasks that ended: one whose process died is restarted, any other end is a failure.
         Tasks lost with their node are restarted quietly and said in one line per node."""
-        ended = self.system.ended_tasks(timeout)
+        ended = self.tasks.ended(timeout)
         dead = dead_nodes() if any(exc is not None and process_died(exc) for _, _, exc in ended) else set()
         lost: dict[str, list[str]] = {}
         for role, _, exc in ended:
@@ -162,9 +155,9 @@ class DistributedRun:
         reports, shard_stats = self.system.read()
         version = self.recovery.restore_actors(reports, shard_stats, self.counters["version"], self.insert_limit,
                                                self.stopping, self._replay_snapshot)
-        return self.record(reports, shard_stats, version)
+        return self._record(reports, shard_stats, version)
 
-    def record(self, reports: Reports, shard_stats: list[ShardStats], version: int) -> Step:
+    def _record(self, reports: Reports, shard_stats: list[ShardStats], version: int) -> Step:
         """Count what was read; record one progress line per evaluation, the best weights,
         TensorBoard scalars, and a checkpoint when the learner sent its state."""
         self._note_placements(reports)
@@ -179,7 +172,7 @@ class DistributedRun:
         if lines:
             self.save_latest()
         self.recorder.system(self.status(), reports.episodes, self.learner_stats)
-        self.write_checkpoint_if_ready()
+        self._checkpoint()
         return Step(lines, list(reports.episodes))
 
     def _replay_snapshot(self, k: int) -> dict | None:
@@ -196,7 +189,7 @@ class DistributedRun:
             if p.warning:
                 log.warning("%s: %s", p.role, p.warning)
             if p.role.startswith("rollout_worker"):
-                per_node = self.workers_per_node()
+                per_node = workers_per_node(self.placements)
                 if sum(per_node.values()) == self.config.resources.num_workers:  # the last one just reported
                     log.info("rollout workers per node: %s", {node[:8]: n for node, n in per_node.items()})
 
@@ -222,19 +215,11 @@ class DistributedRun:
         return {
             "env_steps_collected": c["env_steps"],
             **({"learner_updates": c["learner_updates"]} if self.system.averager is not None else {}),
-            "rollout_workers_per_node": self.workers_per_node(),
-            **({"restarts": dict(self.restarts.counts)} if self.restarts.counts else {}),
+            "rollout_workers_per_node": workers_per_node(self.placements),
+            **({"restarts": dict(self.recovery.restarts.counts)} if self.recovery.restarts.counts else {}),
             **({"skipped_updates": c["skipped_updates"]} if c.get("skipped_updates") else {}),
             **custom_metric_means(self._metrics_since_eval),
         }
-
-    def workers_per_node(self) -> dict[str, int]:
-        """``{node id: rollout workers}`` as the workers reported where they run."""
-        counts: dict[str, int] = {}
-        for role, node in self.placements.items():
-            if role.startswith("rollout_worker"):
-                counts[node] = counts.get(node, 0) + 1
-        return counts
 
     def status(self) -> dict:
         """Counters for the progress display and TensorBoard."""
@@ -249,7 +234,7 @@ class DistributedRun:
             "replay_fill": c.get("replay_size", 0) / max(1, c.get("replay_capacity", 1)),
             "learner_wait_s": c.get("learner_wait_s", 0.0),
             "wall_s": time.time() - self.started_at,
-            "last_eval_return": self.last_eval.get("eval_return_mean"),
+            "last_eval_return": self.recorder.last_eval.get("eval_return_mean"),
             "recent_episode_return": statistics.fmean(self.recent_returns) if self.recent_returns else None,
         }
 
@@ -267,16 +252,14 @@ class DistributedRun:
         self.recovery.last_weights, self.recovery.last_weights_version = latest.weights, latest.version
         return self.recorder.save_weights(latest.weights, latest.version, self.counters, path)
 
-    def request_checkpoint_if_due(self) -> None:
-        """Every ``checkpoint_every`` seconds, ask the learner for its full state."""
+    def _checkpoint(self) -> None:
+        """Every ``checkpoint_every`` seconds (not while stopping), ask the learner for its full
+        state; write the one it sent as ``<output_dir>/checkpoint``."""
         every = self.config.output.checkpoint_every
-        if every is not None and time.monotonic() - self.last_checkpoint >= every:
+        due = not self.stopping and every is not None and time.monotonic() - self.last_checkpoint >= every
+        if due:
             self.last_checkpoint = time.monotonic()
-            self.system.request_state()
-
-    def write_checkpoint_if_ready(self) -> None:
-        """Write the learner's state, if it sent one, as ``<output_dir>/checkpoint``."""
-        taken = self.system.take_state()
+        taken = self.system.learner_state(wanted=due)
         if taken is None:
             return
         latest = self.latest()
@@ -288,9 +271,8 @@ class DistributedRun:
 
     def full_state(self, timeout_s: float = 120.0) -> LearnerState:
         """The learner's full state now, asked for and waited for."""
-        self.system.request_state()
         deadline = time.monotonic() + timeout_s
-        while (taken := self.system.take_state()) is None:
+        while (taken := self.system.learner_state(wanted=True)) is None:
             self.check_tasks(0.05)
             if self.failure:
                 raise DsacError(f"no state to save: {self.failure}")
@@ -312,7 +294,7 @@ class DistributedRun:
         try:
             # The evaluator may be inside an evaluation and then runs the final one: a slow env's
             # (an Atari game, CarRacing) can take minutes; the stop waits while it plays.
-            for role, result, exc in self.system.stop(reason):
+            for role, result, exc in self.tasks.stop(reason):
                 if exc is not None:
                     self.failure = self.failure or f"{role}: {ray_error_line(exc)}"
                 else:
@@ -327,18 +309,28 @@ class DistributedRun:
             log.warning("%s; %s keeps the weights of the last evaluation", self.failure, self.weights_path)
         counters = self.counters
         return self.recorder.summary(reason, self.failure, counters, {
-            "restarts": dict(self.restarts.counts),
+            "restarts": dict(self.recovery.restarts.counts),
             "skipped_updates": counters.get("skipped_updates", 0),
             "replay_size": counters.get("replay_size", 0),
             "replay_add_calls": counters["add_calls"],
             "transitions_per_add": round(counters["env_steps"] / max(1, counters["add_calls"]), 1),
-            "rollout_workers_per_node": self.workers_per_node(),
+            "rollout_workers_per_node": workers_per_node(self.placements),
             "placement": self.plan.describe(),
             "replay_shards": self.system.replay_writers(),
             **({"learners": self.learner_results, "gradients_per_learner": self.system.averager_contributions()}
                if self.system.averager is not None else {}),
             "cpu": cpu_section(self.learner_cpu, self.task_results),
         })
+
+
+def workers_per_node(placements: dict[str, str]) -> dict[str, int]:
+    """``{node id: rollout workers}`` as the workers reported where they run (``placements``:
+    ``{role: node id}``)."""
+    counts: dict[str, int] = {}
+    for role, node in placements.items():
+        if role.startswith("rollout_worker"):
+            counts[node] = counts.get(node, 0) + 1
+    return counts
 
 
 def cpu_section(learner_cpu: dict | None, task_results: dict[str, object]) -> dict:

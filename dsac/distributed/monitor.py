@@ -91,17 +91,15 @@ class RunMonitor:
             self.learner_updates[learner] = max(updates, self.learner_updates.get(learner, 0))
         return self.state_wanted
 
-    async def request_state(self) -> None:
-        """Ask the learner for its full state (its next :meth:`report_learner` says so)."""
-        self.state_wanted = True
-
     async def put_state(self, state: dict, report: LearnerReport) -> None:
         """The learner's full state (networks, targets, optimizer, counters)."""
         self.state, self.state_wanted = LearnerState(state, report), False
 
-    async def take_state(self) -> LearnerState | None:
-        """The state put since the last call, or None."""
+    async def learner_state(self, wanted: bool = False) -> LearnerState | None:
+        """The state put since the last call, or None; then, with ``wanted``, the learner is
+        asked for one (its next :meth:`report_learner` says so)."""
         taken, self.state = self.state, None
+        self.state_wanted = self.state_wanted or (wanted and taken is None)
         return taken
 
     # --- the driver ------------------------------------------------------------------------

@@ -56,13 +56,14 @@ class Restarts:
 
 
 class Recovery:
-    """All repairs of a running :class:`dsac.distributed.system.System`, each said in the log
+    """All repairs of a running system (:mod:`dsac.distributed.system`), each said in the log
     and counted: a task whose process died is resubmitted (a learner from the latest checkpoint
     of its full state), an actor Ray restarted gets back what the run had. The driver calls
     it with what it read; reading never repairs anything by itself.
 
     Args:
-        system: the running system.
+        system: the running actors (:class:`~dsac.distributed.system.System`).
+        tasks: the running tasks (:class:`~dsac.distributed.system.Tasks`).
         actor_processes: ``{actor name: node:pid}`` as first met (a different one later: restarted).
         start_added: transitions the run had at the start (a resumed run's).
         checkpoint: the learner's state to restart it from (a resumed run's checkpoint), or None.
@@ -70,10 +71,10 @@ class Recovery:
         last_weights_version: their version.
     """
 
-    def __init__(self, system, actor_processes: dict[str, str], start_added: int = 0,
+    def __init__(self, system, tasks, actor_processes: dict[str, str], start_added: int = 0,
                  checkpoint: LearnerCheckpoint | None = None, last_weights: dict | None = None,
                  last_weights_version: int = 0):
-        self.system = system
+        self.system, self.tasks = system, tasks
         self.restarts = Restarts(system.config.resources.max_restarts)
         self.actor_processes = dict(actor_processes)
         self.shard_added = [start_added // system.num_shards] * system.num_shards  # as of the last read
@@ -87,19 +88,19 @@ class Recovery:
         group, which continues from the state of the learner with the most updates."""
         if not process_died(exc) or not self.restarts.allowed(role):
             return False
-        system = self.system
+        tasks = self.tasks
         if role == "learner" or role.startswith("learner_"):
             how = self._restart_learner(int(role.rsplit("_", 1)[1]) if role.startswith("learner_") else 0)
             if role.startswith("learner_"):  # where it starts matters only when every learner died at once
                 how = "rejoins the learner group, which goes on from the state of the learner with the most updates"
         elif role == "evaluator":
-            system.submit_evaluator()
+            tasks.submit_evaluator()
             how = "a new process"
         else:
             i = int(role.rsplit("_", 1)[1])
             # A fresh seed: the replacement should not replay the episodes already collected.
-            seed = system.worker_seeds[i] + 1_000_003 * (self.restarts.counts.get(role, 0) + 1)
-            system.submit_worker(i, seed)
+            seed = tasks.seeds.workers[i] + 1_000_003 * (self.restarts.counts.get(role, 0) + 1)
+            tasks.submit_worker(i, seed)
             how = "a new process with a fresh env seed"
         self.restarts.record(role, ray_error_line(exc), how, quiet)
         return True
@@ -107,11 +108,11 @@ class Recovery:
     def _restart_learner(self, j: int) -> str:
         """Resubmit learner ``j`` from the latest checkpoint (else the latest weights); says how."""
         if self.checkpoint is not None:
-            self.system.submit_learner(j, None, self.checkpoint.state)
+            self.tasks.submit_learner(j, None, self.checkpoint.state)
             return (f"resumes from the checkpoint at {self.checkpoint.updates:,} updates "
                     f"({time.monotonic() - self.checkpoint.taken_at:.1f} s old)")
         latest = self.system.latest()
-        self.system.submit_learner(j, latest.weights, None)
+        self.tasks.submit_learner(j, latest.weights, None)
         return f"no checkpoint yet: acts from weights v{latest.version}, critics and optimizer start afresh"
 
     def note_env_restarts(self, env_restarts: list[tuple[str, str]]) -> None:
