@@ -139,7 +139,8 @@ def experiment_key(run: Run) -> str:
     """Runs with the same key are the same experiment with different seeds. A run without
     a config.json is an experiment of its own. Settings of another algorithm than the run's,
     which a config.json of an older run holds and a newer one does not, are left out."""
-    from dsac.config import ALGORITHMS_OF, RECORD_EXCLUDED_KEYS
+    from dsac.config import ALGORITHMS_OF
+    from dsac.records import RECORD_EXCLUDED_KEYS
 
     if not run.config:
         return f"run:{run.name}"

@@ -286,7 +286,7 @@ def check_resume_state(prepared: Prepared, state: dict, run_dir: str) -> None:
 def resume_config(run_dir: str, overrides: dict) -> Config:
     """The config a run in ``run_dir`` was started with, changed by ``overrides`` (the flags
     given on the command line), set to continue in ``run_dir``. The saved config is a run's
-    record, read as data (:func:`dsac.config.record_values`): code it names (an env module,
+    record, read as data (:func:`dsac.records.record_values`): code it names (an env module,
     callbacks, policy class, custom model) is imported only with ``trust_code`` among the
     overrides, or when typed again among them; where it connects, sends or reads and writes
     outside ``run_dir`` comes from the overrides only. A directory where a name dsac reads or

@@ -10,7 +10,6 @@ import pytest
 
 from dsac.config import (
     ALGORITHMS_OF,
-    RECORD_EXCLUDED_KEYS,
     RETIRED,
     SECTION_OF,
     SECTIONS,
@@ -18,6 +17,7 @@ from dsac.config import (
     config_fields,
 )
 from dsac.errors import DsacError
+from dsac.records import RECORD_EXCLUDED_KEYS
 from dsac.settings import ReplaySettings
 
 BEFORE = Path(__file__).parent / "data" / "config_json_before_sections"

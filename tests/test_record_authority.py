@@ -16,9 +16,10 @@ import threading
 import pytest
 from conftest import REPO_ROOT, run_in_one_process
 
-from dsac.config import RECORD_EXCLUDED_KEYS, Config
+from dsac.config import Config
 from dsac.errors import DsacError
 from dsac.preparation import resume_config
+from dsac.records import RECORD_EXCLUDED_KEYS
 
 GOLDEN_RUN = os.path.join(REPO_ROOT, "tests", "data", "golden", "sac_pendulum")  # a serial SAC run, 300 env steps
 # A module a file names: importing it leaves a file behind, so a test sees whether it was imported.
