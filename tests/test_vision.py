@@ -7,7 +7,8 @@ import pytest
 
 from dsac.config import Config
 from dsac.errors import DsacError
-from dsac.models.acting_net import NUMPY, ConvEncoder
+from dsac.models.acting_net import ConvEncoder
+from dsac.models.backends import NUMPY
 from dsac.models.catalog import torso
 from dsac.models.vision import NATURE_FILTERS, ObsInput, conv_output_shape, default_conv_filters, image_layout
 from dsac.weights import TensorFlowVariables

@@ -1,95 +1,47 @@
-"""An acting network, described once: a list of layer ops from a batch of observations to the
-network's outputs, and a head from those outputs to actions. Each algorithm declares its own
-(the ``acting_net`` function of its ``policy.py``); that one description drives every backend:
+"""An acting network, described once: layer ops from a batch of observations to the network's
+outputs, and a head from those to actions. Each algorithm declares its own (``acting_net`` in
+its ``policy.py``), and that one description drives every backend: numpy acting
+(:func:`numpy_forward`: rollout workers and the evaluator, no TensorFlow), the SavedModel's
+serving function (:func:`tf_serving`) and the ONNX graph (:func:`dsac.models.onnx_ops.onnx_policy`).
 
-- numpy (:func:`numpy_forward`): what rollout workers and the evaluator act with, no TensorFlow
-  (at acting's batch sizes numpy costs far less than a ``tf.function`` call);
-- TensorFlow (:func:`tf_serving`): the serving function of a SavedModel (``dsac-export``);
-- ONNX (:func:`dsac.models.onnx_ops.onnx_policy`): the graph ``dsac-export --format onnx`` writes.
-
-An op kind is one class: the weights it reads, by the names the Keras training model gives
-them (``actor/hidden_0/kernel``), their shapes, its array form (``arrays``: numpy and
+An op kind is one class (:class:`Op`): the weights it reads, by the names the Keras training
+model gives them (``actor/hidden_0/kernel``), their shapes, its array form (numpy and
 TensorFlow, through a :class:`Backend` of the few primitives that differ) and its ONNX form.
 The Keras training models (``dsac/algorithms/*/networks.py``) are built apart and checked
-against their descriptions to 1e-5 (tests/test_acting_net.py). A new input transform (say,
-observation normalization) is a new op kind here, one op in the descriptions that use it,
-and its layer in the training model.
+against the descriptions to 1e-5 (tests/test_acting_net.py). A new input transform (e.g.
+observation normalization) is a new op kind here, the op in the descriptions that use it, and
+its layer in the training model.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import SimpleNamespace
+from typing import Protocol
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from dsac.errors import DsacError
-from dsac.models.vision import ObsInput, conv_output_shape, image_layout
+from dsac.models.backends import NUMPY, Backend, tf_backend
+from dsac.models.vision import ObsInput, conv_layer_shapes, conv_output_shape, image_layout
 
-# Keras' activations of the same names.
-ACTIVATIONS = {
-    "relu": lambda x: np.maximum(x, 0.0),
-    "tanh": np.tanh,
-    "swish": lambda x: x / (1.0 + np.exp(-x)),
-    "linear": lambda x: x,
-}
 # Bounds of the actor's log standard deviation (as in Stable-Baselines3).
 LOG_STD_MIN = -20.0
 LOG_STD_MAX = 2.0
 
 
-def conv2d_valid(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray, stride: int) -> np.ndarray:
-    """Keras' ``Conv2D(padding="valid")`` on channels-last ``x`` (N, H, W, C): strided windows
-    and one matrix product (no Python loop over pixels); ``kernel`` is (kh, kw, C, out)."""
-    kh, kw, channels, out = kernel.shape
-    windows = sliding_window_view(x, (kh, kw), axis=(1, 2))[:, ::stride, ::stride]  # (N, Ho, Wo, C, kh, kw)
-    n, ho, wo = windows.shape[:3]
-    columns = windows.reshape(n * ho * wo, channels * kh * kw)  # one copy: im2col
-    weights = kernel.transpose(2, 0, 1, 3).reshape(channels * kh * kw, out)
-    return (columns @ weights + bias).reshape(n, ho, wo, out)
+class Op(Protocol):
+    """A layer op: what every op kind below gives (a :class:`Custom` layer has no array form)."""
 
+    def shapes(self, shape: tuple) -> tuple[dict, tuple]:
+        """Its weights' shapes by name, and one observation's output shape, from its input's."""
 
-def _numpy_expectation(logits, support):
-    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    return (probs / probs.sum(axis=-1, keepdims=True)) @ support
+    def arrays(self, w: dict, B: Backend) -> Callable:
+        """The function of a batch it computes with weights ``w`` (by name) in backend ``B``."""
 
-
-class Backend(SimpleNamespace):
-    """The primitives an op's array form calls where numpy and TensorFlow differ (``@``, ``+``,
-    ``*``, slicing and indexing are the arrays' own)."""
-
-
-NUMPY = Backend(
-    activation=ACTIVATIONS.__getitem__, float32=lambda x: x.astype(np.float32), transpose=np.transpose,
-    reshape=np.reshape, conv2d=conv2d_valid, sqrt=np.sqrt, tanh=np.tanh,
-    moments=lambda x: (x.mean(axis=-1, keepdims=True), x.var(axis=-1, keepdims=True)),
-    mean=lambda x, axis: x.mean(axis=axis, keepdims=True), expectation=_numpy_expectation,
-    argmax=lambda x: np.argmax(x, axis=1),
-)
-
-
-def tf_backend() -> Backend:
-    """The same primitives in TensorFlow (imported here: acting never calls this)."""
-    import tensorflow as tf
-
-    activations = {"relu": tf.nn.relu, "tanh": tf.tanh, "swish": lambda x: x * tf.sigmoid(x), "linear": lambda x: x}
-    return Backend(
-        activation=activations.__getitem__, float32=lambda x: tf.cast(x, tf.float32), transpose=tf.transpose,
-        reshape=tf.reshape, sqrt=tf.sqrt, tanh=tf.tanh,
-        conv2d=lambda x, kernel, bias, stride: tf.nn.conv2d(x, kernel, stride, "VALID") + bias,
-        moments=lambda x: tf.nn.moments(x, axes=[-1], keepdims=True),
-        mean=lambda x, axis: tf.reduce_mean(x, axis=axis, keepdims=True),
-        expectation=lambda logits, support: tf.reduce_sum(tf.nn.softmax(logits, axis=-1) * support, axis=-1),
-        argmax=lambda x: tf.argmax(x, axis=1, output_type=tf.int64),
-    )
-
-
-# Layer ops. Each: ``shapes(shape)`` -> (its weights' shapes by name, the output shape of one
-# observation, given the input's); ``arrays(w, B)`` -> the function of a batch it computes with
-# weights ``w`` in backend ``B``; ``onnx(g, x)`` -> its output in ONNX graph ``g``
-# (:class:`dsac.models.onnx_ops.OnnxGraph`) from input tensor ``x``.
+    def onnx(self, g, x: str) -> str:
+        """Its output in ONNX graph ``g`` (:class:`dsac.models.onnx_ops.OnnxGraph`) from tensor ``x``."""
 
 
 @dataclass(frozen=True)
@@ -196,12 +148,11 @@ class ConvEncoder:
     scale: bool
 
     def shapes(self, shape):
-        shapes, channels = {}, image_layout(self.shape)[1][2]
-        for i, (out, kernel, _) in enumerate(self.filters):
+        layers, shapes = conv_layer_shapes(self.shape, self.filters), {}
+        for i, ((_, _, channels), (out, kernel, _)) in enumerate(zip(layers, self.filters, strict=False)):
             shapes[f"{self.prefix}conv_{i}/kernel"] = (kernel, kernel, channels, out)
             shapes[f"{self.prefix}conv_{i}/bias"] = (out,)
-            channels = out
-        return shapes, (math.prod(conv_output_shape(self.shape, self.filters)),)
+        return shapes, (math.prod(layers[-1]),)
 
     def arrays(self, w, B):
         axes, image = image_layout(self.shape)
@@ -314,17 +265,17 @@ class Custom:
         raise DsacError(f"a custom model ({self.name}) has no ONNX form: export a SavedModel and convert it")
 
 
-# Heads: ``act(out, explore, rng)`` -> numpy actions; ``deterministic(out, B)`` -> the
-# deterministic action in backend ``B``; ``onnx(g, out)`` -> the graph's outputs
-# ``(name, tensor, element type, shape)``.
+class Head(Protocol):
+    """What turns the layers' outputs into actions."""
 
+    def act(self, out: np.ndarray, explore: bool, rng: np.random.Generator) -> np.ndarray:
+        """Actions in the env's space for a batch of outputs (numpy)."""
 
-def squashed_gaussian(mean: np.ndarray, log_std: np.ndarray, explore: bool, rng: np.random.Generator) -> np.ndarray:
-    """tanh(mean + std * noise) when exploring, tanh(mean) otherwise; values in [-1, 1]."""
-    if not explore:
-        return np.tanh(mean)
-    log_std = np.minimum(np.maximum(log_std, LOG_STD_MIN), LOG_STD_MAX)  # np.clip, at a third of its cost
-    return np.tanh(mean + np.exp(log_std) * rng.standard_normal(mean.shape).astype(mean.dtype))
+    def deterministic(self, out, B: Backend):
+        """The deterministic actions in backend ``B``."""
+
+    def onnx(self, g, out: str) -> list[tuple]:
+        """The graph's outputs, ``(name, tensor, element type, shape)``."""
 
 
 def to_env_action(unit, low, high):
@@ -347,8 +298,11 @@ class SquashedGaussian:
     high: np.ndarray
 
     def act(self, out, explore, rng):
-        n = len(self.low)
-        return to_env_action(squashed_gaussian(out[:, :n], out[:, n:], explore, rng), self.low, self.high)
+        mean = out[:, : len(self.low)]
+        if explore:
+            log_std = np.minimum(np.maximum(out[:, len(self.low):], LOG_STD_MIN), LOG_STD_MAX)  # np.clip's 1/3 cost
+            mean = mean + np.exp(log_std) * rng.standard_normal(mean.shape).astype(mean.dtype)
+        return to_env_action(np.tanh(mean), self.low, self.high)
 
     def deterministic(self, out, B):
         return to_env_action(B.tanh(out[:, : len(self.low)]), self.low, self.high)
@@ -389,8 +343,8 @@ class ActingNet:
     the network reads) to the outputs ``head`` turns into actions."""
 
     obs: ObsInput
-    layers: tuple
-    head: SquashedGaussian | Greedy
+    layers: tuple[Op, ...]
+    head: Head
 
     def weight_shapes(self) -> dict[str, tuple[int, ...]]:
         """Name and shape of every weight the layers read (a custom model's are its own)."""

@@ -97,7 +97,7 @@ class OnnxGraph:
         return name
 
     def activation(self, x: str, name: str) -> str:
-        """Keras' activation ``name`` (those of :data:`dsac.models.acting_net.ACTIVATIONS`)."""
+        """Keras' activation ``name`` (those of :data:`dsac.models.backends.ACTIVATIONS`)."""
         if name == "relu":
             return self.op("Relu", [x])
         if name == "tanh":
