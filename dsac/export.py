@@ -7,8 +7,9 @@
 ONNX (opset 17) is built from the weights alone with the ``onnx`` package (pip install
 'dsac[onnx]'), no TensorFlow: input ``obs`` of the env's observation shape and dtype with a free
 batch axis; output ``action`` (SAC, CrossQ: float32 in the env's bounds; DQN: int64, plus
-``q_values``). The SavedModel's signature is ``serving_default(obs) -> {"action"}``. Each
-algorithm says how it acts (:attr:`dsac.algorithms.Algorithm.onnx` and ``.serving``).
+``q_values``). The SavedModel's signature is ``serving_default(obs) -> {"action"}``. Both are
+the policy's acting network, as its algorithm describes it once
+(:class:`dsac.models.acting_net.ActingNet`), in ONNX and in TensorFlow.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import sys
 from dsac.errors import DsacError, quiet_when_the_reader_leaves
 from dsac.files import atomic_write_bytes, check_writable_dir
 from dsac.inference import load_policy
-from dsac.models.vision import obs_input
-from dsac.registry import algorithm, load_object
+from dsac.models.acting_net import tf_serving
+from dsac.models.onnx_ops import onnx_policy
 
 FORMATS = ("onnx", "savedmodel")
 
@@ -43,13 +44,11 @@ def export_onnx(weights_path: str, out_path: str, trust_code: bool = False) -> t
         raise DsacError(f"weights file {weights_path} has a custom model ({loaded.config.model.custom_model}): "
                         "ONNX export builds dsac's own networks only; export --format savedmodel and convert "
                         "that with tf2onnx")
-    spec = algorithm(loaded.algo)
-    if spec.onnx is None:
-        raise DsacError(f"--algo {loaded.algo} has no ONNX export")
     if os.path.isdir(out_path):
         raise DsacError(f"-o {out_path} is a directory: give the .onnx file's path")
     check_writable_dir(os.path.dirname(os.path.abspath(out_path)), "-o")
-    model = load_object(spec.onnx, "ONNX graph function")(loaded)
+    policy = loaded.policy
+    model = onnx_policy(policy.net, policy.get_weights(), loaded.observation_space, loaded.goal_spaces())
     atomic_write_bytes(out_path, model.SerializeToString())
     return out_path, describe_onnx(model)
 
@@ -79,10 +78,11 @@ def export_savedmodel(weights_path: str, out_dir: str, trust_code: bool = False)
     from dsac.tf_setup import import_tensorflow
 
     tf = import_tensorflow()
-    model, act = load_object(algorithm(loaded.algo).serving, "serving function")(loaded)
-    obs = obs_input(loaded.observation_space)
+    policy, obs = loaded.policy, loaded.policy.obs
+    custom = policy.keras_forward.model if policy.keras_forward is not None else None
+    act = tf_serving(policy.net, policy.get_weights(), custom)
     module = tf.Module()
-    module.model = model
+    module.model = custom  # its variables saved with the module
     module.serve = tf.function(
         lambda obs: {"action": act(obs)},
         input_signature=[tf.TensorSpec([None, *obs.input_shape], obs.input_dtype, name="obs")],

@@ -13,6 +13,9 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+from dsac.models.acting_net import numpy_forward
+from dsac.models.vision import obs_input
+
 
 class ActingPolicy:
     """What acts: actions from observations with the weights it was last given.
@@ -135,23 +138,35 @@ class Policy(ActingPolicy):
 
 
 class BuiltinActingPolicy(ActingPolicy):
-    """Base of dsac's own acting policies: acting from weights by name — a numpy forward pass
-    for the built-in networks, a :class:`dsac.models.keras_forward.KerasForward` for custom
-    models (a subclass's ``__init__`` sets ``self.keras_forward``). A subclass implements
-    :meth:`_numpy_weight_shapes` for the numpy path."""
+    """Base of dsac's own acting policies: the algorithm's acting network (:attr:`net`, the
+    :class:`dsac.models.acting_net.ActingNet` its ``_describe`` returns) run in numpy on weights
+    by name; a custom model's part runs through a
+    :class:`dsac.models.keras_forward.KerasForward` (a subclass's ``__init__`` sets
+    ``self.keras_forward``)."""
 
     keras_forward = None
     _weights: dict | None = None
 
-    def _numpy_weight_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Name and shape of every weight the numpy forward pass reads (built-in networks)."""
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, config, **kwargs):
+        super().__init__(observation_space, action_space, config, **kwargs)
+        self.obs = obs_input(observation_space)
+        self.net = self._describe(self.obs, action_space, config)
+
+    @staticmethod
+    def _describe(obs, action_space, config):
+        """The algorithm's acting network on observations ``obs`` (an ObsInput)."""
         raise NotImplementedError
 
+    def _forward(self, x):
+        """The numpy forward pass; :meth:`set_weights` replaces it with one its weights are bound to."""
+        self.get_weights()  # the error: no weights yet
+
     def weight_shapes(self):
-        if self.keras_forward is None:
-            return self._numpy_weight_shapes()
-        tfv = self.keras_forward.variables
-        return {name: tuple(var.shape) for name, var in zip(tfv.names, tfv.variables, strict=True)}
+        shapes = self.net.weight_shapes()
+        if self.keras_forward is not None:
+            tfv = self.keras_forward.variables
+            shapes.update({name: tuple(var.shape) for name, var in zip(tfv.names, tfv.variables, strict=True)})
+        return shapes
 
     @property
     def has_weights(self) -> bool:
@@ -164,15 +179,15 @@ class BuiltinActingPolicy(ActingPolicy):
 
     def set_weights(self, weights):
         weights = {k: np.asarray(v, np.float32) for k, v in weights.items()}
+        expected = set(self.weight_shapes())
+        if set(weights) != expected:
+            raise ValueError(
+                f"{type(self).__name__} weights do not match: missing {sorted(expected - set(weights))}, "
+                f"extra {sorted(set(weights) - expected)}"
+            )
         if self.keras_forward is not None:
-            self.keras_forward.set_weights(weights)
-        else:
-            expected = set(self._numpy_weight_shapes())
-            if set(weights) != expected:
-                raise ValueError(
-                    f"{type(self).__name__} weights do not match: missing {sorted(expected - set(weights))}, "
-                    f"extra {sorted(set(weights) - expected)}"
-                )
+            self.keras_forward.set_weights({name: weights[name] for name in self.keras_forward.variables.names})
+        self._forward = numpy_forward(self.net, weights, self.keras_forward)
         self._weights = weights
 
 

@@ -10,8 +10,7 @@ import tensorflow as tf
 
 from dsac import build
 from dsac.algorithms.dqn.learner import dqn_loss
-from dsac.algorithms.dqn.numpy_q import apex_epsilon, linear_epsilon, q_from_head_outputs
-from dsac.algorithms.dqn.policy import DQNPolicy
+from dsac.algorithms.dqn.policy import DQNPolicy, apex_epsilon, linear_epsilon
 from dsac.config import Config
 
 ENV = gym.make("CartPole-v1")
@@ -33,8 +32,11 @@ def make_learner(dueling=True, **kw):
 
 def keras_q_values(learner, obs):
     """Q(s, ·) of the learner's online network (TensorFlow), as the acting policy computes them."""
-    support = None if learner.support is None else learner.support.numpy()
-    return q_from_head_outputs([learner.q_online(obs).numpy().reshape(len(obs), -1)], support)
+    q = learner.q_online(obs).numpy()
+    if learner.support is None:
+        return q
+    probs = np.exp(q - q.max(axis=2, keepdims=True))  # C51: the expectation over the support
+    return probs / probs.sum(axis=2, keepdims=True) @ learner.support.numpy()
 
 
 @pytest.mark.parametrize("dueling", [True, False])

@@ -7,8 +7,9 @@ import pytest
 
 from dsac.config import Config
 from dsac.errors import DsacError
+from dsac.models.acting_net import ConvEncoder
+from dsac.models.backends import NUMPY
 from dsac.models.catalog import torso
-from dsac.models.numpy_ops import image_features
 from dsac.models.vision import NATURE_FILTERS, ObsInput, conv_output_shape, default_conv_filters, image_layout
 from dsac.weights import TensorFlowVariables
 
@@ -34,7 +35,9 @@ def test_numpy_conv_forward_matches_keras(shape, dtype, filters):
     high = 256 if dtype == np.uint8 else 1
     obs = (rng.integers(0, high, size=(5, *shape)) if dtype == np.uint8 else rng.random((5, *shape))).astype(dtype)
     expected = model(obs).numpy()
-    conv = image_features(weights, "q/", obs, shape, config.conv_filters, config.conv_activation)
+    encoder = ConvEncoder("q/", shape, config.conv_filters or default_conv_filters(shape), config.conv_activation,
+                          dtype == np.uint8)
+    conv = encoder.arrays(weights, NUMPY)(obs)
     got = np.maximum(conv @ weights["q/hidden_0/kernel"] + weights["q/hidden_0/bias"], 0.0)
     np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-4)
 
@@ -184,7 +187,8 @@ def test_sac_image_encoder_is_trained_by_the_critics_only_and_acts_the_same_in_n
     check_weights(weights, actor.weight_shapes())
     actor.set_weights(weights)
     obs = rng.integers(0, 256, (4, 3, 32, 32, 3)).astype(np.uint8)
-    np.testing.assert_allclose(actor._actor_outputs(obs), sac.acting(sac.obs.batch(obs)).numpy(), atol=1e-4)
+    np.testing.assert_allclose(actor._forward(actor.obs.batch(obs)), sac.acting(sac.obs.batch(obs)).numpy(),
+                               atol=1e-4)
 
     batch = sac._to_tensors({"obs": obs, "action": rng.uniform(-1, 1, (4, 2)), "reward": np.ones(4),
                             "next_obs": obs[::-1], "terminated": np.zeros(4), "discount": np.full(4, 0.99)})

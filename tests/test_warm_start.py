@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from dsac.algorithms.dqn.numpy_q import linear_epsilon
+from dsac.algorithms.dqn.policy import linear_epsilon
 from dsac.config import Config
 
 

@@ -2,8 +2,9 @@
 (``dsac/algorithms/<name>/__init__.py``) and found by name through :mod:`dsac.registry`.
 
 The Ray wiring, the env checks, inference and export ask the algorithm what they need — its
-policy class, learner, defaults, which spaces it takes, which settings make a weights file fit, how to
-serve it — and so name no algorithm themselves.
+policy class (whose acting network, :class:`dsac.models.acting_net.ActingNet`, export serves),
+learner, defaults, which spaces it takes, which settings make a weights file fit — and so name
+no algorithm themselves.
 """
 
 from __future__ import annotations
@@ -27,11 +28,6 @@ class Algorithm:
             networks: a weights file records them and must match them to be loaded.
         check_spaces: ``check_spaces(env_id, observation_space, action_space)`` raises a
             one-line :class:`dsac.errors.DsacError` for spaces it cannot handle.
-        serving: ``"module:function"`` of ``serving(loaded_policy) -> (keras model, act)``,
-            ``act(obs) -> actions`` in TensorFlow, for a SavedModel (imported only by export).
-        onnx: ``"module:function"`` of ``onnx_graph(loaded_policy) -> onnx.ModelProto``, the
-            built-in networks' deterministic policy built from the weights alone (imported
-            only by export); None: no ONNX export.
         atari_defaults: what differs from ``defaults`` when ``--env`` is an ALE game.
         image_defaults: what differs from ``defaults`` for other envs whose observations are
             images of side >= ``LARGE_IMAGE_SIDE`` (a conv encoder a CPU learner pays tens of
@@ -44,8 +40,6 @@ class Algorithm:
     learner: str
     defaults: dict
     check_spaces: Callable
-    serving: str
-    onnx: str | None = None
     model_keys: tuple[str, ...] = field(default_factory=tuple)
     atari_defaults: dict = field(default_factory=dict)
     image_defaults: dict = field(default_factory=dict)

@@ -1,8 +1,9 @@
-"""The catalog's network pieces as ONNX nodes, built from weights by name with the ``onnx``
-package alone (no TensorFlow): what ``dsac-export --format onnx`` writes for the built-in
-networks. Each method mirrors its numpy twin in :mod:`dsac.models.numpy_ops`, which acting
-uses, so an exported graph computes what :func:`dsac.load_policy` computes (tests/test_onnx.py
-compares them with onnxruntime).
+"""An acting network's description (:class:`dsac.models.acting_net.ActingNet`) as an ONNX
+graph, built from weights by name with the ``onnx`` package alone (no TensorFlow): what
+``dsac-export --format onnx`` writes for the built-in networks. Each op kind gives its own
+nodes (its ``onnx`` method) from the description numpy acting runs, so an exported graph
+computes what :func:`dsac.load_policy` computes (tests/test_onnx.py compares them with
+onnxruntime).
 
 Opset 17 and IR version 8 keep the files loadable by onnxruntime 1.12 and newer, and by other
 runtimes of that age; LayerNormalization (SAC's image encoder) is the newest operator used.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from dsac.errors import DsacError
-from dsac.models.vision import default_conv_filters, image_layout, obs_input
+from dsac.models.vision import obs_input
 
 OPSET = 17
 IR_VERSION = 8
@@ -59,6 +60,10 @@ class OnnxGraph:
         self.initializers.append(self.onnx.numpy_helper.from_array(array, name))
         return name
 
+    def weight(self, name: str) -> str:
+        """An initializer holding the weight ``name``."""
+        return self.const(self.weights[name], name)
+
     def op(self, op_type: str, inputs: list[str], base: str | None = None, **attributes) -> str:
         """One node with one output; returns the output's name."""
         out = self.fresh(base or op_type.lower())
@@ -91,14 +96,8 @@ class OnnxGraph:
         self.inputs.append(self.onnx.helper.make_tensor_value_info(name, elem, ["batch", *shape]))
         return name
 
-    def dense(self, x: str, layer: str) -> str:
-        """x @ kernel + bias of dense layer ``layer``."""
-        kernel = self.const(self.weights[f"{layer}/kernel"], f"{layer}/kernel")
-        bias = self.const(self.weights[f"{layer}/bias"], f"{layer}/bias")
-        return self.op("Add", [self.op("MatMul", [x, kernel], layer), bias], layer)
-
     def activation(self, x: str, name: str) -> str:
-        """Keras' activation ``name`` (those of :data:`dsac.models.numpy_ops.ACTIVATIONS`)."""
+        """Keras' activation ``name`` (those of :data:`dsac.models.backends.ACTIVATIONS`)."""
         if name == "relu":
             return self.op("Relu", [x])
         if name == "tanh":
@@ -108,40 +107,6 @@ class OnnxGraph:
         if name == "linear":
             return x
         raise DsacError(f"activation {name!r} has no ONNX export")
-
-    def mlp(self, x: str, layers: list[str], activation: str = "relu") -> str:
-        """:func:`dsac.models.numpy_ops.mlp_forward`: every layer but the last activated."""
-        for i, layer in enumerate(layers):
-            x = self.dense(x, layer)
-            if i < len(layers) - 1:
-                x = self.activation(x, activation)
-        return x
-
-    def image_features(self, x: str, prefix: str, obs, filters, activation: str = "relu") -> str:
-        """:func:`dsac.models.numpy_ops.image_features`: uint8 frames scaled to [0, 1], laid out
-        channels-last, the conv layers (ONNX convolves channels-first), flattened in Keras'
-        (height, width, channel) order."""
-        axes, (height, width, channels) = image_layout(obs.shape)
-        if obs.dtype == "uint8":
-            x = self.op("Mul", [x, self.const(np.float32(1 / 255), "inv_255")], "scaled")
-        if axes is not None:
-            x = self.op("Transpose", [x], "channels_last", perm=list(axes))
-        x = self.op("Reshape", [x, self.const([-1, height, width, channels], "image_shape")], "image")
-        x = self.op("Transpose", [x], "channels_first", perm=[0, 3, 1, 2])
-        for i, (_, size, stride) in enumerate(filters or default_conv_filters(obs.shape)):
-            layer = f"{prefix}conv_{i}"
-            kernel = self.const(self.weights[f"{layer}/kernel"].transpose(3, 2, 0, 1), f"{layer}/kernel")
-            bias = self.const(self.weights[f"{layer}/bias"], f"{layer}/bias")
-            x = self.op("Conv", [x, kernel, bias], layer, kernel_shape=[size, size], strides=[stride, stride])
-            x = self.activation(x, activation)
-        x = self.op("Transpose", [x], "features_hwc", perm=[0, 2, 3, 1])
-        return self.op("Flatten", [x], "features", axis=1)
-
-    def layer_norm(self, x: str, layer: str, epsilon: float) -> str:
-        """Keras' LayerNormalization over the last axis (``layer/gamma``, ``layer/beta``)."""
-        gamma = self.const(self.weights[f"{layer}/gamma"], f"{layer}/gamma")
-        beta = self.const(self.weights[f"{layer}/beta"], f"{layer}/beta")
-        return self.op("LayerNormalization", [x, gamma, beta], layer, axis=-1, epsilon=float(epsilon))
 
     def model(self, outputs: list[tuple[str, str, int, list]], doc: str):
         """The checked ModelProto; ``outputs``: (graph output name, tensor, element type, shape)."""
@@ -156,3 +121,15 @@ class OnnxGraph:
         model.ir_version = IR_VERSION
         onnx.checker.check_model(model, full_check=True)
         return model
+
+
+def onnx_policy(net, weights: dict[str, np.ndarray], observation_space, goal_spaces: dict | None = None):
+    """The checked ModelProto of ``net`` (an :class:`dsac.models.acting_net.ActingNet`) with
+    ``weights``: input ``obs`` (the env's shape and dtype, a free batch axis; a ``--her``
+    policy's goal Dict: one input per key), outputs the head's deterministic action (and DQN's
+    ``q_values``)."""
+    graph = OnnxGraph(weights)
+    x, _ = graph.observations(observation_space, goal_spaces)
+    for op in net.layers:
+        x = op.onnx(graph, x)
+    return graph.model(net.head.onnx(graph, x), f"dsac deterministic policy: {type(net.head).__name__} head")

@@ -56,9 +56,8 @@ def network_sizes(model, algorithm, observation_space, action_space) -> dict[str
     from dsac.models.vision import (
         ObsInput,
         check_conv_filters,
-        conv_output_shape,
+        conv_layer_shapes,
         default_conv_filters,
-        image_layout,
         obs_input,
     )
 
@@ -70,16 +69,13 @@ def network_sizes(model, algorithm, observation_space, action_space) -> dict[str
     encoder, features = 0, obs.flat_dim
     if obs.is_image:
         filters = check_conv_filters(model.conv_filters) if model.conv_filters else default_conv_filters(obs.shape)
-        conv_output_shape(obs.shape, filters)  # one line if a layer does not fit its input
-        height, width, channels = image_layout(obs.shape)[1]
-        for i, (out, kernel, stride) in enumerate(filters):
-            height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
+        shapes = conv_layer_shapes(obs.shape, filters)  # one line if a layer does not fit its input
+        for i, ((_, _, channels), (height, width, out)) in enumerate(itertools.pairwise(shapes)):
             if height * width * out > MAX_LAYER_OUTPUTS:
                 raise DsacError(f"conv_filters layer {i} {filters[i]} makes {height}x{width}x{out} values per "
                                 f"observation {tuple(obs.shape)}, more than {MAX_LAYER_OUTPUTS:,}")
-            encoder += kernel * kernel * channels * out + out
-            channels = out
-        features = height * width * channels
+            encoder += filters[i][1] ** 2 * channels * out + out
+        features = math.prod(shapes[-1])
     if isinstance(action_space, gym.spaces.Discrete):
         atoms = int(getattr(algorithm, "num_atoms", 1))
         check_num_atoms(atoms)

@@ -77,19 +77,24 @@ def default_conv_filters(shape) -> list[list[int]]:
     return [[16, 3, 1], [32, 3, 1]]
 
 
-def conv_output_shape(shape, filters=None) -> tuple[int, int, int]:
-    """(H, W, C) after the 'valid' conv layers (``filters``, or by default
-    :func:`default_conv_filters`); a one-line error if a layer does not fit."""
-    filters = filters or default_conv_filters(shape)
-    height, width, channels = image_layout(shape)[1]
-    for i, (out, kernel, stride) in enumerate(filters):
+def conv_layer_shapes(shape, filters=None) -> list[tuple[int, int, int]]:
+    """(H, W, C) of the input channels-last, then after each 'valid' conv layer (``filters``, or
+    by default :func:`default_conv_filters`); a one-line error if a layer does not fit."""
+    shapes = [image_layout(shape)[1]]
+    for i, (out, kernel, stride) in enumerate(filters or default_conv_filters(shape)):
+        height, width, _ = shapes[-1]
         if kernel > height or kernel > width:
             raise DsacError(
                 f"conv_filters layer {i} ({out} channels, kernel {kernel}, stride {stride}) does not fit its "
                 f"{height}x{width} input (observations {tuple(shape)}): use smaller kernels or fewer layers"
             )
-        height, width, channels = (height - kernel) // stride + 1, (width - kernel) // stride + 1, out
-    return height, width, channels
+        shapes.append(((height - kernel) // stride + 1, (width - kernel) // stride + 1, out))
+    return shapes
+
+
+def conv_output_shape(shape, filters=None) -> tuple[int, int, int]:
+    """(H, W, C) after the 'valid' conv layers (the last of :func:`conv_layer_shapes`)."""
+    return conv_layer_shapes(shape, filters)[-1]
 
 
 def check_conv_filters(filters) -> list[list[int]]:

@@ -39,7 +39,5 @@ ALGORITHM = Algorithm(
         "eval_every": 1_000, "eval_episodes": 10,
     },
     check_spaces=check_spaces,
-    serving="dsac.algorithms.crossq.serving:serving",
-    onnx="dsac.algorithms.crossq.onnx_graph:onnx_graph",
     model_keys=(),
 )

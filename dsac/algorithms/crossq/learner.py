@@ -26,7 +26,7 @@ import tensorflow as tf
 from dsac.algorithms.crossq.networks import BatchRenorm, acting_variables, build_actor, build_critic
 from dsac.algorithms.learner import ADAM_EPSILON, Learner
 from dsac.algorithms.sac.learner import squashed_gaussian_sample
-from dsac.algorithms.sac.numpy_actor import to_unit_action
+from dsac.models.acting_net import to_unit_action
 from dsac.weights import TensorFlowVariables, named_variables, optimizer_state
 
 

@@ -67,8 +67,6 @@ ALGORITHM = Algorithm(
         "target_update_every": 1_000, "eval_every": 25_000, "eval_episodes": 5,
     },
     check_spaces=check_spaces,
-    serving="dsac.algorithms.dqn.serving:serving",
-    onnx="dsac.algorithms.dqn.onnx_graph:onnx_graph",
     # The Q-network's shape and what its outputs mean: a weights file must match them.
     model_keys=("dueling", "num_atoms", "v_min", "v_max"),
 )

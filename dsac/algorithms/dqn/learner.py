@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from dsac.algorithms.dqn.networks import build_q_network
-from dsac.algorithms.dqn.numpy_q import c51_support
+from dsac.algorithms.dqn.policy import c51_support
 from dsac.algorithms.learner import ADAM_EPSILON, Learner
 from dsac.models.vision import obs_input
 from dsac.weights import TensorFlowVariables, named_variables, optimizer_state

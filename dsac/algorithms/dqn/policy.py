@@ -17,20 +17,54 @@ import hashlib
 
 import numpy as np
 
-from dsac.algorithms.dqn.numpy_q import (
-    apex_epsilon,
-    c51_support,
-    linear_epsilon,
-    q_from_head_outputs,
-    q_layer_names,
-    q_values,
-)
-from dsac.models.numpy_ops import dense_shapes, encoder_shapes, image_features
-from dsac.models.vision import obs_input
+from dsac.models.acting_net import ActingNet, ConvEncoder, Custom, Dense, Dueling, Greedy, QValues
+from dsac.models.sizes import check_num_atoms
+from dsac.models.vision import default_conv_filters
 from dsac.policy import BuiltinActingPolicy
 
 # Q-value rows remembered from acting before they are dropped unused (a chunk holds far fewer).
 MAX_REMEMBERED_Q = 65_536
+
+
+def acting_net(obs, action_space, config) -> ActingNet:
+    """DQN's Q-network (:func:`dsac.algorithms.dqn.networks.build_q_network`): the conv encoder
+    for images, the MLP (every layer activated: the heads read it), dueling heads or ``out``
+    (or the custom model), Q(s, ·) (C51: the expectation over the support), the greedy action."""
+    model, algorithm = config.model, config.algorithm
+    num_actions, atoms = int(action_space.n), int(algorithm.num_atoms)
+    layers = []
+    if model.custom_model:
+        layers.append(Custom("q", num_actions * atoms))
+    else:
+        if obs.is_image:
+            filters = tuple(map(tuple, model.conv_filters or default_conv_filters(obs.shape)))
+            layers.append(ConvEncoder("q/", obs.shape, filters, model.conv_activation, obs.input_dtype == "uint8"))
+        layers += [Dense(f"q/hidden_{i}", int(n), model.fcnet_activation) for i, n in enumerate(model.fcnet_hiddens)]
+        layers.append(Dueling("q/", num_actions, atoms) if algorithm.dueling else Dense("q/out", num_actions * atoms))
+    layers.append(QValues(num_actions, c51_support(algorithm)))
+    return ActingNet(obs, tuple(layers), Greedy(num_actions, int(action_space.start)))
+
+
+def c51_support(algorithm) -> np.ndarray | None:
+    """C51's fixed atoms z_i, evenly spaced over [v_min, v_max] (of ``algorithm``, the algorithm
+    section); None for expected Q."""
+    if algorithm.num_atoms <= 1:
+        return None
+    check_num_atoms(algorithm.num_atoms)  # a settings object that skipped its check makes no huge support
+    return np.linspace(algorithm.v_min, algorithm.v_max, algorithm.num_atoms, dtype=np.float32)
+
+
+def apex_epsilon(worker_index: int, num_workers: int, epsilon: float, alpha: float) -> float:
+    """Ape-X's fixed exploration of worker i of N: ε^(1 + α·i/(N−1))."""
+    if num_workers <= 1:
+        return epsilon
+    return float(epsilon ** (1.0 + alpha * worker_index / (num_workers - 1)))
+
+
+def linear_epsilon(step: int, decay_steps: float, final_epsilon: float, initial_epsilon: float = 1.0) -> float:
+    """ε decaying linearly from ``initial_epsilon`` to ``final_epsilon`` over ``decay_steps``."""
+    fraction = min(1.0, step / max(decay_steps, 1.0))
+    return initial_epsilon + fraction * (final_epsilon - initial_epsilon)
 
 
 def content_key(observation: np.ndarray) -> bytes:
@@ -42,16 +76,14 @@ class DQNPolicy(BuiltinActingPolicy):
     """Double/dueling n-step DQN's ε-greedy actor for flat or image Box observations and
     Discrete actions."""
 
+    _describe = staticmethod(acting_net)
+
     def __init__(self, observation_space, action_space, config, *, seed=0, worker_index=None, num_workers=1):
         super().__init__(observation_space, action_space, config, seed=seed, worker_index=worker_index,
                          num_workers=num_workers)
-        self.algorithm, self.model = config.algorithm, config.model
-        algorithm = self.algorithm
-        self.obs = obs_input(observation_space)
+        self.algorithm = algorithm = config.algorithm
         self.num_actions = int(action_space.n)
         self.action_start = int(action_space.start)
-        self.torso, self.heads = q_layer_names(len(self.model.fcnet_hiddens), algorithm.dueling)
-        self.support = c51_support(algorithm)
         # ε of one worker decays over the run's env steps (total_env_steps · exploration_fraction).
         self.decay_steps = algorithm.exploration_fraction * config.run.total_env_steps
         # The run's env-step count as the runner last gave it (set_env_steps), plus the
@@ -60,12 +92,12 @@ class DQNPolicy(BuiltinActingPolicy):
         # Image observations: Q(s, ·) of the observations acted on since the last chunk, by
         # content (see postprocess_trajectory).
         self.acted_q: dict[bytes, np.ndarray] = {}
-        if self.model.custom_model:
+        if config.model.custom_model:
             from dsac.algorithms.dqn.networks import build_q_network
             from dsac.models.keras_forward import KerasForward
 
             build = functools.partial(build_q_network, dueling=algorithm.dueling, num_atoms=algorithm.num_atoms)
-            self.keras_forward = KerasForward(self.obs, self.num_actions, self.model, "q", build=build,
+            self.keras_forward = KerasForward(self.obs, self.num_actions, config.model, "q", build=build,
                                               verbose=config.output.verbose)
 
     def _epsilon(self) -> float:
@@ -79,14 +111,8 @@ class DQNPolicy(BuiltinActingPolicy):
         self.env_steps = int(env_steps)
 
     def _q_values(self, obs_batch) -> np.ndarray:
-        """Q(s, ·) for a batch of observations (numpy forward pass, or a custom model's Keras one)."""
-        x = self.obs.batch(obs_batch)
-        weights = self.get_weights()
-        if self.keras_forward is not None:
-            return q_from_head_outputs([self.keras_forward(x).reshape(len(x), -1)], self.support)
-        if self.obs.is_image:
-            x = image_features(weights, "q/", x, self.obs.shape, self.model.conv_filters, self.model.conv_activation)
-        return q_values(weights, self.torso, self.heads, x, self.support, self.model.fcnet_activation)
+        """Q(s, ·) for a batch of observations (the numpy forward pass)."""
+        return self._forward(self.obs.batch(obs_batch))
 
     def compute_actions(self, obs_batch, explore=True):
         """Greedy actions; with ``explore``, each is replaced by a uniform one with prob. ε."""
@@ -95,12 +121,13 @@ class DQNPolicy(BuiltinActingPolicy):
             if len(self.acted_q) > MAX_REMEMBERED_Q:  # acting without chunks (compute_single_action)
                 self.acted_q.clear()
             self.acted_q.update(zip(map(content_key, obs_batch), q, strict=True))
-        greedy = np.argmax(q, axis=1)
+        actions = self.net.head.act(q, False, self.rng)
         if explore:
-            explore_mask = self.rng.random(len(greedy)) < self._epsilon()
-            greedy = np.where(explore_mask, self.rng.integers(0, self.num_actions, len(greedy)), greedy)
-            self.env_steps += len(greedy)
-        return greedy + self.action_start
+            explore_mask = self.rng.random(len(actions)) < self._epsilon()
+            uniform = self.action_start + self.rng.integers(0, self.num_actions, len(actions))
+            actions = np.where(explore_mask, uniform, actions)
+            self.env_steps += len(actions)
+        return actions
 
     def postprocess_trajectory(self, batch):
         """Adds ``priority`` = |y − Q(s, a)| under this policy's weights (online net for both
@@ -131,13 +158,3 @@ class DQNPolicy(BuiltinActingPolicy):
         if missing:
             known = {**known, **dict(zip(missing, self._q_values(observations[list(missing.values())]), strict=True))}
         return np.stack([known[key] for key in keys])
-
-    def _numpy_weight_shapes(self):
-        atoms = int(self.algorithm.num_atoms)
-        shapes, features = encoder_shapes(self.obs, self.model, "q/")
-        widths = [features, *self.model.fcnet_hiddens]
-        shapes.update(dense_shapes(self.torso, widths))
-        head_outputs = [atoms, self.num_actions * atoms] if self.algorithm.dueling else [self.num_actions * atoms]
-        for head, outputs in zip(self.heads, head_outputs, strict=True):
-            shapes.update(dense_shapes([head], [widths[-1], outputs]))
-        return shapes

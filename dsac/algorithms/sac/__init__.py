@@ -47,6 +47,4 @@ ALGORITHM = Algorithm(
         "updates_per_step": 0.25, "total_env_steps": 500_000, "eval_every": 10_000, "eval_episodes": 5,
     },
     check_spaces=check_spaces,
-    serving="dsac.algorithms.sac.serving:serving",
-    onnx="dsac.algorithms.sac.onnx_graph:onnx_graph",
 )

@@ -25,7 +25,7 @@ import tensorflow as tf
 
 from dsac.algorithms.learner import ADAM_EPSILON, Learner
 from dsac.algorithms.sac.networks import FEATURE_DIM, build_acting_network, build_critic, build_encoder
-from dsac.algorithms.sac.numpy_actor import LOG_STD_MAX, LOG_STD_MIN, to_unit_action
+from dsac.models.acting_net import LOG_STD_MAX, LOG_STD_MIN, to_unit_action
 from dsac.models.vision import obs_input
 from dsac.weights import TensorFlowVariables, named_variables, optimizer_state
 
