@@ -79,7 +79,7 @@ def collector(config, seed: int, worker_index: int, callbacks=None,
 
 
 def acting_policy(config, observation_space, action_space, seed: int, worker_index: int | None = None,
-                  num_workers: int = 1):
+                  num_workers: int = 1, cls: type | None = None):
     """The acting policy (:class:`dsac.policy.ActingPolicy`; the built-in ones act in numpy, no
     TensorFlow) of a rollout worker (``worker_index``) or the evaluator (None); a user's
     ``policy_class`` as is. It acts once it has weights (``set_weights``).
@@ -90,8 +90,9 @@ def acting_policy(config, observation_space, action_space, seed: int, worker_ind
         seed: seed of its exploration noise.
         worker_index: the rollout worker it acts for (e.g. Ape-X's ε per worker), None for the evaluator.
         num_workers: how many rollout workers the run has.
+        cls: the class, where a weights file names it (default: the config's).
     """
-    cls = policy_class_for(config.run)
+    cls = cls or policy_class_for(config.run)
     return _built(cls(observation_space, action_space, config, seed=seed, worker_index=worker_index,
                       num_workers=num_workers))
 

@@ -68,7 +68,7 @@ class LoadedPolicy:
         except DsacError as exc:
             raise DsacError(f"weights file {path}: {exc}") from None
         try:
-            self.policy = cls(self.observation_space, self.action_space, self.config, seed=seed)
+            self.policy = build.acting_policy(self.config, self.observation_space, self.action_space, seed, cls=cls)
             check_policy_weights(self.policy, payload["weights"])
             self.policy.set_weights(payload["weights"])
         except (ValueError, KeyError, TypeError) as exc:
