@@ -4,7 +4,7 @@ these functions and add only what their transport needs. Free of Ray.
 
 A transition's parts: :func:`collector` steps the envs, :func:`acting_policy` acts,
 :func:`make_chunk` turns what was collected into the :class:`dsac.messages.Chunk` that is
-stored, :func:`replay_storage` stores it. A weights version's parts: :func:`learner_loop`
+stored, :func:`replay` stores it. A weights version's parts: :func:`learner_loop`
 learns and gives weights, :func:`evaluate` plays them. :func:`role_seeds` and
 :class:`EnvRestartBudget` are the run-wide rules every runner keeps the same way.
 """
@@ -25,7 +25,7 @@ from dsac.learning import UpdateLoop
 from dsac.messages import Chunk, Evaluation
 from dsac.policy import Policy
 from dsac.registry import learner_class_for, policy_class_for
-from dsac.replay import PrioritizedReplayStorage, ReplayStorage
+from dsac.replay import PrioritizedReplayStorage, Replay, ReplayStorage, replay_specs
 from dsac.rollout import CrashFn, EnvCollector
 
 # Every object this module made, by id, while ``BUILT`` is a set: the test that both runners
@@ -161,25 +161,14 @@ def make_chunk(batch: dict, policy, callbacks, encoder: FrameEncoder | None, wor
     return chunk
 
 
-def replay_storage(specs: dict, capacity: int, *, seed: int, prioritized: bool, priority_alpha: float,
-                   frames: FrameLayout | None, learning_starts: int, restore: dict | None = None,
-                   start_added: int = 0) -> tuple[ReplayStorage, int]:
-    """A replay storage (prioritized or uniform) and the transitions it must hold before the
-    first sample: ``learning_starts``, counted from ``start_added`` for a resumed run whose
-    contents were not kept (it warms up again); a resumed run's ``restore`` (its storage's
-    ``state_dict``) refills it.
-
-    Args:
-        specs: the transition fields' shapes and dtypes (:func:`dsac.replay.replay_specs`).
-        capacity: transitions it holds.
-        seed: seed of its sampling.
-        prioritized: proportional prioritized replay (Schaul et al. 2016) instead of uniform.
-        priority_alpha: the priorities' exponent α.
-        frames: image observations stored frame by frame, or None.
-        learning_starts: transitions before the first sample.
-        restore: a snapshot to start from, or None.
-        start_added: transitions a resumed run counted so far (no snapshot).
-    """
+def replay(specs: dict, capacity: int, *, seed: int = 0, prioritized: bool = False, priority_alpha: float = 0.6,
+           frames: FrameLayout | None = None, learning_starts: int = 0, restore: dict | None = None,
+           start_added: int = 0, **budgets) -> Replay:
+    """A replay (:class:`dsac.replay.Replay`, which takes ``budgets``) on a new storage,
+    proportional prioritized (Schaul et al. 2016, exponent ``priority_alpha``) or uniform, of
+    ``specs`` (:func:`dsac.replay.replay_specs`). It must hold ``learning_starts`` transitions
+    before the first sample — counted from ``start_added`` for a resumed run whose contents were
+    not kept (it warms up again); a resumed run's ``restore`` (a ``state_dict``) refills it."""
     if prioritized:
         storage = PrioritizedReplayStorage(specs, capacity, seed, alpha=priority_alpha, frames=frames)
     else:
@@ -190,7 +179,25 @@ def replay_storage(specs: dict, capacity: int, *, seed: int, prioritized: bool, 
     elif start_added:
         storage.added = int(start_added)
         warmup += int(start_added)
-    return _built(storage), warmup
+    _built(storage)
+    return _built(Replay(storage, warmup, learning_starts=learning_starts, **budgets))
+
+
+def local_replay(config, observation_space, action_space, checkpoint: dict | None = None) -> Replay:
+    """The serial runner's replay: the whole run's, with its one writer, as a distributed run
+    builds each of its replay shards (:mod:`dsac.distributed.system`); a resumed run's
+    ``checkpoint`` refills it or says the env steps it counts on from."""
+    algorithm, flow, settings = config.algorithm, config.flow, config.replay
+    specs, frames = replay_specs(observation_space, action_space)
+    snapshots = (checkpoint or {}).get("replay") or []
+    return replay(specs, settings.buffer_size, seed=config.run.seed, prioritized=settings.prioritized,
+                  priority_alpha=settings.priority_alpha, frames=frames, learning_starts=algorithm.learning_starts,
+                  restore=snapshots[0] if len(snapshots) == 1 else None,
+                  start_added=int((checkpoint or {}).get("meta", {}).get("env_steps", 0)),
+                  updates_per_step=algorithm.updates_per_step, max_steps_ahead=flow.max_steps_ahead,
+                  batches_per_call=flow.batches_per_sample, max_chunk=flow.max_chunk,
+                  priority_beta=settings.priority_beta, beta_anneal_steps=config.run.total_env_steps,
+                  insert_limit=config.run.total_env_steps)
 
 
 def evaluate(config, policy, seed: int, number: int, final: bool, counters: tuple[int, int, int],

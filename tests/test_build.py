@@ -17,7 +17,7 @@ ROOT = pathlib.Path(REPO_ROOT)
 
 # A part, and how it is made: a class constructed or a function/classmethod called.
 PART_CONSTRUCTORS = {
-    "EnvCollector", "UpdateLoop", "ReplayStorage", "PrioritizedReplayStorage", "FrameEncoder",
+    "EnvCollector", "UpdateLoop", "Replay", "ReplayStorage", "PrioritizedReplayStorage", "FrameEncoder",
     "Evaluation", "play_episodes", "from_batch",
 }
 # Where a part may be made besides the builder: its own module (a classmethod or a helper of
@@ -62,8 +62,9 @@ def test_the_serial_runner_acts_learns_stores_and_evaluates_with_the_builders_pa
     run, started_ray = start(config, time.time())
     try:
         assert not started_ray
-        parts = {"collector": run.collector, "acting policy": run.actor, "evaluating policy": run.evaluator,
-                 "learner loop": run.loop, "replay storage": run.storage}
+        parts = {"collector": run.collect.collector, "acting policy": run.collect.policy,
+                 "evaluating policy": run.evaluate.policy, "learner loop": run.loop, "replay": run.replay,
+                 "replay storage": run.replay.storage}
         assert all(id(part) in built for part in parts.values()), [n for n, p in parts.items() if id(p) not in built]
         while run.counters["env_steps"] < 400:
             run.step()

@@ -185,14 +185,6 @@ class WeightsClient:
                 return
             time.sleep(POLL_WHILE_WAITING_S)
 
-    def get(self, ref):
-        """``ray.get(ref)``, applying weights as they arrive meanwhile (a worker the replay
-        shard holds back must not come back to stale weights)."""
-        while not ray.wait([ref], timeout=POLL_WHILE_WAITING_S)[0]:
-            self.poll()
-        self.poll()
-        return ray.get(ref)
-
     def wait_for_weights(self) -> None:
         """Block until the policy has weights (or the run stops)."""
         while not self.policy.has_weights and not self.stop:
