@@ -58,15 +58,9 @@ def role_seeds(run_seed: int, num_workers: int) -> RoleSeeds:
 def collector(config, seed: int, worker_index: int, callbacks=None,
               on_env_crash: CrashFn | None = None) -> EnvCollector:
     """Rollout worker ``worker_index``'s batch of ``envs_per_worker`` envs, emitting n-step
-    transitions (:class:`dsac.rollout.EnvCollector`).
-
-    Args:
-        config: the run's resolved :class:`dsac.config.Config`.
-        seed: the worker's seed (:func:`role_seeds`).
-        worker_index: which worker collects (reported to the callbacks).
-        callbacks: the run's :class:`dsac.callbacks.Callbacks`, or None.
-        on_env_crash: asked whether an env that raised may be rebuilt.
-    """
+    transitions (:class:`dsac.rollout.EnvCollector`), from the run's resolved ``config`` and the
+    worker's ``seed`` (:func:`role_seeds`); the run's ``callbacks`` (or None) see its episodes,
+    and ``on_env_crash`` says whether an env that raised may be rebuilt."""
     run = config.run
     return _built(EnvCollector(
         run.env, config.resources.envs_per_worker, seed, config.algorithm.gamma, config.replay.n_step,
@@ -77,20 +71,12 @@ def collector(config, seed: int, worker_index: int, callbacks=None,
     ))
 
 
-
 def acting_policy(config, observation_space, action_space, seed: int, worker_index: int | None = None,
                   num_workers: int = 1):
     """The acting policy (:class:`dsac.policy.ActingPolicy`; the built-in ones act in numpy, no
     TensorFlow) of a rollout worker (``worker_index``) or the evaluator (None); a user's
-    ``policy_class`` as is. It acts once it has weights (``set_weights``).
-
-    Args:
-        config: the run's resolved config.
-        observation_space, action_space: the env's spaces.
-        seed: seed of its exploration noise.
-        worker_index: the rollout worker it acts for (e.g. Ape-X's ε per worker), None for the evaluator.
-        num_workers: how many rollout workers the run has.
-    """
+    ``policy_class`` as is. It acts once it has weights (``set_weights``). ``seed`` seeds its
+    exploration noise; ``worker_index`` and ``num_workers`` may set it (e.g. Ape-X's ε per worker)."""
     cls = policy_class_for(config.run)
     return _built(cls(observation_space, action_space, config, seed=seed, worker_index=worker_index,
                       num_workers=num_workers))
@@ -100,16 +86,10 @@ def learner_loop(config, observation_space, action_space, seed: int, callbacks=N
                  initial_weights: dict | None = None, initial_state: dict | None = None) -> UpdateLoop:
     """The learner — the algorithm's :class:`dsac.algorithms.learner.Learner` (networks and
     optimizers, TensorFlow), or a user's ``policy_class`` built with ``build_learner=True`` — in
-    an :class:`dsac.learning.UpdateLoop` that keeps the update count and says when to push.
-
-    Args:
-        config: the run's resolved config.
-        observation_space, action_space: the env's spaces.
-        seed: the networks' initialization seed.
-        callbacks: the run's callbacks (``on_learn_on_batch``), or None.
-        initial_weights: weights to start from (``--init_weights``).
-        initial_state: a resumed run's full learner state (networks, optimizers, updates).
-    """
+    an :class:`dsac.learning.UpdateLoop` that keeps the update count and says when to push;
+    ``seed`` initializes the networks, the run's ``callbacks`` (or None) see each update
+    (``on_learn_on_batch``). It starts from ``initial_weights`` (``--init_weights``) or a resumed
+    run's ``initial_state`` (networks, optimizers, updates)."""
     learner = make_learner(config, observation_space, action_space, seed)
     if initial_weights is not None:
         learner.set_weights(initial_weights)
@@ -123,13 +103,7 @@ def make_learner(config, observation_space, action_space, seed: int = 0):
     """What learns (TensorFlow for dsac's algorithms): the algorithm's
     :class:`dsac.algorithms.learner.Learner` on the config's sections, or a user's
     ``policy_class`` built with ``build_learner=True`` (a :class:`dsac.policy.Policy` plays both
-    roles).
-
-    Args:
-        config: the run's resolved config.
-        observation_space, action_space: the env's spaces.
-        seed: the networks' initialization seed.
-    """
+    roles); ``seed`` initializes the networks."""
     cls = learner_class_for(config.run, config.output.verbose)
     if issubclass(cls, Policy):
         return cls(observation_space, action_space, config, build_learner=True, seed=seed)
@@ -204,19 +178,11 @@ def evaluate(config, policy, seed: int, number: int, final: bool, counters: tupl
              on_env_crash: CrashFn | None = None,
              on_progress: Callable[[int], None] | None = None, cpu: CpuMeter | None = None) -> Evaluation:
     """``eval_episodes`` deterministic episodes of ``policy``'s weights (episode j reset with
-    ``seed + j``), with a video when ``--video_every`` asks for one.
-
-    Args:
-        config: the run's resolved config.
-        policy: an acting policy holding the weights to evaluate.
-        seed: the evaluator's seed (:func:`role_seeds`).
-        number: which evaluation of this process this is (1 for the first), for ``--video_every``.
-        final: the run's last evaluation (always filmed when videos are on).
-        counters: ``(env_steps, updates, weights_version)`` the weights come with.
-        on_env_crash: asked whether an env that raised may be rebuilt.
-        on_progress: called with the steps played so far, at most every few seconds.
-        cpu: counts the CPU of acting and of env steps (:class:`dsac.cpu.CpuMeter`), or None.
-    """
+    ``seed + j``; the evaluator's seed: :func:`role_seeds`), with a video when ``--video_every``
+    asks for one at this process's evaluation ``number`` (1 for the first) or a ``final`` one.
+    ``counters``: ``(env_steps, updates, weights_version)`` the weights come with;
+    ``on_env_crash`` says whether an env that raised may be rebuilt; ``on_progress(steps)`` is
+    called every few seconds; ``cpu`` (a :class:`dsac.cpu.CpuMeter`) counts acting and env steps."""
     run = config.run
     started = time.monotonic()
     frames = video.Frames() if video.wanted(config.output.video_every, number, final) else None

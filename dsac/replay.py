@@ -148,7 +148,6 @@ class ReplayStorage:
                 batches[key] = self.frame_store.observations(batches[key])
         return batches
 
-
     def state_dict(self) -> dict[str, np.ndarray]:
         """The stored transitions, counters and sampling RNG as arrays (for ``np.savez``)."""
         out = {f"data/{k}": v[: self.size] for k, v in self.data.items()}
@@ -313,15 +312,12 @@ class RateLimiter:
 
 
 class Replay:
-    """A run's (or a replay shard's) replay without its transport: the storage (prioritized: its
-    chunks bring initial priorities, its batches importance weights with β annealed to 1 over
-    ``beta_anneal_steps`` inserted transitions), the update ratio kept by a :class:`RateLimiter`
-    (its arguments), and the insert budgets of ``num_writers`` writers, at most ``max_chunk`` in
-    hand each and none past ``insert_limit``. ``warmup``: transitions before the first sample
-    (:func:`dsac.build.replay`); ``learning_starts``: what a restart warms up by (:meth:`resume`).
-    The serial runner calls it directly; :class:`dsac.distributed.actors.ReplayBuffer` adds
-    waiting and the writers' turns.
-    """
+    """A run's (or a shard's) replay, which the serial runner calls directly and
+    :class:`dsac.distributed.actors.ReplayBuffer` makes its callers wait for: the storage
+    (prioritized: β annealed to 1 over ``beta_anneal_steps`` inserted transitions), the update
+    ratio (a :class:`RateLimiter`, ``warmup`` its ``learning_starts``; a restart warms up by
+    ``learning_starts`` again) and the insert budgets of ``num_writers`` writers (at most
+    ``max_chunk`` in hand each, none past ``insert_limit``)."""
 
     def __init__(self, storage: ReplayStorage, warmup: int, *, learning_starts: int, updates_per_step: float,
                  max_steps_ahead: int, max_chunk: int, batches_per_call: int = 0, num_writers: int = 1,

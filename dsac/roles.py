@@ -89,8 +89,7 @@ class Collect:
     next chunk is collected with budget kept from earlier grants, and its reply (more budget)
     is taken once that chunk is done: the worker waits for the replay only when it kept none.
     ``weights_for(policy)`` makes the acting policy's weights source; ``scale``: run-wide env
-    steps per env step the replay counts (replay shards: their number).
-    """
+    steps per env step the replay counts (replay shards: their number)."""
 
     def __init__(self, config, index: int, seed: int, num_workers: int, callbacks, reports, weights_for: Callable,
                  writer, chunk_seconds: float | None = None, scale: int = 1):
@@ -175,11 +174,9 @@ class Learn:
     ``push_interval`` seconds (readers take weights between chunks: a faster learner would pay
     for versions nobody acts with), and at once when the sampler has no batches. With
     data-parallel learners, ``sync`` (a :class:`dsac.distributed.learner_transport.GradientSync`)
-    makes every update the mean of all learners' gradients.
-    """
+    makes every update the mean of all learners' gradients."""
 
-    def __init__(self, loop: UpdateLoop, sampler, sink, push_interval: float = 0.0,
-                 sync=None):
+    def __init__(self, loop: UpdateLoop, sampler, sink, push_interval: float = 0.0, sync=None):
         self.loop, self.sampler, self.sink, self.sync = loop, sampler, sink, sync
         self.push_interval = float(push_interval)
         self.push_due, self.pushed_at = False, time.monotonic()
@@ -210,16 +207,14 @@ class Learn:
             self.sink.idle(loop, self.report())
             return False
         self.env_steps_by_source[source] = sampled.env_steps
-        learn = None
-        if self.sync is not None:
-            learn = self.sync.update_fn(loop.learner, loop.updates, sum(self.env_steps_by_source.values()))
+        learn = None if self.sync is None else self.sync.update_fn(loop.learner, loop.updates,
+                                                                   sum(self.env_steps_by_source.values()))
         step = loop.step(sampled.batches, learn)
         if self.sync is not None and self.sync.regroup:  # a learner or the averager was restarted
             self.stopped = not self.sync.join(loop)
             return True
-        if step.stopped:
-            self.stopped = True
-        elif step.push or self.push_due:
+        self.stopped = step.stopped
+        if not step.stopped and (step.push or self.push_due):
             self.push_due = time.monotonic() - self.pushed_at < self.push_interval
             if not self.push_due:
                 self.push()
@@ -233,12 +228,10 @@ class Evaluate:
     newest weights every ``eval_every`` env steps, as the evaluation budget allows
     (``--eval_cpu_share`` of ``cores``); :meth:`final` evaluates the final weights. Each
     evaluation goes to the reports sink. ``weights_for(policy)`` makes the policy's weights
-    source; ``start_env_steps``: a resumed run's env steps.
-    """
+    source; ``start_env_steps``: a resumed run's env steps."""
 
-    def __init__(self, config, observation_space, action_space, seed: int,
-                 weights_for: Callable, reports, cores: float,
-                 start_env_steps: int = 0):
+    def __init__(self, config, observation_space, action_space, seed: int, weights_for: Callable, reports,
+                 cores: float, start_env_steps: int = 0):
         self.cpu = CpuMeter(time.thread_time)  # its envs and acting run on this thread
         self.config, self.seed, self.reports = config, seed, reports
         self.policy = build.acting_policy(config, observation_space, action_space, seed)
@@ -342,8 +335,7 @@ class LocalReports:
 
     def __init__(self, env_restarts: int):
         self.env_restarts = EnvRestartBudget(env_restarts)
-        self.finished: list[FinishedEpisode] = []
-        self.evaluations: list[Evaluation] = []
+        self.finished, self.evaluations = [], []  # FinishedEpisode, Evaluation
 
     def episodes(self, episodes: list[FinishedEpisode]) -> None:
         self.finished.extend(episodes)

@@ -1,8 +1,7 @@
 """The serial runner (``launch.py --local``, or ``--num_workers 0`` as RLlib's
-``num_env_runners=0``): the roles of :mod:`dsac.roles` — the loops the Ray tasks run — take
-turns in one process, without Ray, wired to in-process ports (the learner is its own weights
-source), so that a custom env, model, policy or callback can be stepped through in a debugger,
-and tiny runs start in seconds. Same output directory and files.
+``num_env_runners=0``): the loops of :mod:`dsac.roles` that the Ray tasks run take turns in one
+process without Ray, on in-process ports, so that a custom env, model, policy or callback can be
+stepped through in a debugger and tiny runs start in seconds. Same output directory and files.
 """
 
 from __future__ import annotations
@@ -14,11 +13,10 @@ from collections import deque
 
 from dsac import build, cpu, roles
 from dsac.build import role_seeds
-from dsac.config import Config
 from dsac.envs import EnvCrashed
 from dsac.learning import NonFiniteUpdates
 from dsac.messages import Evaluation, Latest, LearnerState
-from dsac.preparation import Prepared, check_resume_state, prepare
+from dsac.preparation import Prepared
 from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for
 from dsac.run_loop import Step
@@ -27,24 +25,22 @@ log = logging.getLogger("dsac")
 
 
 class SerialRun:
-    """One process whose roles take turns, keeping the update ratio with the replay the shards
-    use; driven as the distributed run is (``step()``, ``status()``, ``stop()``) by
-    :func:`dsac.run_loop.run_until_stopped` and ``Trainer(config, local=True)``. ``insert_limit``:
-    no collection past it (None: ``total_env_steps``); ``checkpoint``: a resumed run's."""
+    """One process whose roles take turns, the update ratio kept by the replay the shards use; driven
+    as a distributed run (``step()``, ``status()``, ``stop()``) by :func:`dsac.run_loop.run_until_stopped`
+    and ``Trainer(local=True)``. ``insert_limit`` (None: ``total_env_steps``); a resumed run's ``checkpoint``."""
 
     def __init__(self, prepared: Prepared, started_at: float, insert_limit: int | None = None,
                  checkpoint: dict | None = None):
         config = self.config = prepared.config
         self.output_dir = prepared.output_dir
-        obs_space, act_space = self.observation_space, self.action_space = (prepared.observation_space,
-                                                                            prepared.action_space)
+        spaces = self.observation_space, self.action_space = prepared.observation_space, prepared.action_space
         meta = (checkpoint or {}).get("meta", {})
         seeds = role_seeds(config.run.seed, 1)  # those of rollout worker 0 and the evaluator of a distributed run
         self.callbacks = callbacks_for(config.run)
         # No Ray to give it a GPU: TensorFlow set up as for a learner given one (no warning without).
-        self.loop, device, _ = roles.learner_loop(config, obs_space, act_space, seeds.learner, 1, 1, self.callbacks,
+        self.loop, device, _ = roles.learner_loop(config, *spaces, seeds.learner, 1, 1, self.callbacks,
                                                   prepared.initial_weights, checkpoint["state"] if checkpoint else None)
-        self.replay = build.local_replay(config, obs_space, act_space, checkpoint)
+        self.replay = build.local_replay(config, *spaces, checkpoint)
         self.set_insert_limit(insert_limit)
         self.reports = roles.LocalReports(config.resources.env_restarts)
         self.weights = roles.LocalWeights(lambda: self.loop.report(self.replay.added), int(meta.get("version", 0)))
@@ -53,15 +49,12 @@ class SerialRun:
         self.learn.push()  # the first weights
         self.collect = roles.Collect(config, 0, seeds.workers[0], 1, self.callbacks, self.reports,
                                      self.weights.reader, port)
-        self.evaluate = roles.Evaluate(config, obs_space, act_space, seeds.evaluator, self.weights.reader,
-                                       self.reports, 1, self.replay.added)
-        self.recorder = Recorder(config, self.output_dir, obs_space, act_space, started_at, seeds.evaluator, meta)
+        self.evaluate = roles.Evaluate(config, *spaces, seeds.evaluator, self.weights.reader, self.reports, 1,
+                                       self.replay.added)
+        self.recorder = Recorder(config, self.output_dir, *spaces, started_at, seeds.evaluator, meta)
         self.weights_path, self.last_checkpoint = self.recorder.weights_path, time.monotonic()
-        self.failure: str | None = None
-        self.recent_returns: deque[float] = deque(maxlen=20)
-        self.episode_metrics: list[dict] = []
-        log.info("serial run (--local): rollout, replay, learner and evaluator in this process; no Ray; "
-                 "learner on %s", device)
+        self.failure, self.recent_returns, self.episode_metrics = None, deque(maxlen=20), []
+        log.info("serial run (--local): the roles take turns in this process, no Ray; learner on %s", device)
 
     def _turns(self, final: bool = False) -> None:
         """Each role's turn (the final evaluation's alone), until one fails."""
@@ -96,7 +89,6 @@ class SerialRun:
         self.recorder.checkpoint(self.loop.state(), self.weights.weights, self.weights.version, self.counters, replay)
         self.last_checkpoint = time.monotonic()
 
-    # --- what the driver of a run calls ------------------------------------------------------
     @property
     def counters(self) -> dict:
         return {"env_steps": self.replay.added, "updates": self.loop.updates, "version": self.weights.version}
@@ -106,10 +98,10 @@ class SerialRun:
         return self.loop.stats
 
     def latest(self) -> Latest:
-        return Latest(self.weights.version, self.weights.weights, self.loop.report(self.replay.added))
+        return Latest(self.weights.version, self.weights.weights, self.weights.report)
 
     def full_state(self) -> LearnerState:
-        return LearnerState(self.loop.state(), self.loop.report(self.replay.added))
+        return LearnerState(self.loop.state(), self.weights.report)
 
     def set_insert_limit(self, total_env_steps: int | None) -> None:
         self.replay.insert_limit = self.config.run.total_env_steps if total_env_steps is None else total_env_steps
@@ -123,9 +115,8 @@ class SerialRun:
                 "recent_episode_return": statistics.fmean(returns) if returns else None}
 
     def step(self, timeout: float | None = None, final: bool = False) -> Step:
-        """One round: a chunk collected, what the update ratio allows learned, an evaluation if
-        due, a checkpoint every ``checkpoint_every`` seconds (``final``: the final evaluation
-        only). ``timeout``: the distributed run's wait for its tasks; nothing waits here."""
+        """A round of turns: a chunk, what the update ratio allows learned, an evaluation if due (or
+        only the ``final`` one), a checkpoint every ``checkpoint_every`` s; nothing waits ``timeout``."""
         self._turns(final)
         episodes, evaluations = self.reports.drain()
         self.recent_returns.extend(e.episode_return for e in episodes)
@@ -157,11 +148,3 @@ class SerialRun:
                                process=time.process_time()),
         })
 
-
-def start_serial(config: Config, started_at: float, insert_limit: int | None = None,
-                 checkpoint: dict | None = None) -> SerialRun:
-    """Check the input and build the serial run (:func:`dsac.distributed.driver.start`'s twin)."""
-    prepared = prepare(config, local=True)
-    if checkpoint is not None:
-        check_resume_state(prepared, checkpoint["state"], config.run.resume or "the checkpoint")
-    return SerialRun(prepared, started_at, insert_limit, checkpoint)

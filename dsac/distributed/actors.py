@@ -70,19 +70,10 @@ def process_id() -> str:
 
 @ray.remote
 class ReplayBuffer:
-    """A replay shard: transitions from its rollout workers, batches for the learner, at a
-    fixed ratio. A :class:`dsac.replay.Replay` (storage, update ratio, prioritization, insert
-    budgets) whose callers wait — a writer over its budget, a learner ahead of the ratio —
-    with waiting writers served first come first served.
-
-    Args:
-        specs: field -> (shape, dtype) of a transition (see :func:`dsac.replay.field_specs`).
-        capacity: ring size in transitions.
-        max_wait_s: longest a blocked add or sample waits before returning empty-handed (so
-            that callers look at the stop flag even when nothing else happens).
-        options: the replay's (:func:`dsac.build.replay`, :class:`dsac.replay.Replay`); a
-            resumed run's ``restore`` is a :meth:`snapshot`.
-    """
+    """A replay shard: a :class:`dsac.replay.Replay` of ``capacity`` transitions of ``specs``
+    (``options``: :func:`dsac.build.replay`'s; a resumed run's ``restore`` is a :meth:`snapshot`)
+    whose callers wait — a writer over its budget, a learner ahead of the ratio — up to
+    ``max_wait_s`` (then they look at the stop flag), waiting writers first come first served."""
 
     def __init__(self, specs, capacity, *, max_wait_s: float = MAX_WAIT_S, **options):
         nbytes = storage_bytes(capacity, specs, options.get("frames"))
@@ -124,15 +115,11 @@ class ReplayBuffer:
 
     @hot_path
     async def add(self, writer: int, chunk: Chunk | None = None, keep: int = 0) -> Grant:
-        """Store a chunk (many transitions) and top up the writer's insert budget.
-
-        ``keep`` is the budget the writer still holds from earlier grants, which it goes on
-        collecting with while this call is in flight; the reply's ``grant`` comes on top of it
-        (together at most ``max_chunk``). Such a writer is answered at once, topped up only from
-        headroom no waiting writer is in line for. A writer without budget waits (up to
-        ``max_wait_s``, first come first served) while collection is ahead of the update ratio:
-        this is the backpressure that keeps many workers on few cores from flooding the learner.
-        """
+        """Store a chunk (many transitions) and top up the writer's insert budget. A writer that
+        still holds budget (``keep``: it collects with it meanwhile) is answered at once, topped
+        up only from headroom no waiting writer is in line for; one without waits its turn while
+        collection is ahead of the update ratio: the backpressure that keeps many workers on
+        few cores from flooding the learner."""
         keep, replay = max(0, int(keep)), self.replay
         async with self.changed:
             if replay.add(chunk):

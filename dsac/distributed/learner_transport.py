@@ -142,7 +142,7 @@ def weights_digest(weights: dict[str, np.ndarray]) -> str:
 
 
 class LearnerTransport:
-    """The learner's weights sink on Ray (:class:`dsac.roles.WeightsSink`): weights pushed to
+    """The learner's weights sink on Ray (see :mod:`dsac.roles`): weights pushed to
     the parameter server (not waited for: the next push collects the reply and its stop flag),
     the full state to the run monitor when its reply to the last push's report asked for it.
 
@@ -185,11 +185,9 @@ class LearnerTransport:
 
     def first_push(self, loop: UpdateLoop, report: LearnerReport) -> None:
         """Learner 0's first weights, waited for (the workers wait for them)."""
-        if self.primary:
-            started = loop.cpu.now()
-            self.orders = ray.get(self.ps.push.remote(loop.get_weights(), report))
-            loop.cpu.add("push", started)
-            self.last_report = self._report_to_monitor(loop)
+        self.push(loop, report)
+        if self.last_push is not None:
+            self.orders, self.last_push = ray.get(self.last_push), None
 
     def hand_over(self, loop: UpdateLoop, final: LearnerReport, state: bool) -> None:
         """The ``final`` report, weights and (``state``) full state, waited for: the state goes

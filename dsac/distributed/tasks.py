@@ -26,7 +26,7 @@ EVALUATOR_WAIT_S = 1.0
 
 
 class ShardWriter:
-    """A rollout worker's replay writer (:class:`dsac.roles.ReplayWriter`): add calls on its shard."""
+    """A rollout worker's replay writer (see :mod:`dsac.roles`): add calls on its shard."""
 
     def __init__(self, replay, index: int):
         self.replay, self.index = replay, index
@@ -44,8 +44,8 @@ class ShardWriter:
 
 
 class MonitorReports:
-    """A task's reports sink (:class:`dsac.roles.Reports`): the run monitor, which keeps the
-    run-wide budget of env rebuilds."""
+    """A task's reports sink (see :mod:`dsac.roles`): the run monitor, which keeps the run-wide
+    budget of env rebuilds."""
 
     def __init__(self, monitor):
         self.monitor = monitor
@@ -67,15 +67,9 @@ class MonitorReports:
 @ray.remote
 def rollout_worker(index: int, config, replay, ps, monitor, seed: int, num_shards: int = 1,
                    chunk_seconds: float | None = None, weights_board: str | None = None) -> dict:
-    """Rollout worker ``index``'s :class:`dsac.roles.Collect` loop: steps
-    ``config.envs_per_worker`` envs and sends chunks to its replay shard within the insert
-    budget the shard grants. Weights come from its node's weights board (``weights_board``)
-    where this machine has it, else the parameter server. It reports where it runs, finished
-    episodes and env crashes to the run ``monitor``. With shards, the run's env steps (for
-    ``start_steps``) are estimated from its own shard's.
-
-    Returns its counters, with its CPU seconds by part (``cpu``: env steps, acting, its total).
-    """
+    """Rollout worker ``index``'s :class:`dsac.roles.Collect` loop, on its ``replay`` shard (the
+    run's env steps estimated from it), its node's weights board where this machine has it (else
+    the parameter server) and the run ``monitor``. Returns its counters and CPU seconds by part."""
     cpu_started = time.process_time()
     monitor.report_placement.remote(Placement(f"rollout_worker_{index}", **describe_process()))
     collect = Collect(config, index, seed, config.resources.num_workers, callbacks_for(config.run),
@@ -104,13 +98,10 @@ def learner_role(index: int, num_learners: int) -> str:
 def learner(config, observation_space, action_space, shards: list, ps, monitor, seed: int, num_gpus: float,
             num_cpus: float, initial_weights: dict | None = None, initial_state: dict | None = None,
             index: int = 0, averager=None) -> dict:
-    """The :class:`dsac.roles.Learn` loop on batches from its replay shards, weights to the
-    parameter server and state to the run monitor
-    (:class:`~dsac.distributed.learner_transport.LearnerTransport`). ``initial_weights`` (e.g.
-    ``--init_weights``) replace the fresh policy's weights before the first push;
-    ``initial_state`` (a resumed run's checkpoint) replaces its whole training state. With
-    several learners (``averager`` given), learner ``index`` trains on its own shards and every
-    update is the mean of all learners' gradients."""
+    """The :class:`dsac.roles.Learn` loop on batches from its replay ``shards``, from
+    ``initial_weights`` (``--init_weights``) or a resumed run's ``initial_state``. With several
+    learners (``averager`` given), learner ``index`` trains on its own shards and every update is
+    the mean of all learners' gradients."""
     cpu_started = time.process_time()
     loop, device, warning = learner_loop(config, observation_space, action_space, seed, num_gpus, num_cpus,
                                          callbacks_for(config.run), initial_weights, initial_state)
@@ -142,11 +133,9 @@ def learner(config, observation_space, action_space, shards: list, ps, monitor, 
 @ray.remote
 def evaluator(config, observation_space, action_space, ps, monitor, seed: int,
               weights_board: str | None = None) -> dict:
-    """The :class:`dsac.roles.Evaluate` loop, its evaluation budget the cluster's CPUs, then an
-    evaluation of the final weights. Weights come from its node's weights board
-    (``weights_board``) where this machine has it, else from waiting pulls on the parameter
-    server; evaluations go to the run ``monitor``. Returns the number of evaluations
-    (``evaluations``) and its CPU seconds by part (``cpu``: env steps, acting, its total)."""
+    """The :class:`dsac.roles.Evaluate` loop (its budget a share of the cluster's CPUs), then the
+    final weights' evaluation; weights from its node's board where this machine has it, else by
+    waiting pulls. Returns its number of ``evaluations`` and CPU seconds by part (``cpu``)."""
     monitor.report_placement.remote(Placement("evaluator", **describe_process()))
     evaluate = Evaluate(config, observation_space, action_space, seed,
                         lambda policy: WeightsClient(ps, policy, board=weights_board), MonitorReports(monitor),
