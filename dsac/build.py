@@ -1,12 +1,9 @@
-"""The parts of a run, built in one place (Acme's builder): the serial runner
-(:mod:`dsac.serial`) and the distributed tasks and actors (:mod:`dsac.distributed`) both call
-these functions and add only what their transport needs. Free of Ray.
-
-A transition's parts: :func:`collector` steps the envs, :func:`acting_policy` acts,
-:func:`make_chunk` turns what was collected into the :class:`dsac.messages.Chunk` that is
-stored, :func:`replay` stores it. A weights version's parts: :func:`learner_loop`
-learns and gives weights, :func:`evaluate` plays them. :func:`role_seeds` and
-:class:`EnvRestartBudget` are the run-wide rules every runner keeps the same way.
+"""The parts of a run, built in one place (Acme's builder): the roles both runners run
+(:mod:`dsac.roles`) and the replay actor take them from here. Free of Ray. A transition's
+parts: :func:`collector` steps the envs, :func:`acting_policy` acts, :func:`make_chunk` turns
+what was collected into the :class:`dsac.messages.Chunk` that :func:`replay` stores. A weights
+version's parts: :func:`learner_loop` learns and gives weights, :func:`evaluate` plays them.
+:func:`role_seeds` and :class:`EnvRestartBudget` are run-wide rules every runner keeps alike.
 """
 
 from __future__ import annotations
@@ -199,13 +196,9 @@ def evaluate(config, policy, seed: int, number: int, final: bool, counters: tupl
 
 
 class EnvRestartBudget:
-    """The run-wide budget of envs rebuilt after they raised (``--env_restarts``, all roles
-    together). The serial runner keeps it in its process; the distributed run keeps it in the
-    actor that holds the run's reports, asked once per crash.
-
-    Args:
-        limit: rebuilds allowed in the whole run.
-    """
+    """The run-wide budget of ``limit`` envs rebuilt after they raised (``--env_restarts``, all
+    roles together), kept by the reports sink (:class:`dsac.roles.LocalReports`, the run
+    monitor actor), asked once per crash."""
 
     def __init__(self, limit: int):
         self.limit = int(limit)

@@ -68,15 +68,10 @@ def check_fits_in_memory(nbytes: int, available: int, where: str) -> None:
 
 
 class ReplayStorage:
-    """A fixed-capacity ring of transitions with uniform sampling.
-
-    Args:
-        specs: field name -> (shape, dtype), from :func:`field_specs`.
-        capacity: transitions kept; the oldest are overwritten.
-        seed: seed of the sampling generator.
-        frames: image observations stored frame by frame (:mod:`dsac.frames`): chunks come
-            from a :class:`dsac.frames.FrameEncoder` and batches have their stacks rebuilt.
-    """
+    """A ring of ``capacity`` transitions (the oldest overwritten) of ``specs``
+    (:func:`field_specs`), sampled uniformly with ``seed``. With ``frames``, image observations
+    are stored frame by frame (:mod:`dsac.frames`): chunks come from a
+    :class:`dsac.frames.FrameEncoder` and batches have their stacks rebuilt."""
 
     def __init__(self, specs: dict, capacity: int, seed: int = 0, frames: FrameLayout | None = None):
         self.capacity = int(capacity)
@@ -184,12 +179,9 @@ class PrioritizedReplayStorage(ReplayStorage):
 
     New transitions take the priorities their writer computed (Ape-X) or, without them, the
     largest priority seen so far. Each slot has a generation counter, so a priority update
-    for a transition that has since been overwritten is dropped.
-
-    Args:
-        alpha: how much prioritization is used (0 = uniform).
-        epsilon: added to every priority so no transition becomes unsampleable.
-    """
+    for a transition that has since been overwritten is dropped. ``alpha``: how much
+    prioritization is used (0 = uniform); ``epsilon``, added to every priority, keeps every
+    transition sampleable."""
 
     def __init__(self, specs: dict, capacity: int, seed: int = 0, alpha: float = 0.6, epsilon: float = 1e-6,
                  frames: FrameLayout | None = None):
@@ -280,15 +272,10 @@ class RateLimiter:
 
     The learner may sample when that keeps it at most one call ahead of the ratio; writers
     get insert *budgets* (credits) so that, all writers together, collection runs at most
-    ``max_steps_ahead`` env steps, plus one sample call's worth, ahead of it. That call's worth
-    is the learner's own slack mirrored: without it, at the end of each call's window the
-    writers that delivered their budget wait until the last writers deliver theirs.
-
-    Args:
-        updates_per_step: gradient updates (batches) per env step.
-        learning_starts: transitions to insert before the first sample.
-        max_steps_ahead: env steps collection may run ahead of the ratio.
-        batches_per_call: batches the learner takes per sample call (0: no call's worth).
+    ``max_steps_ahead`` env steps, plus one sample call's worth (``batches_per_call`` batches),
+    ahead of it. That call's worth is the learner's own slack mirrored: without it, at the end
+    of each call's window the writers that delivered their budget wait until the last writers
+    deliver theirs. ``learning_starts``: transitions to insert before the first sample.
     """
 
     def __init__(self, updates_per_step: float, learning_starts: int, max_steps_ahead: int,
@@ -325,8 +312,7 @@ class Replay:
         self.storage = storage
         self.prioritized = isinstance(storage, PrioritizedReplayStorage)
         self.limiter = RateLimiter(updates_per_step, warmup, max_steps_ahead, batches_per_call)
-        self.learning_starts = int(learning_starts)
-        self.added_at_start = storage.added
+        self.learning_starts, self.added_at_start = int(learning_starts), storage.added
         self.priority_beta, self.beta_anneal_steps = float(priority_beta), max(1, int(beta_anneal_steps))
         self.insert_limit = insert_limit
         self.num_writers, self.max_chunk = int(num_writers), int(max_chunk)

@@ -2,20 +2,17 @@
 serial runner's one process and in the Ray tasks (as Acme's ``run_experiment`` and RLlib's
 ``EnvRunner``: the same objects locally and remotely). Free of Ray.
 
-A role reaches the rest of the run only through its ports, small objects that the serial
-runner makes in-process (below: the learner is its own weights source) and the Ray tasks make
-on the actors (:mod:`dsac.distributed.tasks`):
+A role reaches the rest of the run only through ports, small objects the serial runner makes
+in-process (below; the learner is its own weights source) and the Ray tasks on the actors:
 
-- replay writer: ``send(chunk, keep)`` delivers a chunk (None: asks for budget only), the
-  writer still holding ``keep``; ``wait(handle, poll)``, the reply (a :class:`Grant`: budget on
-  top of ``keep``, the replay's counters), calling ``poll()`` meanwhile;
-- sampler: ``next()``, ``(source, batches)`` of a sample call (None: the ratio holds the learner
-  back, or the run stops); ``update_priorities(source, ...)``, not waited for; ``wait_s``;
-- weights source, a policy's: ``poll()`` applies newer weights, ``refresh(wait_s)`` waits for
-  them, ``wait_for_weights()`` for the first; ``version``, ``report`` (the learner's), ``stop``;
-- weights sink: ``push(loop, report)`` publishes the weights (and the state, when wanted);
-  ``idle(loop, report)``: no batches came, the learner takes its orders meanwhile;
-- reports sink: ``episodes(list)``, ``evaluation(ev)``, ``evaluator_alive(steps, final)``, and
+- replay writer: ``send(chunk, keep)`` (None: asks for budget only; the writer holds ``keep``);
+  ``wait(handle, poll)``: the reply (a :class:`Grant`: more budget, counters), polling meanwhile;
+- sampler: ``next()``: ``(source, batches)`` of a sample call, None while the ratio holds the
+  learner back; ``update_priorities(source, ...)``, not waited for; ``wait_s``;
+- weights source, a policy's: ``poll()``, ``refresh(wait_s)``, ``wait_for_weights()`` apply
+  newer weights; ``version``, ``report`` (the learner's), ``stop``;
+- weights sink: ``push(loop, report)``; ``idle(loop, report)``: no batches came, take orders;
+- reports sink: ``episodes``, ``evaluation``, ``evaluator_alive(steps, final)``, and
   ``env_crashed(role, error)``: whether ``role`` may rebuild its env (``--env_restarts``).
 """
 
@@ -108,16 +105,17 @@ class Collect:
 
     def step(self) -> bool:
         """Collect a chunk with the budget in hand (none: only ask for more) and send it; False
-        once the run stopped."""
+        once the run stopped (its last chunk stored)."""
         if self.in_flight is not None and self.budget <= 0:  # nothing left to collect with: wait
             self._take_reply()
-        if self.status.stop or self.weights.stop:
+        stopped = self.status.stop or self.weights.stop
+        act = self._acting() if self.budget > 0 and not stopped else None
+        if stopped or (self.budget > 0 and act is None):  # (None: stopped before the first weights)
+            if self.in_flight is not None:
+                self._take_reply()
             return False
         chunk = None
-        if self.budget > 0:
-            act = self._acting()
-            if act is None:  # stopped before the learner's first weights
-                return False
+        if act is not None:
             chunk, wanted = self._collect(act)
         if self.in_flight is not None:  # the last chunk's reply, sent a chunk ago: mostly here already
             self._take_reply()
@@ -156,11 +154,6 @@ class Collect:
         self.chunk_s = next_chunk_seconds(self.chunk_seconds, steps, seconds)
         self.chunks += 1
         return chunk, math.ceil(steps * self.chunk_s / max(seconds, 1e-6))
-
-    def finish(self) -> None:
-        """Wait for the last chunk's reply: it is stored before the worker ends."""
-        if self.in_flight is not None:
-            self._take_reply()
 
     def close(self) -> None:
         self.weights.close()
@@ -286,12 +279,11 @@ class LocalReplay:
         return keep
 
     def wait(self, keep: int, poll=None) -> Grant:
-        replay = self.replay
-        return Grant(replay.grant(0, keep), False, replay.added, replay.storage.sampled_batches)
+        return Grant(self.replay.grant(0, keep), False, self.replay.added, self.replay.storage.sampled_batches)
 
     def next(self) -> tuple[int, SampledBatches | None]:
-        ready = self.replay.can_sample(self.num_batches)
-        return 0, self.replay.sample(self.batch_size, self.num_batches) if ready else None
+        ready, replay = self.replay.can_sample(self.num_batches), self.replay
+        return 0, (replay.sample(self.batch_size, self.num_batches) if ready else None)
 
     def update_priorities(self, source: int, indices, generations, priorities) -> None:
         self.replay.update_priorities(indices, generations, priorities)

@@ -156,18 +156,17 @@ class ReplayBuffer:
     async def sample(self, batch_size: int, num_batches: int) -> SampledBatches | None:
         """``num_batches`` stacked batches, or ``None`` if the ratio does not allow them within
         ``max_wait_s`` (or the run is stopping)."""
-        started = time.monotonic()
+        started, sampled = time.monotonic(), None
         async with self.changed:
             while not self.stopped:
                 if self.replay.can_sample(num_batches):
                     sampled = self.replay.sample(batch_size, num_batches)
-                    self.sample_wait_s += time.monotonic() - started
                     self.changed.notify_all()  # writers may have new budget
-                    return sampled
+                    break
                 if not await self._wait_for_change(started + self.max_wait_s):
                     break
             self.sample_wait_s += time.monotonic() - started
-            return None
+            return sampled
 
     @hot_path
     async def update_priorities(self, indices, generations, priorities) -> int:

@@ -80,7 +80,6 @@ def rollout_worker(index: int, config, replay, ps, monitor, seed: int, num_shard
     try:
         while collect.step():
             pass
-        collect.finish()
     finally:
         collect.close()
     return {"worker": index, "env_steps": collect.collector.total_steps, "chunks": collect.chunks,

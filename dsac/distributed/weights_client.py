@@ -54,9 +54,7 @@ class WeightsClient:
       by reference: from its node's object store) and leaves them for the env loop, which
       applies them at its next :meth:`poll` (one attribute read). The thread's next pull,
       made once they are applied (at most every ``MIN_PULL_INTERVAL_S``), tells the server
-      the version the worker acts with.
-
-    The evaluator (no ``worker``) calls :meth:`refresh` instead of running the thread.
+      the version the worker acts with. The evaluator (no ``worker``) calls :meth:`refresh`.
     """
 
     def __init__(self, ps, policy, worker: int | None = None, wait_s: float = PULL_WAIT_S, board: str | None = None):
