@@ -2,8 +2,8 @@
 serial runner's one process and in the Ray tasks (as Acme's ``run_experiment`` and RLlib's
 ``EnvRunner``: the same objects locally and remotely). Free of Ray.
 
-A role reaches the rest of the run only through ports, small objects the serial runner makes
-in-process (below; the learner is its own weights source) and the Ray tasks on the actors:
+A role reaches the rest of the run only through ports: small objects, in-process for the serial
+runner (below; the learner is its own weights source), on the actors for the Ray tasks:
 
 - replay writer: ``send(chunk, keep)`` (None: asks for budget only; the writer holds ``keep``);
   ``wait(handle, poll)``: the reply (a :class:`Grant`: more budget, counters), polling meanwhile;
