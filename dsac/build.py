@@ -1,12 +1,9 @@
-"""The parts of a run, built in one place (Acme's builder): the serial runner
-(:mod:`dsac.serial`) and the distributed tasks and actors (:mod:`dsac.distributed`) both call
-these functions and add only what their transport needs. Free of Ray.
-
-A transition's parts: :func:`collector` steps the envs, :func:`acting_policy` acts,
-:func:`make_chunk` turns what was collected into the :class:`dsac.messages.Chunk` that is
-stored, :func:`replay_storage` stores it. A weights version's parts: :func:`learner_loop`
-learns and gives weights, :func:`evaluate` plays them. :func:`role_seeds` and
-:class:`EnvRestartBudget` are the run-wide rules every runner keeps the same way.
+"""The parts of a run, built in one place (Acme's builder): the roles both runners run
+(:mod:`dsac.roles`) and the replay actor take them from here. Free of Ray. A transition's
+parts: :func:`collector` steps the envs, :func:`acting_policy` acts, :func:`make_chunk` turns
+what was collected into the :class:`dsac.messages.Chunk` that :func:`replay` stores. A weights
+version's parts: :func:`learner_loop` learns and gives weights, :func:`evaluate` plays them.
+:func:`role_seeds` and :class:`EnvRestartBudget` are run-wide rules every runner keeps alike.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from dsac.learning import UpdateLoop
 from dsac.messages import Chunk, Evaluation
 from dsac.policy import Policy
 from dsac.registry import learner_class_for, policy_class_for
-from dsac.replay import PrioritizedReplayStorage, ReplayStorage
+from dsac.replay import PrioritizedReplayStorage, Replay, ReplayStorage, replay_specs
 from dsac.rollout import CrashFn, EnvCollector
 
 # Every object this module made, by id, while ``BUILT`` is a set: the test that both runners
@@ -58,15 +55,9 @@ def role_seeds(run_seed: int, num_workers: int) -> RoleSeeds:
 def collector(config, seed: int, worker_index: int, callbacks=None,
               on_env_crash: CrashFn | None = None) -> EnvCollector:
     """Rollout worker ``worker_index``'s batch of ``envs_per_worker`` envs, emitting n-step
-    transitions (:class:`dsac.rollout.EnvCollector`).
-
-    Args:
-        config: the run's resolved :class:`dsac.config.Config`.
-        seed: the worker's seed (:func:`role_seeds`).
-        worker_index: which worker collects (reported to the callbacks).
-        callbacks: the run's :class:`dsac.callbacks.Callbacks`, or None.
-        on_env_crash: asked whether an env that raised may be rebuilt.
-    """
+    transitions (:class:`dsac.rollout.EnvCollector`), from the run's resolved ``config`` and the
+    worker's ``seed`` (:func:`role_seeds`); the run's ``callbacks`` (or None) see its episodes,
+    and ``on_env_crash`` says whether an env that raised may be rebuilt."""
     run = config.run
     return _built(EnvCollector(
         run.env, config.resources.envs_per_worker, seed, config.algorithm.gamma, config.replay.n_step,
@@ -77,21 +68,13 @@ def collector(config, seed: int, worker_index: int, callbacks=None,
     ))
 
 
-
 def acting_policy(config, observation_space, action_space, seed: int, worker_index: int | None = None,
                   num_workers: int = 1, cls: type | None = None):
     """The acting policy (:class:`dsac.policy.ActingPolicy`; the built-in ones act in numpy, no
     TensorFlow) of a rollout worker (``worker_index``) or the evaluator (None); a user's
-    ``policy_class`` as is. It acts once it has weights (``set_weights``).
-
-    Args:
-        config: the run's resolved config.
-        observation_space, action_space: the env's spaces.
-        seed: seed of its exploration noise.
-        worker_index: the rollout worker it acts for (e.g. Ape-X's ε per worker), None for the evaluator.
-        num_workers: how many rollout workers the run has.
-        cls: the class, where a weights file names it (default: the config's).
-    """
+    ``policy_class`` as is. It acts once it has weights (``set_weights``). ``seed`` seeds its
+    exploration noise; ``worker_index`` and ``num_workers`` may set it (e.g. Ape-X's ε per worker);
+    ``cls`` is the class a weights file names (default: the config's)."""
     cls = cls or policy_class_for(config.run)
     return _built(cls(observation_space, action_space, config, seed=seed, worker_index=worker_index,
                       num_workers=num_workers))
@@ -101,16 +84,10 @@ def learner_loop(config, observation_space, action_space, seed: int, callbacks=N
                  initial_weights: dict | None = None, initial_state: dict | None = None) -> UpdateLoop:
     """The learner — the algorithm's :class:`dsac.algorithms.learner.Learner` (networks and
     optimizers, TensorFlow), or a user's ``policy_class`` built with ``build_learner=True`` — in
-    an :class:`dsac.learning.UpdateLoop` that keeps the update count and says when to push.
-
-    Args:
-        config: the run's resolved config.
-        observation_space, action_space: the env's spaces.
-        seed: the networks' initialization seed.
-        callbacks: the run's callbacks (``on_learn_on_batch``), or None.
-        initial_weights: weights to start from (``--init_weights``).
-        initial_state: a resumed run's full learner state (networks, optimizers, updates).
-    """
+    an :class:`dsac.learning.UpdateLoop` that keeps the update count and says when to push;
+    ``seed`` initializes the networks, the run's ``callbacks`` (or None) see each update
+    (``on_learn_on_batch``). It starts from ``initial_weights`` (``--init_weights``) or a resumed
+    run's ``initial_state`` (networks, optimizers, updates)."""
     learner = make_learner(config, observation_space, action_space, seed)
     if initial_weights is not None:
         learner.set_weights(initial_weights)
@@ -124,13 +101,7 @@ def make_learner(config, observation_space, action_space, seed: int = 0):
     """What learns (TensorFlow for dsac's algorithms): the algorithm's
     :class:`dsac.algorithms.learner.Learner` on the config's sections, or a user's
     ``policy_class`` built with ``build_learner=True`` (a :class:`dsac.policy.Policy` plays both
-    roles).
-
-    Args:
-        config: the run's resolved config.
-        observation_space, action_space: the env's spaces.
-        seed: the networks' initialization seed.
-    """
+    roles); ``seed`` initializes the networks."""
     cls = learner_class_for(config.run, config.output.verbose)
     if issubclass(cls, Policy):
         return cls(observation_space, action_space, config, build_learner=True, seed=seed)
@@ -162,25 +133,14 @@ def make_chunk(batch: dict, policy, callbacks, encoder: FrameEncoder | None, wor
     return chunk
 
 
-def replay_storage(specs: dict, capacity: int, *, seed: int, prioritized: bool, priority_alpha: float,
-                   frames: FrameLayout | None, learning_starts: int, restore: dict | None = None,
-                   start_added: int = 0) -> tuple[ReplayStorage, int]:
-    """A replay storage (prioritized or uniform) and the transitions it must hold before the
-    first sample: ``learning_starts``, counted from ``start_added`` for a resumed run whose
-    contents were not kept (it warms up again); a resumed run's ``restore`` (its storage's
-    ``state_dict``) refills it.
-
-    Args:
-        specs: the transition fields' shapes and dtypes (:func:`dsac.replay.replay_specs`).
-        capacity: transitions it holds.
-        seed: seed of its sampling.
-        prioritized: proportional prioritized replay (Schaul et al. 2016) instead of uniform.
-        priority_alpha: the priorities' exponent α.
-        frames: image observations stored frame by frame, or None.
-        learning_starts: transitions before the first sample.
-        restore: a snapshot to start from, or None.
-        start_added: transitions a resumed run counted so far (no snapshot).
-    """
+def replay(specs: dict, capacity: int, *, seed: int = 0, prioritized: bool = False, priority_alpha: float = 0.6,
+           frames: FrameLayout | None = None, learning_starts: int = 0, restore: dict | None = None,
+           start_added: int = 0, **budgets) -> Replay:
+    """A replay (:class:`dsac.replay.Replay`, which takes ``budgets``) on a new storage,
+    proportional prioritized (Schaul et al. 2016, exponent ``priority_alpha``) or uniform, of
+    ``specs`` (:func:`dsac.replay.replay_specs`). It must hold ``learning_starts`` transitions
+    before the first sample — counted from ``start_added`` for a resumed run whose contents were
+    not kept (it warms up again); a resumed run's ``restore`` (a ``state_dict``) refills it."""
     if prioritized:
         storage = PrioritizedReplayStorage(specs, capacity, seed, alpha=priority_alpha, frames=frames)
     else:
@@ -191,26 +151,36 @@ def replay_storage(specs: dict, capacity: int, *, seed: int, prioritized: bool, 
     elif start_added:
         storage.added = int(start_added)
         warmup += int(start_added)
-    return _built(storage), warmup
+    _built(storage)
+    return _built(Replay(storage, warmup, learning_starts=learning_starts, **budgets))
+
+
+def local_replay(config, observation_space, action_space, checkpoint: dict | None = None) -> Replay:
+    """The serial runner's replay: the whole run's, with its one writer, as a distributed run
+    builds each of its replay shards (:mod:`dsac.distributed.system`); a resumed run's
+    ``checkpoint`` refills it or says the env steps it counts on from."""
+    algorithm, flow, settings = config.algorithm, config.flow, config.replay
+    specs, frames = replay_specs(observation_space, action_space)
+    snapshots = (checkpoint or {}).get("replay") or []
+    return replay(specs, settings.buffer_size, seed=config.run.seed, prioritized=settings.prioritized,
+                  priority_alpha=settings.priority_alpha, frames=frames, learning_starts=algorithm.learning_starts,
+                  restore=snapshots[0] if len(snapshots) == 1 else None,
+                  start_added=int((checkpoint or {}).get("meta", {}).get("env_steps", 0)),
+                  updates_per_step=algorithm.updates_per_step, max_steps_ahead=flow.max_steps_ahead,
+                  batches_per_call=flow.batches_per_sample, max_chunk=flow.max_chunk,
+                  priority_beta=settings.priority_beta, beta_anneal_steps=config.run.total_env_steps,
+                  insert_limit=config.run.total_env_steps)
 
 
 def evaluate(config, policy, seed: int, number: int, final: bool, counters: tuple[int, int, int],
              on_env_crash: CrashFn | None = None,
              on_progress: Callable[[int], None] | None = None, cpu: CpuMeter | None = None) -> Evaluation:
     """``eval_episodes`` deterministic episodes of ``policy``'s weights (episode j reset with
-    ``seed + j``), with a video when ``--video_every`` asks for one.
-
-    Args:
-        config: the run's resolved config.
-        policy: an acting policy holding the weights to evaluate.
-        seed: the evaluator's seed (:func:`role_seeds`).
-        number: which evaluation of this process this is (1 for the first), for ``--video_every``.
-        final: the run's last evaluation (always filmed when videos are on).
-        counters: ``(env_steps, updates, weights_version)`` the weights come with.
-        on_env_crash: asked whether an env that raised may be rebuilt.
-        on_progress: called with the steps played so far, at most every few seconds.
-        cpu: counts the CPU of acting and of env steps (:class:`dsac.cpu.CpuMeter`), or None.
-    """
+    ``seed + j``; the evaluator's seed: :func:`role_seeds`), with a video when ``--video_every``
+    asks for one at this process's evaluation ``number`` (1 for the first) or a ``final`` one.
+    ``counters``: ``(env_steps, updates, weights_version)`` the weights come with;
+    ``on_env_crash`` says whether an env that raised may be rebuilt; ``on_progress(steps)`` is
+    called every few seconds; ``cpu`` (a :class:`dsac.cpu.CpuMeter`) counts acting and env steps."""
     run = config.run
     started = time.monotonic()
     frames = video.Frames() if video.wanted(config.output.video_every, number, final) else None
@@ -227,13 +197,9 @@ def evaluate(config, policy, seed: int, number: int, final: bool, counters: tupl
 
 
 class EnvRestartBudget:
-    """The run-wide budget of envs rebuilt after they raised (``--env_restarts``, all roles
-    together). The serial runner keeps it in its process; the distributed run keeps it in the
-    actor that holds the run's reports, asked once per crash.
-
-    Args:
-        limit: rebuilds allowed in the whole run.
-    """
+    """The run-wide budget of ``limit`` envs rebuilt after they raised (``--env_restarts``, all
+    roles together), kept by the reports sink (:class:`dsac.roles.LocalReports`, the run
+    monitor actor), asked once per crash."""
 
     def __init__(self, limit: int):
         self.limit = int(limit)

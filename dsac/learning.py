@@ -1,7 +1,6 @@
 """The learner's update loop, free of Ray (Acme's ``Learner.step``): one sample call's batches in,
 what to send out — whether to push weights, the new priorities, the stats — and the one
-update counter. The distributed learner task feeds it batches from the replay shards and
-forwards its outputs; the serial runner feeds it from a local replay storage.
+update counter. Both runners drive it through :class:`dsac.roles.Learn`.
 """
 
 from __future__ import annotations
@@ -37,17 +36,12 @@ class UpdateStep:
 
 
 class UpdateLoop:
-    """Runs a learner's updates on stacked batches and keeps the learner's books.
-
-    Args:
-        learner: what learns (:func:`dsac.build.learner_loop`): a
-            :class:`dsac.algorithms.learner.Learner`, or a user's :class:`dsac.policy.Policy`
-            built with ``build_learner=True``.
-        push_every: push the weights after the block of updates that passes a multiple of this.
-        max_nonfinite_updates: updates in a row with non-finite gradients that stop the run.
-        callbacks: a :class:`dsac.callbacks.Callbacks` whose ``on_learn_on_batch`` runs per update.
-        updates: the update count to start from (a resumed run's).
-    """
+    """Runs a ``learner``'s updates on stacked batches and keeps its books: the ``updates``
+    count (a resumed run's to start from), a push after each block of updates that passes a
+    multiple of ``push_every``, a stop after ``max_nonfinite_updates`` in a row had non-finite
+    gradients, and ``callbacks.on_learn_on_batch`` per update. The learner
+    (:func:`dsac.build.learner_loop`): a :class:`dsac.algorithms.learner.Learner`, or a user's
+    :class:`dsac.policy.Policy` built with ``build_learner=True``."""
 
     def __init__(self, learner, push_every: int, max_nonfinite_updates: int, callbacks=None, updates: int = 0):
         self.learner = learner

@@ -1,8 +1,10 @@
-"""Replay storage and the insert/sample rate limiter (numpy only: no Ray, no TensorFlow).
+"""A run's replay, free of Ray and TensorFlow (numpy only).
 
 ``ReplayStorage`` is a preallocated ring of transitions; ``RateLimiter`` keeps gradient
 updates per env step near the configured ratio (as DeepMind's Reverb does), so a
-distributed run stays as sample-efficient as single-process SAC however fast either side is.
+distributed run stays as sample-efficient as single-process SAC however fast either side is;
+``Replay`` puts them together with prioritization and the writers' insert budgets — the one
+replay both runners use (the serial runner directly, the ``ReplayBuffer`` actor with waiting).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 
 from dsac.errors import DsacError
 from dsac.frames import FrameLayout, FrameStore, frame_capacity, frame_layout
-from dsac.messages import SampledBatches
+from dsac.messages import Chunk, SampledBatches
 from dsac.sum_tree import MinTree, SumTree
 
 # A stored transition. With n-step returns, ``reward`` is the discounted sum of up to n
@@ -49,13 +51,6 @@ def replay_specs(observation_space, action_space) -> tuple[dict, FrameLayout | N
     return specs, frames
 
 
-def annealed_beta(priority_beta: float, added: int, anneal_steps: int) -> float:
-    """Prioritized replay's importance-weight exponent: linear from ``priority_beta`` to 1 over
-    ``anneal_steps`` inserted transitions."""
-    fraction = min(1.0, added / max(1, anneal_steps))
-    return priority_beta + fraction * (1.0 - priority_beta)
-
-
 def storage_bytes(capacity: int, specs: dict, frames: FrameLayout | None = None) -> int:
     """Bytes the ring (and its frames) needs once full."""
     per_item = sum(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize for shape, dtype in specs.values())
@@ -73,15 +68,10 @@ def check_fits_in_memory(nbytes: int, available: int, where: str) -> None:
 
 
 class ReplayStorage:
-    """A fixed-capacity ring of transitions with uniform sampling.
-
-    Args:
-        specs: field name -> (shape, dtype), from :func:`field_specs`.
-        capacity: transitions kept; the oldest are overwritten.
-        seed: seed of the sampling generator.
-        frames: image observations stored frame by frame (:mod:`dsac.frames`): chunks come
-            from a :class:`dsac.frames.FrameEncoder` and batches have their stacks rebuilt.
-    """
+    """A ring of ``capacity`` transitions (the oldest overwritten) of ``specs``
+    (:func:`field_specs`), sampled uniformly with ``seed``. With ``frames``, image observations
+    are stored frame by frame (:mod:`dsac.frames`): chunks come from a
+    :class:`dsac.frames.FrameEncoder` and batches have their stacks rebuilt."""
 
     def __init__(self, specs: dict, capacity: int, seed: int = 0, frames: FrameLayout | None = None):
         self.capacity = int(capacity)
@@ -153,7 +143,6 @@ class ReplayStorage:
                 batches[key] = self.frame_store.observations(batches[key])
         return batches
 
-
     def state_dict(self) -> dict[str, np.ndarray]:
         """The stored transitions, counters and sampling RNG as arrays (for ``np.savez``)."""
         out = {f"data/{k}": v[: self.size] for k, v in self.data.items()}
@@ -190,12 +179,9 @@ class PrioritizedReplayStorage(ReplayStorage):
 
     New transitions take the priorities their writer computed (Ape-X) or, without them, the
     largest priority seen so far. Each slot has a generation counter, so a priority update
-    for a transition that has since been overwritten is dropped.
-
-    Args:
-        alpha: how much prioritization is used (0 = uniform).
-        epsilon: added to every priority so no transition becomes unsampleable.
-    """
+    for a transition that has since been overwritten is dropped. ``alpha``: how much
+    prioritization is used (0 = uniform); ``epsilon``, added to every priority, keeps every
+    transition sampleable."""
 
     def __init__(self, specs: dict, capacity: int, seed: int = 0, alpha: float = 0.6, epsilon: float = 1e-6,
                  frames: FrameLayout | None = None):
@@ -286,15 +272,10 @@ class RateLimiter:
 
     The learner may sample when that keeps it at most one call ahead of the ratio; writers
     get insert *budgets* (credits) so that, all writers together, collection runs at most
-    ``max_steps_ahead`` env steps, plus one sample call's worth, ahead of it. That call's worth
-    is the learner's own slack mirrored: without it, at the end of each call's window the
-    writers that delivered their budget wait until the last writers deliver theirs.
-
-    Args:
-        updates_per_step: gradient updates (batches) per env step.
-        learning_starts: transitions to insert before the first sample.
-        max_steps_ahead: env steps collection may run ahead of the ratio.
-        batches_per_call: batches the learner takes per sample call (0: no call's worth).
+    ``max_steps_ahead`` env steps, plus one sample call's worth (``batches_per_call`` batches),
+    ahead of it. That call's worth is the learner's own slack mirrored: without it, at the end
+    of each call's window the writers that delivered their budget wait until the last writers
+    deliver theirs. ``learning_starts``: transitions to insert before the first sample.
     """
 
     def __init__(self, updates_per_step: float, learning_starts: int, max_steps_ahead: int,
@@ -315,3 +296,91 @@ class RateLimiter:
         """Env steps that may still be granted to writers (never negative)."""
         limit = self.learning_starts + (sampled + self.batches_per_call) / self.updates_per_step + self.max_steps_ahead
         return max(0, math.floor(limit - inserted - outstanding))
+
+
+class Replay:
+    """A run's (or a shard's) replay, which the serial runner calls directly and
+    :class:`dsac.distributed.actors.ReplayBuffer` makes its callers wait for: the storage
+    (prioritized: β annealed to 1 over ``beta_anneal_steps`` inserted transitions), the update
+    ratio (a :class:`RateLimiter`, ``warmup`` its ``learning_starts``; a restart warms up by
+    ``learning_starts`` again) and the insert budgets of ``num_writers`` writers (at most
+    ``max_chunk`` in hand each, none past ``insert_limit``)."""
+
+    def __init__(self, storage: ReplayStorage, warmup: int, *, learning_starts: int, updates_per_step: float,
+                 max_steps_ahead: int, max_chunk: int, batches_per_call: int = 0, num_writers: int = 1,
+                 priority_beta: float = 0.4, beta_anneal_steps: int = 1, insert_limit: int | None = None):
+        self.storage = storage
+        self.prioritized = isinstance(storage, PrioritizedReplayStorage)
+        self.limiter = RateLimiter(updates_per_step, warmup, max_steps_ahead, batches_per_call)
+        self.learning_starts, self.added_at_start = int(learning_starts), storage.added
+        self.priority_beta, self.beta_anneal_steps = float(priority_beta), max(1, int(beta_anneal_steps))
+        self.insert_limit = insert_limit
+        self.num_writers, self.max_chunk = int(num_writers), int(max_chunk)
+        # Smallest budget worth a call: a few dozen steps with few writers, so a throttled
+        # run does not degrade into one call per env step.
+        self.min_grant = max(1, min(self.max_chunk, int(max_steps_ahead) // (2 * self.num_writers)))
+        self.outstanding: dict[int, int] = {}  # writer -> budget granted, not yet delivered
+        self.add_calls = 0
+
+    @property
+    def added(self) -> int:
+        return self.storage.added
+
+    def add(self, chunk: Chunk | None) -> bool:
+        """Store a chunk (with its initial priorities) and count its env steps; whether it had any."""
+        if chunk is None or not (chunk.size or chunk.steps):
+            return False
+        if self.prioritized:
+            self.storage.add(chunk.transitions, chunk.priorities, env_steps=chunk.steps)
+        else:
+            self.storage.add(chunk.transitions, env_steps=chunk.steps)
+        self.add_calls += 1
+        return True
+
+    def grant(self, writer: int, keep: int) -> int:
+        """Budget granted now to ``writer``, which holds ``keep``: a share of the headroom the
+        update ratio leaves (at least ``min_grant``), up to ``max_chunk`` in hand, within the
+        insert limit; 0 when there is too little."""
+        self.outstanding[writer] = keep
+        outstanding = sum(self.outstanding.values())
+        headroom = self.limiter.insert_headroom(self.storage.added, self.storage.sampled_batches, outstanding)
+        room = self.max_chunk - keep
+        if headroom < self.min_grant or room < 1:
+            return 0
+        grant = min(room, max(self.min_grant, headroom // self.num_writers))
+        if self.insert_limit is not None:  # the last steps before a limit may be fewer
+            grant = min(grant, max(0, self.insert_limit - self.storage.added - outstanding))
+        self.outstanding[writer] = keep + grant
+        return grant
+
+    def can_sample(self, num_batches: int) -> bool:
+        """Whether ``num_batches`` more batches keep the learner within one call of the ratio."""
+        return self.limiter.can_sample(self.storage.added, self.storage.sampled_batches, num_batches)
+
+    def sample(self, batch_size: int, num_batches: int) -> SampledBatches:
+        """``num_batches`` stacked batches (prioritized: with importance weights)."""
+        if not self.prioritized:
+            return self.storage.sample(batch_size, num_batches)
+        # β, the importance-weight exponent: linear from priority_beta to 1 over the annealing.
+        beta = self.priority_beta + min(1.0, self.storage.added / self.beta_anneal_steps) * (1.0 - self.priority_beta)
+        return self.storage.sample(batch_size, num_batches, beta)
+
+    def update_priorities(self, indices, generations, priorities) -> int:
+        """New priorities (|TD error|) for sampled transitions still held; how many were applied."""
+        return self.storage.update_priorities(indices, generations, priorities) if self.prioritized else 0
+
+    def resume(self, added_before: int, insert_limit: int | None, snapshot: dict | None = None) -> None:
+        """After a restart: count on from the ``added_before`` transitions the run had, and warm
+        up again before the learner samples — or start from ``snapshot`` (the last replay
+        checkpoint) and sample at once. What was added since the restart stays."""
+        storage = self.storage
+        if snapshot is not None:
+            sampled = storage.sampled_batches
+            storage.load_state_dict(snapshot)
+            storage.sampled_batches = sampled
+        inserted = storage.added - self.added_at_start if snapshot is None else 0
+        storage.added = int(added_before) + inserted
+        self.added_at_start = int(added_before)
+        # The update ratio starts afresh: updates_per_step x what is inserted from here on.
+        self.limiter.learning_starts = int(added_before) + (0 if snapshot is not None else self.learning_starts)
+        self.insert_limit = insert_limit

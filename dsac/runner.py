@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from dsac.config import Config
-from dsac.preparation import resume_checkpoint
+from dsac.preparation import check_resume_state, prepare, resume_checkpoint
 from dsac.run_loop import Run, run_until_stopped
 
 
@@ -26,10 +26,13 @@ def start(config: Config, started_at: float, insert_limit: int | None = None,
         DsacError: bad input, found before training starts.
     """
     insert_limit = config.run.total_env_steps if insert_limit is None else insert_limit
-    if config.resources.local:
-        from dsac.serial import start_serial
+    if config.resources.local:  # the serial runner: Ray is not imported
+        from dsac.serial import SerialRun
 
-        return start_serial(config, started_at, insert_limit, checkpoint), False
+        prepared = prepare(config, local=True)
+        if checkpoint is not None:
+            check_resume_state(prepared, checkpoint["state"], config.run.resume or "the checkpoint")
+        return SerialRun(prepared, started_at, insert_limit, checkpoint), False
     from dsac.distributed.driver import start as start_distributed  # imports Ray
 
     return start_distributed(config, started_at, insert_limit, checkpoint=checkpoint)

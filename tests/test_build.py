@@ -17,7 +17,7 @@ ROOT = pathlib.Path(REPO_ROOT)
 
 # A part, and how it is made: a class constructed or a function/classmethod called.
 PART_CONSTRUCTORS = {
-    "EnvCollector", "UpdateLoop", "ReplayStorage", "PrioritizedReplayStorage", "FrameEncoder",
+    "EnvCollector", "UpdateLoop", "Replay", "ReplayStorage", "PrioritizedReplayStorage", "FrameEncoder",
     "Evaluation", "play_episodes", "from_batch",
 }
 # Where a part may be made besides the builder: its own module (a classmethod or a helper of
@@ -62,11 +62,54 @@ def test_the_serial_runner_acts_learns_stores_and_evaluates_with_the_builders_pa
     run, started_ray = start(config, time.time())
     try:
         assert not started_ray
-        parts = {"collector": run.collector, "acting policy": run.actor, "evaluating policy": run.evaluator,
-                 "learner loop": run.loop, "replay storage": run.storage}
+        parts = {"collector": run.collect.collector, "acting policy": run.collect.policy,
+                 "evaluating policy": run.evaluate.policy, "learner loop": run.loop, "replay": run.replay,
+                 "replay storage": run.replay.storage}
         assert all(id(part) in built for part in parts.values()), [n for n, p in parts.items() if id(p) not in built]
         while run.counters["env_steps"] < 400:
             run.step()
         assert run.counters["updates"] > 0 and run.recorder.last_eval, run.counters
     finally:
         run.stop("test")
+
+
+# The role each Ray task runs; the serial runner runs all three.
+TASK_ROLES = {"rollout_worker": "Collect", "learner": "Learn", "evaluator": "Evaluate"}
+# What only the roles' loops decide (dsac/roles.py): random actions before --start_steps, when the
+# next evaluation is due, TensorFlow's set-up before the learner's model, how long a chunk collects.
+LOOP_DECISIONS = {"start_steps", "random_actions", "eval_every", "configure_tensorflow", "next_chunk_seconds"}
+
+
+def _names(tree: ast.AST) -> set[str]:
+    return ({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+            | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)})
+
+
+def test_both_runners_run_the_same_role_loops():
+    """Each Ray task makes its role of :mod:`dsac.roles` and steps it; the serial runner makes
+    all three and steps them; neither makes a loop's decisions itself."""
+    tasks = {n.name: n for n in ast.parse((ROOT / "dsac/distributed/tasks.py").read_text()).body
+             if isinstance(n, ast.FunctionDef)}
+    for task, role in TASK_ROLES.items():
+        calls = {_called_name(n) for n in ast.walk(tasks[task]) if isinstance(n, ast.Call)}
+        assert {role, "step"} <= calls, f"the {task} task does not run dsac.roles.{role}"
+    serial = ast.parse((ROOT / "dsac/serial.py").read_text())
+    assert set(TASK_ROLES.values()) <= {_called_name(n) for n in ast.walk(serial) if isinstance(n, ast.Call)}
+    stepped = {n.value.attr for n in ast.walk(serial)
+               if isinstance(n, ast.Attribute) and n.attr == "step" and isinstance(n.value, ast.Attribute)}
+    assert {"collect", "learn", "evaluate"} <= stepped, stepped
+    for path in [ROOT / "dsac/serial.py", *sorted((ROOT / "dsac/distributed").glob("*.py"))]:
+        decided = _names(ast.parse(path.read_text())) & LOOP_DECISIONS
+        assert not decided, f"{path.relative_to(ROOT)} decides {sorted(decided)}: dsac/roles.py does"
+
+
+def test_only_the_replay_branches_on_prioritization_and_builds_a_rate_limiter():
+    found = []
+    for path in sorted((ROOT / "dsac").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.If | ast.IfExp) and "prioritized" in _names(node.test) and rel != "dsac/build.py":
+                found.append(f"{rel}:{node.lineno} branches on prioritized")
+            if isinstance(node, ast.Call) and _called_name(node) == "RateLimiter":
+                found.append(f"{rel}:{node.lineno} RateLimiter(...)")
+    assert all(line.startswith("dsac/replay.py:") for line in found), "\n".join(found)

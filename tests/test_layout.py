@@ -28,7 +28,8 @@ def imports_of(path: pathlib.Path) -> set[str]:
 
 RAY_FREE = [*sorted((ROOT / "dsac" / "algorithms").rglob("*.py"))] + [
     ROOT / "dsac" / name for name in ("replay.py", "rollout.py", "evaluation.py", "policy.py", "envs.py", "weights.py",
-                                      "messages.py", "learning.py", "recorder.py", "run_loop.py", "serial.py")
+                                      "messages.py", "learning.py", "recorder.py", "run_loop.py", "serial.py",
+                                      "roles.py")
 ]
 
 

@@ -57,7 +57,7 @@ def test_one_workers_epsilon_carries_on_through_a_resume(tmp_path):
         saved = trainer.save(str(tmp_path / "saved"))
     with Trainer.restore(saved, {"output_dir": str(tmp_path / "restored")}) as restored:
         restored.train()
-        actor = restored._run.actor
+        actor = restored._run.collect.policy
         # The schedule reads the run's count (restored from the checkpoint), not steps since start.
         assert actor.env_steps >= first["env_steps"] + 300
         assert actor._epsilon() == pytest.approx(linear_epsilon(actor.env_steps, 0.5 * 5_000, 0.02))

@@ -32,7 +32,7 @@ from dsac.messages import (
     SampledBatches,
     ShardStats,
 )
-from dsac.replay import RateLimiter, annealed_beta, check_fits_in_memory, storage_bytes
+from dsac.replay import check_fits_in_memory, storage_bytes
 
 log = logging.getLogger("dsac")
 
@@ -70,69 +70,25 @@ def process_id() -> str:
 
 @ray.remote
 class ReplayBuffer:
-    """Transitions from every rollout worker; batches for the learner, at a fixed ratio.
+    """A replay shard: a :class:`dsac.replay.Replay` of ``capacity`` transitions of ``specs``
+    (``options``: :func:`dsac.build.replay`'s; a resumed run's ``restore`` is a :meth:`snapshot`)
+    whose callers wait — a writer over its budget, a learner ahead of the ratio — up to
+    ``max_wait_s`` (then they look at the stop flag), waiting writers first come first served."""
 
-    Args:
-        specs: field -> (shape, dtype) of a transition (see :func:`dsac.replay.field_specs`).
-        capacity: ring size in transitions.
-        updates_per_step: batches sampled per env step inserted (``--updates_per_step``).
-        learning_starts: env steps before the first sample (``--learning_starts``).
-        max_steps_ahead: env steps collection may run ahead of the ratio.
-        batches_per_call: batches the learner takes per sample call: collection may also run
-            one such call ahead (see :class:`dsac.replay.RateLimiter`).
-        num_writers: rollout workers sharing the insert budget.
-        max_chunk: largest budget one writer is granted.
-        seed: sampling seed.
-        prioritized: proportional prioritized replay instead of uniform sampling.
-        priority_alpha: prioritization exponent.
-        priority_beta: initial importance-weight exponent, annealed to 1 over ``beta_anneal_steps``
-            inserted transitions.
-        insert_limit: no insert budget past this many transitions (None: unbounded).
-        restore: a :meth:`snapshot` to start from (a resumed run with replay checkpointing).
-        start_added: a resumed run without a replay snapshot: transitions counted so far. The
-            buffer starts empty and warms up again (``learning_starts`` new transitions).
-        frames: image observations arrive and are stored frame by frame (a
-            :class:`dsac.frames.FrameLayout`; see :mod:`dsac.frames`).
-        max_wait_s: longest a blocked add or sample waits before returning empty-handed (so
-            that callers look at the stop flag even when nothing else happens).
-    """
-
-    def __init__(self, specs, capacity, *, updates_per_step, learning_starts, max_steps_ahead,
-                 num_writers, max_chunk, batches_per_call=0, seed=0, prioritized=False, priority_alpha=0.6,
-                 priority_beta=0.4,
-                 beta_anneal_steps=1, insert_limit=None, restore: dict | None = None, start_added: int = 0,
-                 frames=None, max_wait_s: float = MAX_WAIT_S):
-        nbytes = storage_bytes(capacity, specs, frames)
+    def __init__(self, specs, capacity, *, max_wait_s: float = MAX_WAIT_S, **options):
+        nbytes = storage_bytes(capacity, specs, options.get("frames"))
         check_fits_in_memory(nbytes, psutil.virtual_memory().available, f"node {socket.gethostname()}")
-        # A resumed run without a snapshot warms up again before sampling (``warmup`` counts
-        # from ``start_added``); ``self.warmup`` is what a restart warms up by (see resume()).
-        self.storage, warmup = build.replay_storage(
-            specs, capacity, seed=seed, prioritized=prioritized, priority_alpha=priority_alpha, frames=frames,
-            learning_starts=learning_starts, restore=restore, start_added=start_added)
-        self.warmup = int(learning_starts)
-        self.added_at_start = self.storage.added
         # After a restart (Ray calls __init__ again in a new process) the buffer starts empty
         # and counts on from where the run was once the driver calls resume().
+        self.replay = build.replay(specs, capacity, **options)
         self.process = process_id()
-        self.prioritized = prioritized
-        self.priority_beta = float(priority_beta)
-        self.beta_anneal_steps = max(1, int(beta_anneal_steps))
-        self.insert_limit = insert_limit  # no budget past this many transitions (None: unbounded)
-        self.limiter = RateLimiter(updates_per_step, warmup, max_steps_ahead, batches_per_call)
-        self.num_writers = int(num_writers)
-        self.max_chunk = int(max_chunk)
-        # Smallest budget worth a call: a few dozen steps with few writers, so a throttled
-        # run does not degrade into one call per env step.
-        self.min_grant = max(1, min(self.max_chunk, max_steps_ahead // (2 * self.num_writers)))
         self.max_wait_s = float(max_wait_s)
-        self.outstanding: dict[int, int] = {}  # writer id -> budget granted, not yet delivered
         # Writers waiting for budget, first come first served (-> when last heard of), so a
         # writer that just delivered cannot take the budget a waiting one was next in line for.
         self.queue: collections.OrderedDict[int, float] = collections.OrderedDict()
         self.changed = asyncio.Condition()
         self.stopped = False
         self.sample_wait_s = 0.0
-        self.add_calls = 0
         self.added_by_writer: collections.Counter[int] = collections.Counter()
         self.bytes_by_writer: collections.Counter[int] = collections.Counter()
         log.info("ReplayBuffer: %d transitions, %.1f MiB when full", capacity, nbytes / 2**20)
@@ -155,41 +111,31 @@ class ReplayBuffer:
             del self.queue[writer]
 
     def _status(self, grant: int = 0) -> Grant:
-        return Grant(grant, self.stopped, self.storage.added, self.storage.sampled_batches)
+        return Grant(grant, self.stopped, self.replay.added, self.replay.storage.sampled_batches)
 
     @hot_path
     async def add(self, writer: int, chunk: Chunk | None = None, keep: int = 0) -> Grant:
-        """Store a chunk (many transitions) and top up the writer's insert budget.
-
-        ``keep`` is the budget the writer still holds from earlier grants, which it goes on
-        collecting with while this call is in flight; the reply's ``grant`` comes on top of it
-        (together at most ``max_chunk``). Such a writer is answered at once, topped up only from
-        headroom no waiting writer is in line for. A writer without budget waits (up to
-        ``max_wait_s``, first come first served) while collection is ahead of the update ratio:
-        this is the backpressure that keeps many workers on few cores from flooding the learner.
-        """
-        keep = max(0, int(keep))
+        """Store a chunk (many transitions) and top up the writer's insert budget. A writer that
+        still holds budget (``keep``: it collects with it meanwhile) is answered at once, topped
+        up only from headroom no waiting writer is in line for; one without waits its turn while
+        collection is ahead of the update ratio: the backpressure that keeps many workers on
+        few cores from flooding the learner."""
+        keep, replay = max(0, int(keep)), self.replay
         async with self.changed:
-            if chunk is not None and (chunk.size or chunk.steps):
-                if self.prioritized:
-                    self.storage.add(chunk.transitions, chunk.priorities, env_steps=chunk.steps)
-                else:
-                    self.storage.add(chunk.transitions, env_steps=chunk.steps)
-                self.add_calls += 1
+            if replay.add(chunk):
                 self.added_by_writer[writer] += chunk.size
                 self.bytes_by_writer[writer] += chunk.nbytes
                 self.changed.notify_all()
-            self.outstanding[writer] = keep
-            room = self.max_chunk - keep  # the most this writer may still be granted
+            replay.outstanding[writer] = keep
             if keep > 0:  # it goes on collecting meanwhile: answered at once
                 self.queue.pop(writer, None)
-                return self._status(0 if self.queue else self._grant(writer, keep, room))
+                return self._status(0 if self.queue else replay.grant(writer, keep))
             self.queue[writer] = time.monotonic()  # a writer already in line keeps its place
             deadline = time.monotonic() + self.max_wait_s
             while not self.stopped:
                 self._forget_gone_writers()
                 if next(iter(self.queue)) == writer:
-                    grant = self._grant(writer, keep, room)
+                    grant = replay.grant(writer, keep)
                     if grant:
                         del self.queue[writer]
                         self.changed.notify_all()  # the next in line may fit in what is left
@@ -197,20 +143,6 @@ class ReplayBuffer:
                 if not await self._wait_for_change(deadline):
                     break
             return self._status(0)
-
-    def _grant(self, writer: int, keep: int, room: int) -> int:
-        """Budget granted now to ``writer``, which holds ``keep`` and may get up to ``room``
-        more: a share of the headroom the update ratio leaves (at least ``min_grant``), within
-        the insert limit; 0 when there is too little."""
-        outstanding = sum(self.outstanding.values())
-        headroom = self.limiter.insert_headroom(self.storage.added, self.storage.sampled_batches, outstanding)
-        if headroom < self.min_grant or room < 1:
-            return 0
-        grant = min(room, max(self.min_grant, headroom // self.num_writers))
-        if self.insert_limit is not None:  # the last steps before a limit may be fewer
-            grant = min(grant, max(0, self.insert_limit - self.storage.added - outstanding))
-        self.outstanding[writer] = keep + grant
-        return grant
 
     async def writer_counts(self) -> dict[int, int]:
         """``{writer: transitions it delivered}`` since this actor started."""
@@ -224,67 +156,45 @@ class ReplayBuffer:
     async def sample(self, batch_size: int, num_batches: int) -> SampledBatches | None:
         """``num_batches`` stacked batches, or ``None`` if the ratio does not allow them within
         ``max_wait_s`` (or the run is stopping)."""
-        started = time.monotonic()
+        started, sampled = time.monotonic(), None
         async with self.changed:
             while not self.stopped:
-                if self.limiter.can_sample(self.storage.added, self.storage.sampled_batches, num_batches):
-                    if self.prioritized:
-                        sampled = self.storage.sample(batch_size, num_batches, self.beta())
-                    else:
-                        sampled = self.storage.sample(batch_size, num_batches)
-                    self.sample_wait_s += time.monotonic() - started
+                if self.replay.can_sample(num_batches):
+                    sampled = self.replay.sample(batch_size, num_batches)
                     self.changed.notify_all()  # writers may have new budget
-                    return sampled
+                    break
                 if not await self._wait_for_change(started + self.max_wait_s):
                     break
             self.sample_wait_s += time.monotonic() - started
-            return None
-
-    def beta(self) -> float:
-        """Importance-weight exponent: linear from ``priority_beta`` to 1 over the run."""
-        return annealed_beta(self.priority_beta, self.storage.added, self.beta_anneal_steps)
+            return sampled
 
     @hot_path
     async def update_priorities(self, indices, generations, priorities) -> int:
         """New priorities (|TD error|) for sampled transitions, in one batch per call."""
-        if not self.prioritized:
-            return 0
-        return self.storage.update_priorities(indices, generations, priorities)
+        return self.replay.update_priorities(indices, generations, priorities)
 
     async def set_insert_limit(self, limit: int | None) -> None:
         """Grant no budget past ``limit`` transitions (a Trainer's iteration, a run's total)."""
         async with self.changed:
-            self.insert_limit = limit
+            self.replay.insert_limit = limit
             self.changed.notify_all()
 
     async def snapshot(self) -> dict:
         """Transitions, priorities, counters and RNG state as arrays (replay checkpoints)."""
-        return self.storage.state_dict()
+        return self.replay.storage.state_dict()
 
     async def resume(self, added_before: int, insert_limit: int | None, snapshot: dict | None = None) -> None:
-        """After a restart: count on from the ``added_before`` transitions the run had, with the
-        driver's insert limit, and warm up again before the learner samples — or start from
-        ``snapshot`` (the last replay checkpoint) and sample at once. What was added since the
-        restart stays."""
+        """After a restart: :meth:`dsac.replay.Replay.resume`, and every waiting caller woken."""
         async with self.changed:
-            if snapshot is not None:
-                sampled = self.storage.sampled_batches
-                self.storage.load_state_dict(snapshot)
-                self.storage.sampled_batches = sampled
-            inserted = self.storage.added - self.added_at_start if snapshot is None else 0
-            self.storage.added = int(added_before) + inserted
-            self.added_at_start = int(added_before)
-            # The update ratio starts afresh: updates_per_step x what is inserted from here on.
-            self.limiter.learning_starts = int(added_before) + (0 if snapshot is not None else self.warmup)
-            self.insert_limit = insert_limit
+            self.replay.resume(added_before, insert_limit, snapshot)
             self.changed.notify_all()
 
     @hot_path
     async def stats(self) -> ShardStats:
         """Counters for progress reports."""
-        storage = self.storage
-        return ShardStats(storage.added, storage.size, storage.capacity, storage.sampled_batches, self.add_calls,
-                          self.sample_wait_s, self.process)
+        storage = self.replay.storage
+        return ShardStats(storage.added, storage.size, storage.capacity, storage.sampled_batches,
+                          self.replay.add_calls, self.sample_wait_s, self.process)
 
     async def stop(self) -> None:
         """Wake every waiting caller; from now on add/sample return at once."""

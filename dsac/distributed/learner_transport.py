@@ -1,5 +1,5 @@
-"""The learner task's transport, around a Ray-free :class:`dsac.learning.UpdateLoop`: the
-replay shards' batches in (:class:`ShardedSampler`), weights, state and priorities out
+"""The learner task's ports on Ray, around the Ray-free :class:`dsac.roles.Learn` loop: the
+replay shards' batches in and priorities back (:class:`ShardedSampler`), weights and state out
 (:class:`LearnerTransport`), and with several learners the gradients averaged
 (:class:`GradientSync`, the learner's side of
 :class:`dsac.distributed.gradient_averager.GradientAverager`).
@@ -45,6 +45,10 @@ class ShardedSampler:
         self.wait_s += time.monotonic() - started
         self.in_flight.append((shard, self.shards[shard].sample.remote(self.batch_size, self.num_batches)))
         return shard, result
+
+    def update_priorities(self, shard: int, indices, generations, priorities) -> None:
+        """New priorities to the shard the batches came from, in one call, not waited for."""
+        self.shards[shard].update_priorities.remote(indices, generations, priorities)
 
 
 class GradientSync:
@@ -138,106 +142,59 @@ def weights_digest(weights: dict[str, np.ndarray]) -> str:
 
 
 class LearnerTransport:
-    """The learner's Ray side, around a Ray-free :class:`dsac.learning.UpdateLoop`: feeds it
-    the replay shards' batches and forwards what it decides — weights pushed to the parameter
-    server after a block that passed a multiple of ``push_every`` updates, at most one per
-    ``push_interval`` seconds and at once when it runs out of batches (not waited for: the next
-    push collects the reply and its stop flag), the full state to the run monitor when its reply
-    to the last push's report asked for it, new priorities back to the shard they
-    came from in one fire-and-forget call.
+    """The learner's weights sink on Ray (see :mod:`dsac.roles`): weights pushed to
+    the parameter server (not waited for: the next push collects the reply and its stop flag),
+    the full state to the run monitor when its reply to the last push's report asked for it.
 
-    With several learners (``sync`` given) only learner 0 pushes weights and state (the
+    With several learners (``data_parallel``) only learner 0 pushes weights and state (the
     replicas are identical); each reports its update count to the run monitor.
     """
 
-    def __init__(self, loop: UpdateLoop, ps, monitor, shards: list, sampler: ShardedSampler, index: int,
-                 sync: GradientSync | None, push_interval: float = 0.0):
-        self.loop, self.ps, self.monitor, self.shards = loop, ps, monitor, shards
-        self.sampler, self.index, self.sync = sampler, index, sync
-        # A push sooner than this after the last one waits: readers take weights between chunks,
-        # so a faster learner would pay for versions nobody acts with.
-        self.push_interval = float(push_interval)
-        self.push_due, self.pushed_at = False, time.monotonic()
+    def __init__(self, ps, monitor, index: int, data_parallel: bool = False):
+        self.ps, self.monitor, self.index, self.data_parallel = ps, monitor, index, data_parallel
         self.primary = index == 0
-        self.env_steps_by_shard = [0] * len(shards)
         self.orders = LearnerOrders(0, False, False)
         self.last_push = None
         self.last_report = None  # the monitor's reply to the last push's report: is the state wanted?
 
-    def report(self, final: bool = False) -> LearnerReport:
-        """The learner's counters and stats, sent with the weights."""
-        env_steps = self.sync.env_steps if self.sync is not None else sum(self.env_steps_by_shard)
-        return self.loop.report(env_steps, self.sampler.wait_s, final)
-
-    def _report_to_monitor(self):
+    def _report_to_monitor(self, loop: UpdateLoop):
         """The update count (data-parallel learners) to the run monitor; its reply says
         whether the full state is wanted."""
-        return self.monitor.report_learner.remote(self.index, self.loop.updates if self.sync is not None else None)
+        return self.monitor.report_learner.remote(self.index, loop.updates if self.data_parallel else None)
 
-    def step(self) -> None:
-        """One sample call's batches through the loop, and its outputs forwarded."""
-        started = self.loop.cpu.now()
-        shard, sampled = self.sampler.next()
-        self.loop.cpu.add("sample", started)
-        if sampled is None:  # the ratio holds the learner back, or the run is stopping
-            if self.push_due:  # what it learned last reaches the readers while it waits
-                self.push_due = False
-                self.push()
-            reply, wanted = ray.get([self.ps.pull.remote(self.orders.version), self._report_to_monitor()])
-            self.orders = LearnerOrders(max(self.orders.version, reply.version), reply.stop, wanted)
-            if wanted and self.primary:  # idle, e.g. between Trainer.train() calls
-                ray.get(self.monitor.put_state.remote(self.loop.state(), self.report()))
-            return
-        self.env_steps_by_shard[shard] = sampled.env_steps
-        learn = None
-        if self.sync is not None:
-            learn = self.sync.update_fn(self.loop.learner, self.loop.updates, sum(self.env_steps_by_shard))
-        step = self.loop.step(sampled.batches, learn)
-        if self.sync is not None and self.sync.regroup:  # a learner or the averager was restarted
-            if not self.sync.join(self.loop):
-                self.orders = self.orders._replace(stop=True)
-            return
-        if step.stopped:
-            self.orders = self.orders._replace(stop=True)
-        elif step.push or self.push_due:
-            self.push_due = time.monotonic() - self.pushed_at < self.push_interval
-            if not self.push_due:
-                self.push()
-        if step.priorities is not None and sampled.indices is not None:
-            self.shards[shard].update_priorities.remote(sampled.indices, sampled.generations, step.priorities)
+    def idle(self, loop: UpdateLoop, report: LearnerReport) -> None:
+        """No batches came: the stop flag from the parameter server, and the state when the
+        run monitor wants it (e.g. between Trainer.train() calls)."""
+        reply, wanted = ray.get([self.ps.pull.remote(self.orders.version), self._report_to_monitor(loop)])
+        self.orders = LearnerOrders(max(self.orders.version, reply.version), reply.stop, wanted)
+        if wanted and self.primary:
+            ray.get(self.monitor.put_state.remote(loop.state(), report))
 
-    def push(self) -> None:
+    def push(self, loop: UpdateLoop, report: LearnerReport) -> None:
         """Push the weights (learner 0), and the state too when the last report's reply asked for it."""
-        self.pushed_at = time.monotonic()
         if not self.primary:
-            if self.sync is not None:
-                self._report_to_monitor()
+            self._report_to_monitor(loop)
             return
         if self.last_push is not None:
             self.orders = ray.get(self.last_push)  # long done: carries the stop flag
         if self.last_report is not None and ray.get(self.last_report):
             self.orders = self.orders._replace(state_wanted=True)
-            self.monitor.put_state.remote(self.loop.state(), self.report())
-        started = self.loop.cpu.now()
-        self.last_push = self.ps.push.remote(self.loop.get_weights(), self.report())
-        self.loop.cpu.add("push", started)
-        self.last_report = self._report_to_monitor()  # after the state: it says whether more is wanted
+            self.monitor.put_state.remote(loop.state(), report)
+        self.last_push = self.ps.push.remote(loop.get_weights(), report)
+        self.last_report = self._report_to_monitor(loop)  # after the state: it says whether more is wanted
 
-    def first_push(self) -> None:
+    def first_push(self, loop: UpdateLoop, report: LearnerReport) -> None:
         """Learner 0's first weights, waited for (the workers wait for them)."""
-        if self.primary:
-            started = self.loop.cpu.now()
-            self.orders = ray.get(self.ps.push.remote(self.loop.get_weights(), self.report()))
-            self.loop.cpu.add("push", started)
-            self.last_report = self._report_to_monitor()
+        self.push(loop, report)
+        if self.last_push is not None:
+            self.orders, self.last_push = ray.get(self.last_push), None
 
-    def hand_over(self, state: bool) -> None:
-        """The final report, weights and (``state``) full state, waited for: the state goes
+    def hand_over(self, loop: UpdateLoop, final: LearnerReport, state: bool) -> None:
+        """The ``final`` report, weights and (``state``) full state, waited for: the state goes
         before the push the evaluator waits for."""
-        final = self.report(final=True)
-        if self.sync is not None:
-            ray.get(self.monitor.report_learner.remote(self.index, self.loop.updates))
+        if self.data_parallel:
+            ray.get(self.monitor.report_learner.remote(self.index, loop.updates))
         if self.primary:
             if state:
-                ray.get(self.monitor.put_state.remote(self.loop.state(), final))
-            ray.get(self.ps.push.remote(self.loop.get_weights(), final))
+                ray.get(self.monitor.put_state.remote(loop.state(), final))
+            ray.get(self.ps.push.remote(loop.get_weights(), final))

@@ -54,9 +54,7 @@ class WeightsClient:
       by reference: from its node's object store) and leaves them for the env loop, which
       applies them at its next :meth:`poll` (one attribute read). The thread's next pull,
       made once they are applied (at most every ``MIN_PULL_INTERVAL_S``), tells the server
-      the version the worker acts with.
-
-    The evaluator (no ``worker``) calls :meth:`refresh` instead of running the thread.
+      the version the worker acts with. The evaluator (no ``worker``) calls :meth:`refresh`.
     """
 
     def __init__(self, ps, policy, worker: int | None = None, wait_s: float = PULL_WAIT_S, board: str | None = None):
@@ -184,14 +182,6 @@ class WeightsClient:
             if self.version != before or self.stop or self.board is None or time.monotonic() >= deadline:
                 return
             time.sleep(POLL_WHILE_WAITING_S)
-
-    def get(self, ref):
-        """``ray.get(ref)``, applying weights as they arrive meanwhile (a worker the replay
-        shard holds back must not come back to stale weights)."""
-        while not ray.wait([ref], timeout=POLL_WHILE_WAITING_S)[0]:
-            self.poll()
-        self.poll()
-        return ray.get(ref)
 
     def wait_for_weights(self) -> None:
         """Block until the policy has weights (or the run stops)."""
