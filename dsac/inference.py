@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from dsac import build
 from dsac.atari import FrameSettings
 from dsac.config import MODEL_KEYS, Config
 from dsac.envs import space_from_description
