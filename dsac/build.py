@@ -22,7 +22,7 @@ from dsac.learning import UpdateLoop
 from dsac.messages import Chunk, Evaluation
 from dsac.policy import Policy
 from dsac.registry import learner_class_for, policy_class_for
-from dsac.replay import PrioritizedReplayStorage, Replay, ReplayStorage, replay_specs
+from dsac.replay import PrioritizedReplayStorage, Replay, ReplayStorage, per_shard, replay_specs
 from dsac.rollout import CrashFn, EnvCollector
 
 # Every object this module made, by id, while ``BUILT`` is a set: the test that both runners
@@ -155,21 +155,30 @@ def replay(specs: dict, capacity: int, *, seed: int = 0, prioritized: bool = Fal
     return _built(Replay(storage, warmup, learning_starts=learning_starts, **budgets))
 
 
+def replay_options(config, frames: FrameLayout | None, *, shard: int = 0, num_shards: int = 1, writers: int = 1,
+                   insert_limit: int | None = None, start_added: int = 0, restore: dict | None = None) -> dict:
+    """What :func:`replay` takes for replay shard ``shard`` of ``num_shards`` (the serial runner's
+    replay: shard 0 of 1), written by ``writers`` rollout workers: its share of the capacity,
+    warm-up and insert limit, so that together the shards keep the update ratio for all the data."""
+    algorithm, settings, flow, run = config.algorithm, config.replay, config.flow, config.run
+    return dict(
+        capacity=per_shard(settings.buffer_size, num_shards), seed=run.seed + shard, frames=frames,
+        prioritized=settings.prioritized, priority_alpha=settings.priority_alpha, priority_beta=settings.priority_beta,
+        beta_anneal_steps=per_shard(run.total_env_steps, num_shards), restore=restore,
+        learning_starts=per_shard(algorithm.learning_starts, num_shards), start_added=start_added // num_shards,
+        updates_per_step=algorithm.updates_per_step, max_steps_ahead=max(1, flow.max_steps_ahead // num_shards),
+        batches_per_call=flow.batches_per_sample, max_chunk=flow.max_chunk, num_writers=writers,
+        insert_limit=per_shard(insert_limit, num_shards))
+
+
 def local_replay(config, observation_space, action_space, checkpoint: dict | None = None) -> Replay:
-    """The serial runner's replay: the whole run's, with its one writer, as a distributed run
-    builds each of its replay shards (:mod:`dsac.distributed.system`); a resumed run's
-    ``checkpoint`` refills it or says the env steps it counts on from."""
-    algorithm, flow, settings = config.algorithm, config.flow, config.replay
+    """The serial runner's replay, built as a distributed run builds each replay shard; a resumed
+    run's ``checkpoint`` refills it or says the env steps it counts on from."""
     specs, frames = replay_specs(observation_space, action_space)
     snapshots = (checkpoint or {}).get("replay") or []
-    return replay(specs, settings.buffer_size, seed=config.run.seed, prioritized=settings.prioritized,
-                  priority_alpha=settings.priority_alpha, frames=frames, learning_starts=algorithm.learning_starts,
-                  restore=snapshots[0] if len(snapshots) == 1 else None,
-                  start_added=int((checkpoint or {}).get("meta", {}).get("env_steps", 0)),
-                  updates_per_step=algorithm.updates_per_step, max_steps_ahead=flow.max_steps_ahead,
-                  batches_per_call=flow.batches_per_sample, max_chunk=flow.max_chunk,
-                  priority_beta=settings.priority_beta, beta_anneal_steps=config.run.total_env_steps,
-                  insert_limit=config.run.total_env_steps)
+    return replay(specs, **replay_options(
+        config, frames, insert_limit=config.run.total_env_steps, restore=snapshots[0] if len(snapshots) == 1 else None,
+        start_added=int((checkpoint or {}).get("meta", {}).get("env_steps", 0))))
 
 
 def evaluate(config, policy, seed: int, number: int, final: bool, counters: tuple[int, int, int],

@@ -67,6 +67,12 @@ def check_fits_in_memory(nbytes: int, available: int, where: str) -> None:
         )
 
 
+
+def per_shard(total: int | None, num_shards: int) -> int | None:
+    """Each replay shard's share of a run-wide count (capacity, warm-up, insert limit),
+    rounded up so that the shards together hold at least ``total``; None stays None."""
+    return None if total is None else -(-int(total) // num_shards)
+
 class ReplayStorage:
     """A ring of ``capacity`` transitions (the oldest overwritten) of ``specs``
     (:func:`field_specs`), sampled uniformly with ``seed``. With ``frames``, image observations

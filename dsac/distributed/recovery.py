@@ -15,8 +15,8 @@ from typing import NamedTuple
 
 import ray
 
-from dsac.distributed.topology import per_shard
 from dsac.envs import EnvCrashed, env_restart_message
+from dsac.replay import per_shard
 
 log = logging.getLogger("dsac")
 

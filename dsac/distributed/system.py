@@ -14,6 +14,7 @@ import uuid
 
 import ray
 
+from dsac import build
 from dsac.build import role_seeds
 from dsac.config import Config
 from dsac.distributed.actors import ParameterServer, ReplayBuffer
@@ -21,11 +22,11 @@ from dsac.distributed.board_files import remove_boards
 from dsac.distributed.gradient_averager import GradientAverager
 from dsac.distributed.monitor import RunMonitor
 from dsac.distributed.tasks import evaluator, learner, learner_role, rollout_worker
-from dsac.distributed.topology import SOFT_ACTOR_CPUS, ResourcePlan, per_shard
+from dsac.distributed.topology import SOFT_ACTOR_CPUS, ResourcePlan
 from dsac.distributed.weights_cache import WeightsCache
 from dsac.evaluation import PROGRESS_EVERY_S
 from dsac.messages import Latest, LearnerState, Reports, ShardStats
-from dsac.replay import replay_specs
+from dsac.replay import per_shard, replay_specs
 
 log = logging.getLogger("dsac")
 
@@ -106,27 +107,10 @@ class System:
         """Replay shard ``k``. It takes the transitions of the workers plan.shard_of() names
         (workers k, k + K, ... on one node; the workers of its node on several) and keeps the
         update ratio for its own share of the data, so together the shards keep it for all of it."""
-        config, num_shards = self.config, self.num_shards
-        algorithm, replay, flow = config.algorithm, config.replay, config.flow
-        return ReplayBuffer.options(**{**restartable, **self._shard_placement(k)}).remote(
-            specs,
-            per_shard(replay.buffer_size, num_shards),
-            updates_per_step=algorithm.updates_per_step,
-            learning_starts=per_shard(algorithm.learning_starts, num_shards),
-            max_steps_ahead=max(1, flow.max_steps_ahead // num_shards),
-            num_writers=self.plan.writers_of(k),
-            max_chunk=flow.max_chunk,
-            batches_per_call=flow.batches_per_sample,
-            seed=config.run.seed + k,
-            frames=frames,
-            prioritized=replay.prioritized,
-            priority_alpha=replay.priority_alpha,
-            priority_beta=replay.priority_beta,
-            beta_anneal_steps=per_shard(config.run.total_env_steps, num_shards),
-            insert_limit=per_shard(insert_limit, num_shards),
-            restore=snapshot,
-            start_added=start_added // num_shards,
-        )
+        options = build.replay_options(self.config, frames, shard=k, num_shards=self.num_shards,
+                                       writers=self.plan.writers_of(k), insert_limit=insert_limit,
+                                       start_added=start_added, restore=snapshot)
+        return ReplayBuffer.options(**{**restartable, **self._shard_placement(k)}).remote(specs, **options)
 
     def _shard_placement(self, k: int) -> dict:
         """Beside the parameter server (one node); or on the node of its writers, softly (Ray

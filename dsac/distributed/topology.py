@@ -12,6 +12,7 @@ import ray
 
 from dsac.distributed import ray_private
 from dsac.errors import DsacError
+from dsac.replay import per_shard
 
 # What the evaluator asks for: it runs a few numpy episodes every --eval_every steps.
 EVALUATOR_CPUS = 0.1
@@ -134,12 +135,6 @@ class ResourcePlan:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         return NodeAffinitySchedulingStrategy(node_id=node, soft=soft)
-
-
-def per_shard(total: int | None, num_shards: int) -> int | None:
-    """Each replay shard's share of a run-wide count (capacity, warm-up, insert limit),
-    rounded up so that the shards together hold at least ``total``; None stays None."""
-    return None if total is None else -(-int(total) // num_shards)
 
 
 def _floor4(x: float) -> float:
