@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import statistics
 from typing import NamedTuple, Protocol
 
 from dsac.errors import RunFailed
@@ -25,6 +26,19 @@ class Step(NamedTuple):
 
     lines: list[dict]  # progress.jsonl lines written (one per evaluation)
     episodes: list[FinishedEpisode]  # training episodes finished
+
+
+def run_status(counters: dict, total_env_steps: int, wall_s: float, last_eval: dict, recent_returns) -> dict:
+    """Counters for the progress display and TensorBoard, as both runners report them:
+    ``counters`` holds env steps, updates and version, and may hold the version lag, the replay's
+    size and capacity and the learner's wait for batches."""
+    size = counters.get("replay_size", 0)
+    return {"env_steps": counters["env_steps"], "total_env_steps": total_env_steps, "updates": counters["updates"],
+            "version": counters["version"], "version_lag": counters.get("version_lag"), "replay_size": size,
+            "replay_fill": size / max(1, counters.get("replay_capacity", 1)),
+            "learner_wait_s": counters.get("learner_wait_s", 0.0), "wall_s": wall_s,
+            "last_eval_return": last_eval.get("eval_return_mean"),
+            "recent_episode_return": statistics.fmean(recent_returns) if recent_returns else None}
 
 
 class Run(Protocol):

@@ -7,7 +7,6 @@ stepped through in a debugger and tiny runs start in seconds. Same output direct
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections import deque
 
@@ -19,7 +18,7 @@ from dsac.messages import Evaluation, Latest, LearnerState
 from dsac.preparation import Prepared
 from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for
-from dsac.run_loop import Step
+from dsac.run_loop import Step, run_status
 
 log = logging.getLogger("dsac")
 
@@ -108,11 +107,10 @@ class SerialRun:
 
     def status(self) -> dict:
         """Counters for the progress display and TensorBoard."""
-        storage, returns = self.replay.storage, self.recent_returns
-        return {**self.counters, "total_env_steps": self.config.run.total_env_steps, "version_lag": 0,
-                "replay_size": storage.size, "replay_fill": storage.size / storage.capacity, "learner_wait_s": 0.0,
-                "wall_s": self.recorder.wall_s(), "last_eval_return": self.recorder.last_eval.get("eval_return_mean"),
-                "recent_episode_return": statistics.fmean(returns) if returns else None}
+        storage = self.replay.storage
+        return run_status({**self.counters, "version_lag": 0, "replay_size": storage.size,
+                           "replay_capacity": storage.capacity}, self.config.run.total_env_steps,
+                          self.recorder.wall_s(), self.recorder.last_eval, self.recent_returns)
 
     def step(self, timeout: float | None = None, final: bool = False) -> Step:
         """A round of turns: a chunk, what the update ratio allows learned, an evaluation if due (or

@@ -14,7 +14,6 @@ import logging
 import os
 import shutil
 import socket
-import statistics
 import time
 from collections import deque
 
@@ -33,7 +32,7 @@ from dsac.preparation import Prepared, check_resume_state, prepare
 from dsac.recorder import Recorder, custom_metric_means
 from dsac.registry import callbacks_for
 from dsac.replay import replay_specs, storage_bytes
-from dsac.run_loop import Step
+from dsac.run_loop import Step, run_status
 
 log = logging.getLogger("dsac")
 
@@ -223,20 +222,8 @@ class DistributedRun:
 
     def status(self) -> dict:
         """Counters for the progress display and TensorBoard."""
-        c = self.counters
-        return {
-            "env_steps": c["env_steps"],
-            "total_env_steps": self.config.run.total_env_steps,
-            "updates": c["updates"],
-            "version": c["version"],
-            "version_lag": c.get("version_lag"),
-            "replay_size": c.get("replay_size", 0),
-            "replay_fill": c.get("replay_size", 0) / max(1, c.get("replay_capacity", 1)),
-            "learner_wait_s": c.get("learner_wait_s", 0.0),
-            "wall_s": time.time() - self.started_at,
-            "last_eval_return": self.recorder.last_eval.get("eval_return_mean"),
-            "recent_episode_return": statistics.fmean(self.recent_returns) if self.recent_returns else None,
-        }
+        return run_status(self.counters, self.config.run.total_env_steps, time.time() - self.started_at,
+                          self.recorder.last_eval, self.recent_returns)
 
     # --- weights and checkpoints -----------------------------------------------------------
     def latest(self):
