@@ -158,7 +158,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.report:
         harness.check_minutes(parser, args.minutes)
-        from dsac.envs import make_env
+        from dsac.envs.make import make_env
         from dsac.errors import DsacError
 
         for game in args.games:  # every name checked before the first hour is spent
@@ -181,12 +181,12 @@ def main(argv=None) -> int:
 def _policy(learner: bool, batch_size: int = 32):
     """DQN's learner (``learner``) or acting policy on the benchmark's game, and its config."""
     from dsac.config import Config
-    from dsac.envs import make_env
+    from dsac.envs.make import make_env
 
     config = Config(algo="dqn", env=ENV, batch_size=batch_size).validate()
     env = make_env(ENV)
     if learner:
-        from dsac.build import make_learner
+        from dsac.runtime.build import make_learner
 
         return make_learner(config, env.observation_space, env.action_space), config
     from dsac.algorithms.dqn.policy import DQNPolicy
@@ -213,7 +213,7 @@ def acting_ms(repeats: int = 20) -> dict:
 
 def learner_rate(seconds: float, batch_size: int) -> float:
     """DQN updates/s (Nature encoder, 512 head) on uint8 batches already in this process."""
-    from dsac.tf_setup import configure_tensorflow
+    from dsac.runtime.tf_setup import configure_tensorflow
 
     configure_tensorflow(0, 2)  # a learner's threads on this machine (at most its cores)
     policy, config = _policy(True, batch_size)
@@ -233,11 +233,11 @@ def sac_image_learner_rate(seconds: float, batch_size: int, env_id: str = "CarRa
     """SAC updates/s from pixels (the critics' shared encoder, the actor on its features) with
     the encoder the frames get by default, on uint8 batches already in this process."""
     from dsac.config import Config
-    from dsac.envs import make_env
-    from dsac.tf_setup import configure_tensorflow
+    from dsac.envs.make import make_env
+    from dsac.runtime.tf_setup import configure_tensorflow
 
     configure_tensorflow(0, 2)
-    from dsac.build import make_learner
+    from dsac.runtime.build import make_learner
 
     config = Config(algo="sac", env=env_id, batch_size=batch_size).validate()
     env = make_env(env_id)
@@ -256,9 +256,9 @@ def sac_image_learner_rate(seconds: float, batch_size: int, env_id: str = "CarRa
 
 def replay_figures(transitions: int = 4000, seconds: float = 3.0) -> dict:
     """Bytes per transition (at 1M) and sampling rate of a frame-stored replay of real Pong frames."""
-    from dsac.frames import FrameEncoder
-    from dsac.replay import PrioritizedReplayStorage, replay_specs, storage_bytes
-    from dsac.rollout import EnvCollector
+    from dsac.envs.rollout import EnvCollector
+    from dsac.replay.buffer import PrioritizedReplayStorage, replay_specs, storage_bytes
+    from dsac.replay.frames import FrameEncoder
 
     collector = EnvCollector(ENV, num_envs=4, seed=0, n_step=3)
     specs, frames = replay_specs(collector.observation_space, collector.action_space)

@@ -29,7 +29,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def flags_table() -> str:
     """One Markdown row per flag: name, default (per algorithm where it differs), help."""
     from dsac.config import SECTIONS, section_fields
-    from dsac.registry import ALGOS, algorithm
+    from dsac.settings.registry import ALGOS, algorithm
 
     algo_defaults = {name: algorithm(name).defaults for name in ALGOS}
     rows = ["| flag | default | what |", "|---|---|---|"]

@@ -1,5 +1,5 @@
-"""A structure-aware fuzzer of the weights decoder (:func:`dsac.safe_pickle.loads`, then the
-payload checks of :func:`dsac.files.check_payload`, then the policy rebuilt from the sizes the
+"""A structure-aware fuzzer of the weights decoder (:func:`dsac.formats.safe_pickle.loads`, then the
+payload checks of :func:`dsac.formats.files.check_payload`, then the policy rebuilt from the sizes the
 payload names, as :func:`dsac.load_policy` does), over mutations of files dsac writes.
 
     python -m benchmarks fuzz --minutes 2            # as many cases as fit, seed 0
@@ -13,7 +13,7 @@ opcodes spliced, cut or repeated, a decoded payload grown with values ``encode``
 :mod:`dsac.models.sizes`' bounds, or a hand-built hostile pickle (a tuple key
 300,000 deep, int keys sharing one hash, huge length claims, a ``[0, 2**62]`` shape, millions
 of small containers). For every case it asserts the outcome is a value or a one-line refusal
-(``UnsafePickle`` or ``DsacError``), within the bound :mod:`dsac.safe_pickle` states: time
+(``UnsafePickle`` or ``DsacError``), within the bound :mod:`dsac.formats.safe_pickle` states: time
 ``TIME_PER_BYTE * n + TIME_CONSTANT`` seconds and peak Python memory (tracemalloc, a second
 run) ``PEAK_BYTES_PER_BYTE * n + PEAK_CONSTANT`` bytes for a file of ``n`` bytes. Cases run
 many to a subprocess, so a crash (SIGSEGV) is caught, reported and the subprocess restarted
@@ -354,14 +354,14 @@ MUTATIONS = {
 
 def decode_once(data: bytes) -> tuple[str, str]:
     """(outcome, detail) of reading ``data`` as :func:`dsac.load_policy` does after the read:
-    decoded and checked as :func:`dsac.files.load_weights` does, then, for a weights payload,
+    decoded and checked as :func:`dsac.formats.files.load_weights` does, then, for a weights payload,
     its policy rebuilt from the sizes it names (no code imported). ``value``, ``refused``
     (UnsafePickle or DsacError; detail: the message) or ``error`` (anything else: the
     exception)."""
     from dsac.errors import DsacError
-    from dsac.files import check_payload
-    from dsac.inference import LoadedPolicy
-    from dsac.safe_pickle import UnsafePickle, loads
+    from dsac.formats.files import check_payload
+    from dsac.formats.inference import LoadedPolicy
+    from dsac.formats.safe_pickle import UnsafePickle, loads
 
     try:
         payload = loads(data)
@@ -403,7 +403,7 @@ def child(seed: int, start: int, stop: int, only: str | None = None) -> None:
 
 
 def _bounds() -> tuple[int, int]:
-    from dsac.safe_pickle import PEAK_BYTES_PER_BYTE, PEAK_CONSTANT
+    from dsac.formats.safe_pickle import PEAK_BYTES_PER_BYTE, PEAK_CONSTANT
 
     return PEAK_BYTES_PER_BYTE, PEAK_CONSTANT
 

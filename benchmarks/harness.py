@@ -1,6 +1,6 @@
 """Runs dsac (``launch.py`` in a subprocess) and Stable-Baselines3 (``sb3_baseline.py --curve``
 in a subprocess) on one task with one set of settings, and reads back their learning curves:
-the evaluations both sides make on the same start states (``dsac.evaluation.evaluation_seed``)
+the evaluations both sides make on the same start states (``dsac.runtime.evaluation.evaluation_seed``)
 with the same number of deterministic episodes. Used by ``parity.py`` and ``sweep.py``.
 
 Settings use one vocabulary for both programs (:data:`SETTING_KEYS`); :func:`dsac_flags` and
@@ -91,7 +91,7 @@ def sb3_kwargs(algo: str, s: dict) -> dict:
 def read_points(path: str) -> list[dict]:
     """A run's evaluations (``progress.jsonl``) as points {env_steps, updates, wall_s, return},
     and ``success`` (the success rate) where the env reported one."""
-    from dsac.curves import read_progress
+    from dsac.output.curves import read_progress
 
     return [{"env_steps": row["env_steps"], "updates": row["updates"], "wall_s": row["wall_s"],
              "return": row["eval_return_mean"],

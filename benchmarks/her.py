@@ -13,7 +13,7 @@ pinned ``mujoco``) and, for the peer, ``stable-baselines3`` and ``torch`` at the
 
 Both sides get the task's env-step budget and stop at ``--minutes`` from process start,
 whichever comes first, and evaluate 10 deterministic episodes on the same start states
-(``dsac.evaluation.evaluation_seed``) every 1,000 env steps on Fetch and every 5,000 on the maze
+(``dsac.runtime.evaluation.evaluation_seed``) every 1,000 env steps on Fetch and every 5,000 on the maze
 (its episodes are 300 steps, Fetch's 50); success is what the episode's last info says.
   dsac  ``python launch.py --algo sac --her --gamma G --lr L --learning_starts N`` and the task's
         budget, as a user types it: dsac's defaults otherwise (2 rollout workers, ``--her_k 4``,

@@ -43,9 +43,9 @@ def run(env: str, variant: str, seed: int, minutes: float, workers: int, out: st
 
 def final_return(directory: str) -> float:
     """The mean return of the run's final weights on its own evaluation episodes."""
-    from dsac.evaluation import evaluate
-    from dsac.files import load_weights
-    from dsac.inference import load_policy
+    from dsac.formats.files import load_weights
+    from dsac.formats.inference import load_policy
+    from dsac.runtime.evaluation import evaluate
 
     path = os.path.join(directory, "weights.pkl")
     payload = load_weights(path)
@@ -57,7 +57,7 @@ def final_return(directory: str) -> float:
 
 def summary(directory: str) -> dict:
     """Env steps, updates and evaluation returns of one run (``progress.jsonl``, ``summary.json``)."""
-    from dsac.curves import read_progress
+    from dsac.output.curves import read_progress
 
     rows = read_progress(directory)
     done = json.load(open(os.path.join(directory, "summary.json")))

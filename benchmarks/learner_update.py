@@ -72,11 +72,11 @@ def measure(obs_dim: int, act_dim: int, xla: bool, seconds: float, threads: int,
     import gymnasium as gym
     import numpy as np
 
-    from dsac.tf_setup import configure_tensorflow
+    from dsac.runtime.tf_setup import configure_tensorflow
 
     configure_tensorflow(0, threads, threads)
-    from dsac.build import make_learner
     from dsac.config import Config
+    from dsac.runtime.build import make_learner
 
     # The algorithm's defaults (SAC's: 2x64, lr 1e-3, batch 256) and what ``settings`` change.
     config = Config(algo=algo, env="Pendulum-v1", learner_xla=xla, **(settings or {})).validate()

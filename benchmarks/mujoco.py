@@ -11,7 +11,7 @@ run at a time, several seeds, with the machine's pace beside every run.
 
 Every side gets rl-zoo's SAC env-step budget (1M; Humanoid 2M) and stops at ``--minutes`` from its
 process start, whichever comes first, and every side evaluates 10 deterministic episodes on the
-same start states (``dsac.evaluation.evaluation_seed``):
+same start states (``dsac.runtime.evaluation.evaluation_seed``):
   dsac        ``python launch.py --algo A --env E --seed S --total_env_steps N --max_seconds M``
               for each A of ``--algos`` (sac, crossq), as a user types it (its defaults: 2 rollout
               workers, evaluation every 1,000 env steps in its own process; ``--max_seconds``

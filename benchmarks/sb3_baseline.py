@@ -1,5 +1,5 @@
 """Stable-Baselines3 (and sb3-contrib's CrossQ) on the benchmark's tasks, evaluated exactly as
-dsac evaluates: the same ``dsac.evaluation.evaluate`` on the same start states
+dsac evaluates: the same ``dsac.runtime.evaluation.evaluate`` on the same start states
 (``evaluation_seed(seed) + j``), the same number of deterministic episodes. Prints one JSON line;
 exits 3 when SB3 (or, for ``"algo": "crossq"``, sb3-contrib) is not installed
 (``pip install -r requirements-bench.txt``).
@@ -19,7 +19,7 @@ import time
 
 STARTED = time.time()
 
-from dsac.evaluation import evaluate, evaluation_seed  # noqa: E402
+from dsac.runtime.evaluation import evaluate, evaluation_seed  # noqa: E402
 
 # rl-zoo's own budget for DQN on CartPole-v1 (hyperparams/dqn.yml, n_timesteps: 5e4): its
 # exploration_fraction 0.16 decays ε over 0.16 x 50,000 = 8,000 env steps.

@@ -2,8 +2,8 @@
 sets it up (``hyperparams/sac.yml``, its one HER entry, FetchReach: ``MultiInputPolicy``,
 ``VecNormalize`` of observations and rewards with the task's gamma, one env), evaluated as dsac
 evaluates: deterministic episodes from the start states a dsac run with the same seed uses
-(``dsac.evaluation.evaluation_seed(seed) + j``), success read from the episode's last info
-(``dsac.evaluation.SUCCESS_KEYS``). Prints one JSON line, the points; exits 3 without SB3.
+(``dsac.runtime.evaluation.evaluation_seed(seed) + j``), success read from the episode's last info
+(``dsac.runtime.evaluation.SUCCESS_KEYS``). Prints one JSON line, the points; exits 3 without SB3.
 
     python -m benchmarks.sb3_her --curve '{"env": "gymnasium_robotics:FetchReach-v4", "seed": 0,
         "kwargs": {...}, "budget": 20000, "eval_every": 1000, "max_seconds": 600}'
@@ -20,7 +20,7 @@ STARTED = time.time()
 
 import numpy as np  # noqa: E402
 
-from dsac.evaluation import SUCCESS_KEYS, evaluation_seed  # noqa: E402
+from dsac.runtime.evaluation import SUCCESS_KEYS, evaluation_seed  # noqa: E402
 
 EVAL_EPISODES = 10  # dsac's default --eval_episodes
 

@@ -1,5 +1,5 @@
 """Stable-Baselines3's DQN on CartPole-v1 as a user of rl-zoo runs it, with nothing of dsac's:
-the check that ``benchmarks/sb3_baseline.py`` (which evaluates through ``dsac.evaluation``) times
+the check that ``benchmarks/sb3_baseline.py`` (which evaluates through ``dsac.runtime.evaluation``) times
 SB3 as SB3 runs by itself. Prints one JSON line in ``sb3_baseline.py --algo dqn``'s shape.
 
     python -m benchmarks.sb3_plain --seed 0

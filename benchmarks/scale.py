@@ -7,7 +7,7 @@ shared actor, driven directly.
     python -m benchmarks scale --only capacity                # one part: collection, cluster, capacity
 
 The env is Pendulum-v1 made to take ``--env_step_ms`` per step by sleeping
-(``launch.py --env_step_ms``, :class:`dsac.envs.SimulatedCost`): W workers wait on their envs
+(``launch.py --env_step_ms``, :class:`dsac.envs.make.SimulatedCost`): W workers wait on their envs
 as they would on a simulator or a robot, so on 2 cores 64 workers are I/O-bound, as on a
 large cluster, and what is measured is dsac's own coordination cost.
 
@@ -74,8 +74,8 @@ def acting_policy(seed: int, env_id: str = ENV):
     """The numpy actor dsac's rollout workers act with here (SAC, 2x256, on ``env_id``), with
     random weights: what acting costs any system that uses this network."""
     from dsac.config import Config
-    from dsac.envs import make_env
-    from dsac.registry import policy_class_for
+    from dsac.envs.make import make_env
+    from dsac.settings.registry import policy_class_for
 
     config = Config(env=env_id, fcnet_hiddens=[256, 256]).validate()
     env = make_env(env_id)
@@ -94,7 +94,7 @@ class BareWorker:
     on 2 cores)."""
 
     def __init__(self, step_ms: float, envs_per_worker: int, seed: int, env_id: str = ENV):
-        from dsac.envs import make_env, with_simulated_cost
+        from dsac.envs.make import make_env, with_simulated_cost
 
         self.envs = [with_simulated_cost(make_env(env_id), step_ms) for _ in range(envs_per_worker)]
         self.obs = np.stack([env.reset(seed=seed + i)[0] for i, env in enumerate(self.envs)])
@@ -420,8 +420,8 @@ def replay_capacity(seconds: float, chunks=(16, 64, 256, 1024)) -> list[dict]:
     import ray
 
     from dsac.distributed.actors import ReplayBuffer
-    from dsac.messages import Chunk
-    from dsac.replay import field_specs
+    from dsac.replay.buffer import field_specs
+    from dsac.runtime.messages import Chunk
 
     rows = []
     kinds = {"pendulum": ((3,), np.float32, 200_000), "84x84x4 uint8": ((4, 84, 84), np.uint8, 4_096)}

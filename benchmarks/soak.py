@@ -22,7 +22,7 @@ import time
 
 import psutil
 
-from dsac.curves import read_progress
+from dsac.output.curves import read_progress
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLASMA = re.compile(r"Plasma memory usage (\d+) MiB, (\d+) objects")

@@ -20,7 +20,7 @@ Measures:
                 with the product's defaults, or --settings tuned: benchmarks/configs/)
   SB3           optional, when stable-baselines3 is installed (requirements-bench.txt): the same
                 thresholds with rl-zoo settings (benchmarks/sb3_baseline.py), alternating with dsac seed by
-                seed, evaluated on the same start states through dsac.evaluation -> dsac / SB3; for DQN
+                seed, evaluated on the same start states through dsac.runtime.evaluation -> dsac / SB3; for DQN
                 also SB3 by a plain script with nothing of dsac's (benchmarks/sb3_plain.py): it must agree
   equal         the same two thresholds with equal settings on both sides (parity.py's TASKS: network
                 sizes, lr, batch, buffer, warm-up, updates per env step, target updates, exploration)
@@ -87,8 +87,8 @@ def raw_env_rate(env_id: str, seconds: float) -> float:
 # --- collection -----------------------------------------------------------------------------
 def _initial_weights(config, env_id):
     """Acting weights of a freshly built policy (what the learner would push first)."""
-    from dsac.build import make_learner
-    from dsac.envs import make_env
+    from dsac.envs.make import make_env
+    from dsac.runtime.build import make_learner
 
     env = make_env(env_id, atari=config.frames)
     learner = make_learner(config, env.observation_space, env.action_space)
@@ -116,7 +116,7 @@ def collection_rate(algo: str, env_id: str, workers: int, seconds: float, naive:
     from dsac.distributed.actors import ParameterServer
     from dsac.distributed.monitor import RunMonitor
     from dsac.distributed.tasks import rollout_worker
-    from dsac.replay import replay_specs
+    from dsac.replay.buffer import replay_specs
 
     config = Config(algo=algo, env=env_id, num_workers=workers, envs_per_worker=envs_per_worker, start_steps=0,
                     learning_starts=0).validate()
@@ -164,9 +164,9 @@ def _naive_worker(index, config, replay, ps, seed):
     import ray
     import tensorflow as tf
 
-    from dsac.build import make_learner
     from dsac.distributed.weights_client import pulled_weights
-    from dsac.messages import Chunk
+    from dsac.runtime.build import make_learner
+    from dsac.runtime.messages import Chunk
 
     env = gym.make(config.env)
     learner = make_learner(config, env.observation_space, env.action_space, seed)
@@ -211,10 +211,10 @@ def local_learner_rate(seconds: float) -> float:
     import gymnasium as gym
 
     from dsac.config import Config
-    from dsac.tf_setup import configure_tensorflow
+    from dsac.runtime.tf_setup import configure_tensorflow
 
     configure_tensorflow(0, 1)  # the threads a learner uses
-    from dsac.build import make_learner
+    from dsac.runtime.build import make_learner
 
     env = gym.make("Pendulum-v1")
     config = Config().validate()
@@ -229,7 +229,7 @@ def in_system(seconds: float, workers: int = 4) -> dict:
     waiting for batches."""
     from dsac.config import Config
     from dsac.distributed.driver import DistributedRun
-    from dsac.preparation import prepare
+    from dsac.runtime.preparation import prepare
 
     out = tempfile.mkdtemp(prefix="dsac-bench-")
     config = Config(env="Pendulum-v1", num_workers=workers, updates_per_step=4.0, total_env_steps=10**7,
@@ -295,7 +295,7 @@ def sb3_plain_time_to_solve(seed: int) -> dict:
 
 def solve_rows(report: dict, args) -> None:
     """dsac and SB3 to each threshold, alternating seed by seed on the same machine, both
-    evaluated on the same start states (dsac.evaluation.evaluation_seed); for DQN also SB3 by a
+    evaluated on the same start states (dsac.runtime.evaluation.evaluation_seed); for DQN also SB3 by a
     plain script (``sb3_plain.py``), which should agree with ``sb3_baseline.py``."""
     report["solve"], report["solve_settings"] = {}, args.settings
     report["sb3"] = None if "sb3" in args.skip else {}

@@ -11,7 +11,7 @@ import sys
 
 def first_crossing(run_dir: str, threshold: float) -> dict | None:
     """The first progress line whose eval_return_mean >= threshold, or None."""
-    from dsac.curves import read_progress
+    from dsac.output.curves import read_progress
 
     return next((row for row in read_progress(run_dir) if row["eval_return_mean"] >= threshold), None)
 

@@ -17,9 +17,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import numpy as np
 
-    from dsac import video
-    from dsac.envs import make_env
-    from dsac.evaluation import evaluate
+    from dsac.envs.make import make_env
+    from dsac.output import video
+    from dsac.runtime.evaluation import evaluate
 
     video.prepare_headless_rendering()
     for env_id in args.env:

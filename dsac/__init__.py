@@ -8,15 +8,15 @@ The public API, imported lazily so ``import dsac`` stays light in rollout worker
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Trainer": "dsac.trainer",
+    "Trainer": "dsac.runtime.trainer",
     "Config": "dsac.config",
     "Policy": "dsac.policy",
-    "Callbacks": "dsac.callbacks",
-    "Episode": "dsac.callbacks",
+    "Callbacks": "dsac.runtime.callbacks",
+    "Episode": "dsac.runtime.callbacks",
     "register_custom_model": "dsac.models.catalog",
-    "load_weights": "dsac.files",
-    "load_policy": "dsac.inference",
-    "run": "dsac.runner",
+    "load_weights": "dsac.formats.files",
+    "load_policy": "dsac.formats.inference",
+    "run": "dsac.runtime.runner",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -104,7 +104,7 @@ def main(argv=None) -> int:
     )
     try:
         from dsac.errors import RunFailed
-        from dsac.preparation import resume_config
+        from dsac.runtime.preparation import resume_config
 
         given = vars(build_parser(suppress_defaults=True).parse_args(argv))  # flags actually typed
         given.pop("config", None)
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
         if config.resources.local:  # --local --num_workers 2 typed: refused though 2 is the default
             config.resources.check_local(workers_typed="num_workers" in given)
 
-        from dsac.runner import run
+        from dsac.runtime.runner import run
 
         if not config.resources.local:
             import ray  # noqa: F401 - Ray's log handlers exist once it is imported

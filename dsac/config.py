@@ -1,5 +1,5 @@
 """A run's configuration: :class:`Config`, composed of one section per concern
-(:mod:`dsac.settings`, :class:`dsac.atari.FrameSettings` for frames, and for the ``algorithm``
+(:mod:`dsac.settings.sections`, :class:`dsac.envs.atari.FrameSettings` for frames, and for the ``algorithm``
 section the chosen algorithm's own dataclass, ``dsac/algorithms/<name>/config.py``). Every field
 is also a flat ``launch.py`` flag and a flat attribute (``config.buffer_size`` is
 ``config.replay.buffer_size``), so ``Config(env=..., lr=...)``, ``--config`` files, RLlib-style
@@ -17,27 +17,27 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
-from dsac.atari import FrameSettings, is_atari_id
-from dsac.coercion import coerce_field
+from dsac.envs.atari import FrameSettings, is_atari_id
 from dsac.errors import DsacError, did_you_mean
-from dsac.foreign_keys import suggest_key
+from dsac.formats.redaction import redact_uri, redact_value
 from dsac.models.catalog import registered_models, resolve_builder
-from dsac.records import (
+from dsac.settings.coercion import coerce_field
+from dsac.settings.foreign_keys import suggest_key
+from dsac.settings.records import (
     NOT_FROM_A_FILE,
     RECORD_MARKER,
     is_record,
     read_mapping,
     record_values,
 )
-from dsac.redaction import redact_uri, redact_value
-from dsac.registry import (
+from dsac.settings.registry import (
     ALGOS,
     algorithm,
     algorithm_settings,
     load_object,
 )
-from dsac.relations import check_named_code, check_relations
-from dsac.settings import (
+from dsac.settings.relations import check_named_code, check_relations
+from dsac.settings.sections import (
     AlgorithmSettings,
     FlowSettings,
     ModelSettings,
@@ -58,7 +58,7 @@ ALGORITHM_SETTINGS: dict[str, type] = {name: algorithm_settings(name) for name i
 
 
 def _redacted_repr(section) -> str:
-    """A section's repr with every string in it as :func:`dsac.redaction.redact_value` shows it:
+    """A section's repr with every string in it as :func:`dsac.formats.redaction.redact_value` shows it:
     a repr ends up in logs and tracebacks, where a tracker URI's password must not."""
     values = ", ".join(f"{f.name}={redact_value(getattr(section, f.name))!r}"
                        for f in dataclasses.fields(section) if f.repr)
@@ -104,7 +104,7 @@ RENAMED = {"snapshot_every": "checkpoint_every"}
 # a waiting pull as soon as a newer version is pushed).
 RETIRED = ("pull_every",)
 # Settings that may hold a URI with credentials (a tracker's, a Ray client's, a cloud store's):
-# config.json and a tracker's params get them as dsac.redaction.redact_uri shows them.
+# config.json and a tracker's params get them as dsac.formats.redaction.redact_uri shows them.
 URI_KEYS = ("mlflow", "wandb", "address", "storage_path")
 
 log = logging.getLogger("dsac")
@@ -313,7 +313,7 @@ class Config:
         return config
 
     def coerced(self) -> Config:
-        """A copy with every field of its declared type (see :func:`dsac.coercion.coerce_field`)."""
+        """A copy with every field of its declared type (see :func:`dsac.settings.coercion.coerce_field`)."""
         return self.replace(**{f.name: coerce_field(f.name, f.type, getattr(getattr(self, SECTION_OF[f.name]), f.name))
                                for f in self.fields()})
 

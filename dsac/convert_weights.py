@@ -1,5 +1,5 @@
 """Convert a weights file of dsac's old format 1 (numpy objects pickled) to the current
-format (builtins only, see dsac.safe_pickle). Reading format 1 trusts the file: a crafted one
+format (builtins only, see dsac.formats.safe_pickle). Reading format 1 trusts the file: a crafted one
 can crash this process or read its memory, so convert only files you trust (e.g. your own runs).
 
     dsac-convert-weights runs/x/weights.pkl              # writes runs/x/weights.pkl in place
@@ -11,7 +11,7 @@ import pickle
 import sys
 
 from dsac.errors import DsacError, quiet_when_the_reader_leaves
-from dsac.files import FORMAT_1_GLOBALS, FORMAT_VERSION, load_weights, save_weights
+from dsac.formats.files import FORMAT_1_GLOBALS, FORMAT_VERSION, load_weights, save_weights
 
 
 class _Format1Unpickler(pickle.Unpickler):

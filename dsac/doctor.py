@@ -25,7 +25,7 @@ import threading
 
 import dsac
 from dsac.errors import DsacError, quiet_when_the_reader_leaves
-from dsac.redaction import redact_uri
+from dsac.formats.redaction import redact_uri
 
 # Below this, Ray puts its object store in /tmp (slower) and dsac's weights boards lack room.
 SHM_LOW_BYTES = 1 << 30
@@ -74,7 +74,7 @@ def check_packages(found: Findings) -> None:
 
 def check_tensorflow(found: Findings, ray_gpus: float | None) -> None:
     """The GPUs TensorFlow sees and the learner's device; a GPU Ray has but TF cannot use."""
-    from dsac.tf_setup import GPU_FIX, describe_gpu, import_tensorflow
+    from dsac.runtime.tf_setup import GPU_FIX, describe_gpu, import_tensorflow
 
     found.facts["tf_gpus"] = []
     found.facts["learner_device"] = "CPU"

@@ -19,8 +19,8 @@ import os
 import sys
 
 from dsac.errors import DsacError, quiet_when_the_reader_leaves
-from dsac.files import atomic_write_bytes, check_writable_dir
-from dsac.inference import load_policy
+from dsac.formats.files import atomic_write_bytes, check_writable_dir
+from dsac.formats.inference import load_policy
 from dsac.models.acting_net import tf_serving
 from dsac.models.onnx_ops import onnx_policy
 
@@ -28,7 +28,7 @@ FORMATS = ("onnx", "savedmodel")
 
 
 def _exportable(weights_path: str, trust_code: bool):
-    """The file's :class:`dsac.inference.LoadedPolicy`, loaded and checked before anything else."""
+    """The file's :class:`dsac.formats.inference.LoadedPolicy`, loaded and checked before anything else."""
     loaded = load_policy(weights_path, trust_code=trust_code)
     if loaded.payload.get("policy_class"):
         raise DsacError(f"weights file {weights_path} holds a user policy class: export it yourself")
@@ -71,11 +71,11 @@ def export_savedmodel(weights_path: str, out_dir: str, trust_code: bool = False)
     """Write ``out_dir`` with signature ``serving_default(obs: float32[batch, obs_dim]) ->
     {"action": ...}`` (image observations: ``obs`` of the env's shape and dtype, e.g.
     ``uint8[batch, 4, 84, 84]``); returns ``out_dir`` and the signature, described. The file is loaded and checked (see
-    :func:`dsac.inference.load_policy`) before TensorFlow is imported."""
+    :func:`dsac.formats.inference.load_policy`) before TensorFlow is imported."""
     loaded = _exportable(weights_path, trust_code)
     check_writable_dir(out_dir, "--savedmodel")
 
-    from dsac.tf_setup import import_tensorflow
+    from dsac.runtime.tf_setup import import_tensorflow
 
     tf = import_tensorflow()
     policy, obs = loaded.policy, loaded.policy.obs

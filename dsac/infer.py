@@ -40,8 +40,8 @@ def make_env_for(args, policy):
     """The env the episodes run in: the file's (its kwargs and preprocessing) unless ``--env``
     names another, rendering for ``--video`` or ``--render``; a one-line error for observations
     of another shape than the policy's."""
-    from dsac import video
-    from dsac.envs import make_env
+    from dsac.envs.make import make_env
+    from dsac.output import video
 
     env_id = args.env or policy.env_id
     env_kwargs = {} if args.env else policy.env_kwargs  # the file's env, unless overridden
@@ -90,12 +90,11 @@ def main(argv=None) -> int:
             raise DsacError(f"--episodes must be an integer in [1, {MAX_EPISODES:,}], got {args.episodes}")
         if not 0 <= args.seed < 2**32 - args.episodes:
             raise DsacError(f"--seed must be an integer in [0, 2^32 - episodes), got {args.seed}")
-        from dsac import video
-
+        from dsac.output import video
         if args.video:  # before the file is read and the episodes played: an unwritable path costs nothing
             video.check_output_path(args.video, "--video")
-        from dsac.files import atomic_write_bytes
-        from dsac.inference import load_policy
+        from dsac.formats.files import atomic_write_bytes
+        from dsac.formats.inference import load_policy
 
         policy = load_policy(args.path, seed=args.seed, trust_code=args.trust_code)
         env = make_env_for(args, policy)

@@ -22,7 +22,7 @@ def plot(paths: list[str], out: str, group: bool = True, title: str | None = Non
     matplotlib.use("Agg")  # files only: no display needed
     import matplotlib.pyplot as plt
 
-    from dsac.curves import curves
+    from dsac.output.curves import curves
 
     figure, panels = plt.subplots(1, 2, figsize=(12, 4.5), constrained_layout=True)
     for panel, (axis, xlabel) in zip(panels, AXES, strict=True):

@@ -3,7 +3,7 @@
 Rollout workers and the evaluator hold an :class:`ActingPolicy`: they call ``compute_actions``
 and take weights with ``set_weights``. The learning role is a separate object (dsac's
 algorithms: a :class:`dsac.algorithms.learner.Learner`) with ``learn_on_batches`` and
-``get_weights``. A user's :class:`Policy` plays both roles: :mod:`dsac.build` makes it the
+``get_weights``. A user's :class:`Policy` plays both roles: :mod:`dsac.runtime.build` makes it the
 acting policy, and again with ``build_learner=True`` the learner. Nothing here knows about
 Ray, so a policy can be trained, tested and debugged in one process.
 """
@@ -84,7 +84,13 @@ class ActingPolicy:
 class Policy(ActingPolicy):
     """Base class of a user's policy (``policy_class``), which plays both roles: built as is it
     acts (:class:`ActingPolicy`); built with ``build_learner=True`` it learns too
-    (``learn_on_batch``, ``get_weights``, ``get_state``).
+    (``learn_on_batch``, ``get_weights``).
+
+    Optional, used where a subclass defines them: ``learn_on_batches(batches)`` (several updates
+    in one call; else ``learn_on_batch`` on each), ``get_state()``/``set_state(state)`` (all
+    that training needs to continue exactly, for checkpoints; else the weights) and
+    ``check_weights(weights)`` (raise ValueError for weights that do not fit; else
+    :func:`check_weights` against :meth:`weight_shapes`).
 
     Args:
         observation_space, action_space, config, seed, worker_index, num_workers: as
@@ -104,11 +110,6 @@ class Policy(ActingPolicy):
         optionally ``td_abs``: per-transition |TD error| used as new priorities)."""
         raise NotImplementedError
 
-    def learn_on_batches(self, batches: list[dict[str, np.ndarray]]) -> list[dict]:
-        """One update per batch, in order; returns each update's statistics. The default
-        calls :meth:`learn_on_batch`; dsac's algorithms run them in one compiled call."""
-        return [self.learn_on_batch(batch) for batch in batches]
-
     def compute_gradients(self, batch: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict]:
         """``learn_on_batch`` split in two for data-parallel learners (``--num_learners`` > 1):
         the update's gradients as a list of arrays, and its statistics (as ``learn_on_batch``
@@ -120,21 +121,6 @@ class Policy(ActingPolicy):
         ``learn_on_batch`` (optimizer step, target networks); returns whether they were applied
         (dsac's learners skip non-finite ones)."""
         raise NotImplementedError(f"{type(self).__name__} cannot run with --num_learners > 1")
-
-    def check_weights(self, weights) -> None:
-        """Raise ValueError naming the first way ``weights`` (e.g. read from a file) do not fit
-        this policy: not a dict of arrays, a missing, extra or mis-shaped array, a
-        non-float dtype, or a non-finite value."""
-        check_weights(weights, self.weight_shapes())
-
-    def get_state(self) -> dict[str, np.ndarray]:
-        """Everything training needs to continue exactly (networks, targets, optimizer state,
-        ...), by name, for checkpoints. Defaults to :meth:`get_weights`."""
-        return self.get_weights()
-
-    def set_state(self, state: dict[str, np.ndarray]) -> None:
-        """Take a state produced by :meth:`get_state`."""
-        self.set_weights(state)
 
 
 class BuiltinActingPolicy(ActingPolicy):
@@ -195,10 +181,8 @@ def check_policy_weights(policy, weights) -> None:
     """Raise ValueError naming the first way ``weights`` do not fit ``policy``: a user
     :class:`Policy`'s own ``check_weights``, else :func:`check_weights` against its
     ``weight_shapes``."""
-    if isinstance(policy, Policy):
-        policy.check_weights(weights)
-    else:
-        check_weights(weights, policy.weight_shapes())
+    own = getattr(policy, "check_weights", None)
+    own(weights) if own is not None else check_weights(weights, policy.weight_shapes())
 
 
 def check_weights(weights, expected: dict[str, tuple[int, ...]] | None = None) -> None:

@@ -146,7 +146,7 @@ def main(argv=None) -> int:
         more = f" and {len(left_out) - 10} more" if len(left_out) > 10 else ""
         shown = ", ".join(repr(name) for name in left_out[:10]) + more
         print(f"submit: not uploaded, as secrets: {shown}", flush=True)
-    from dsac.trackers import redact_uri
+    from dsac.output.trackers import redact_uri
 
     print(shlex.join(redact_uri(part) for part in command), flush=True)  # an --mlflow URI's password is not shown
     if args.dry_run:

@@ -74,7 +74,7 @@ def act_without_tensorflow(weights_path, steps: str) -> str:
     code = "\n".join([
         "import sys",
         "import numpy as np",
-        "from dsac.inference import load_policy",
+        "from dsac.formats.inference import load_policy",
         f"policy = load_policy({str(weights_path)!r})",
         "env = policy.make_env()",
         "obs, _ = env.reset(seed=0)",

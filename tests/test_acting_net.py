@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dsac.build import make_learner
 from dsac.config import Config
 from dsac.models.acting_net import tf_serving
-from dsac.registry import algorithm
+from dsac.runtime.build import make_learner
+from dsac.settings.registry import algorithm
 
 PENDULUM = (gym.spaces.Box(-8.0, 8.0, (3,), np.float32), gym.spaces.Box(-2.0, 2.0, (1,), np.float32))
 FRAMES = gym.spaces.Box(0, 255, (3, 16, 14), np.uint8)  # 3 stacked grayscale frames, stack axis first

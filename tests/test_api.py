@@ -56,7 +56,7 @@ def test_misspelled_model_key_suggests_the_right_one():
 def test_train_keeps_actors_and_save_restore_gives_the_same_actions(ray_local, tmp_path):
     """Trainer.train keeps its actors; save() holds the full state (counters, optimizers) and a
     restored trainer acts the same and carries on training from it."""
-    from dsac.checkpoints import read_checkpoint
+    from dsac.formats.checkpoints import read_checkpoint
 
     with Trainer({**SMALL, "output_dir": str(tmp_path / "run"), "callbacks": CountingCallbacks}) as trainer:
         handles = trainer.actor_handles

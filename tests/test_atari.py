@@ -7,12 +7,12 @@ import re
 import numpy as np
 import pytest
 
-from dsac.atari import EPISODE_CONTINUES, REAL_REWARD, FrameSettings
 from dsac.config import Config
-from dsac.envs import make_env
+from dsac.envs.atari import EPISODE_CONTINUES, REAL_REWARD, FrameSettings
+from dsac.envs.make import make_env
+from dsac.envs.rollout import EnvCollector
 from dsac.errors import DsacError
-from dsac.evaluation import evaluate
-from dsac.rollout import EnvCollector
+from dsac.runtime.evaluation import evaluate
 
 
 def test_any_ale_id_gets_deepmind_preprocessing_from_gymnasium_wrappers():
@@ -108,7 +108,7 @@ def test_a_short_breakout_run_records_game_lengths_and_a_policy_that_never_fires
 
     from conftest import REPO_ROOT, act_without_tensorflow
 
-    from dsac.files import load_weights, save_weights
+    from dsac.formats.files import load_weights, save_weights
 
     out = tmp_path / "breakout"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}

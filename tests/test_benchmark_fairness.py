@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from dsac.evaluation import evaluate, evaluation_seed
+from dsac.runtime.evaluation import evaluate, evaluation_seed
 
 
 def _sb3_baseline():
@@ -46,8 +46,7 @@ def test_sb3_side_evaluates_on_the_start_states_of_dsac_runs():
 def test_dsac_runs_evaluate_on_evaluation_seed():
     """The distributed and the serial run take their evaluator's seed from the builder, which
     takes it from that one function."""
-    from dsac import build
-
+    from dsac.runtime import build
     assert build.evaluation_seed is evaluation_seed and build.role_seeds(7, 3).evaluator == evaluation_seed(7)
     assert evaluation_seed(7) == 100_007  # the seed every earlier run evaluated with: results stay comparable
 
@@ -62,7 +61,7 @@ def test_parity_settings_mean_the_same_on_both_sides():
     steps, dsac in updates), exploration."""
     from dsac.cli import build_parser
     from dsac.config import Config
-    from dsac.schedules import parse
+    from dsac.settings.schedules import parse
 
     harness, parity = _script("harness"), _script("parity")
     for name, task in parity.TASKS.items():

@@ -1,4 +1,4 @@
-"""Both runners take a run's parts from :mod:`dsac.build`: the serial runner's parts are the
+"""Both runners take a run's parts from :mod:`dsac.runtime.build`: the serial runner's parts are the
 objects the builder made, and nothing else in ``dsac/`` constructs a collector, a learner
 loop, a replay storage, a frame encoder, a chunk or an evaluation of its own."""
 
@@ -9,9 +9,9 @@ import time
 import pytest
 from conftest import REPO_ROOT
 
-from dsac import build
 from dsac.config import Config
-from dsac.runner import start
+from dsac.runtime import build
+from dsac.runtime.runner import start
 
 ROOT = pathlib.Path(REPO_ROOT)
 
@@ -22,8 +22,8 @@ PART_CONSTRUCTORS = {
 }
 # Where a part may be made besides the builder: its own module (a classmethod or a helper of
 # its class), and evaluation.evaluate, the benchmarks' entry point into play_episodes.
-OWN_MODULES = {"dsac/build.py", "dsac/rollout.py", "dsac/learning.py", "dsac/replay.py", "dsac/frames.py",
-               "dsac/messages.py", "dsac/evaluation.py"}
+OWN_MODULES = {"dsac/runtime/build.py", "dsac/envs/rollout.py", "dsac/runtime/learning.py", "dsac/replay/buffer.py",
+               "dsac/replay/frames.py", "dsac/runtime/messages.py", "dsac/runtime/evaluation.py"}
 
 
 def _called_name(node: ast.Call) -> str | None:
@@ -44,7 +44,7 @@ def test_no_module_but_the_builder_makes_a_runs_parts():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and _called_name(node) in PART_CONSTRUCTORS:
                 found.append(f"{rel}:{node.lineno} {_called_name(node)}(...)")
-    assert not found, "made outside dsac/build.py:\n" + "\n".join(found)
+    assert not found, "made outside dsac/runtime/build.py:\n" + "\n".join(found)
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_the_serial_runner_acts_learns_stores_and_evaluates_with_the_builders_pa
 
 # The role each Ray task runs; the serial runner runs all three.
 TASK_ROLES = {"rollout_worker": "Collect", "learner": "Learn", "evaluator": "Evaluate"}
-# What only the roles' loops decide (dsac/roles.py): random actions before --start_steps, when the
+# What only the roles' loops decide (dsac/runtime/roles.py): random actions before --start_steps, when the
 # next evaluation is due, TensorFlow's set-up before the learner's model, how long a chunk collects.
 LOOP_DECISIONS = {"start_steps", "random_actions", "eval_every", "configure_tensorflow", "next_chunk_seconds"}
 
@@ -86,21 +86,21 @@ def _names(tree: ast.AST) -> set[str]:
 
 
 def test_both_runners_run_the_same_role_loops():
-    """Each Ray task makes its role of :mod:`dsac.roles` and steps it; the serial runner makes
+    """Each Ray task makes its role of :mod:`dsac.runtime.roles` and steps it; the serial runner makes
     all three and steps them; neither makes a loop's decisions itself."""
     tasks = {n.name: n for n in ast.parse((ROOT / "dsac/distributed/tasks.py").read_text()).body
              if isinstance(n, ast.FunctionDef)}
     for task, role in TASK_ROLES.items():
         calls = {_called_name(n) for n in ast.walk(tasks[task]) if isinstance(n, ast.Call)}
-        assert {role, "step"} <= calls, f"the {task} task does not run dsac.roles.{role}"
-    serial = ast.parse((ROOT / "dsac/serial.py").read_text())
+        assert {role, "step"} <= calls, f"the {task} task does not run dsac.runtime.roles.{role}"
+    serial = ast.parse((ROOT / "dsac/runtime/serial.py").read_text())
     assert set(TASK_ROLES.values()) <= {_called_name(n) for n in ast.walk(serial) if isinstance(n, ast.Call)}
     stepped = {n.value.attr for n in ast.walk(serial)
                if isinstance(n, ast.Attribute) and n.attr == "step" and isinstance(n.value, ast.Attribute)}
     assert {"collect", "learn", "evaluate"} <= stepped, stepped
-    for path in [ROOT / "dsac/serial.py", *sorted((ROOT / "dsac/distributed").glob("*.py"))]:
+    for path in [ROOT / "dsac/runtime/serial.py", *sorted((ROOT / "dsac/distributed").glob("*.py"))]:
         decided = _names(ast.parse(path.read_text())) & LOOP_DECISIONS
-        assert not decided, f"{path.relative_to(ROOT)} decides {sorted(decided)}: dsac/roles.py does"
+        assert not decided, f"{path.relative_to(ROOT)} decides {sorted(decided)}: dsac/runtime/roles.py does"
 
 
 def test_only_the_replay_branches_on_prioritization_and_builds_a_rate_limiter():
@@ -108,8 +108,9 @@ def test_only_the_replay_branches_on_prioritization_and_builds_a_rate_limiter():
     for path in sorted((ROOT / "dsac").rglob("*.py")):
         rel = str(path.relative_to(ROOT))
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.If | ast.IfExp) and "prioritized" in _names(node.test) and rel != "dsac/build.py":
+            chooses_storage = rel == "dsac/runtime/build.py"
+            if isinstance(node, ast.If | ast.IfExp) and "prioritized" in _names(node.test) and not chooses_storage:
                 found.append(f"{rel}:{node.lineno} branches on prioritized")
             if isinstance(node, ast.Call) and _called_name(node) == "RateLimiter":
                 found.append(f"{rel}:{node.lineno} RateLimiter(...)")
-    assert all(line.startswith("dsac/replay.py:") for line in found), "\n".join(found)
+    assert all(line.startswith("dsac/replay/buffer.py:") for line in found), "\n".join(found)

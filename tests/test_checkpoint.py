@@ -7,14 +7,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from dsac.build import make_learner
-from dsac.checkpoints import read_checkpoint, write_checkpoint
 from dsac.config import Config
-from dsac.envs import describe_space
-from dsac.learning import UpdateLoop
-from dsac.preparation import resume_config
-from dsac.replay import PrioritizedReplayStorage, ReplayStorage, field_specs
-from dsac.runner import run
+from dsac.envs.make import describe_space
+from dsac.formats.checkpoints import read_checkpoint, write_checkpoint
+from dsac.replay.buffer import PrioritizedReplayStorage, ReplayStorage, field_specs
+from dsac.runtime.build import make_learner
+from dsac.runtime.learning import UpdateLoop
+from dsac.runtime.preparation import resume_config
+from dsac.runtime.runner import run
 
 RNG = np.random.default_rng(0)
 
@@ -121,7 +121,7 @@ READ_UNDER_LIMIT = """
 import resource, sys
 import psutil
 from dsac.errors import DsacError
-from dsac.checkpoints import read_npz
+from dsac.formats.checkpoints import read_npz
 vms = psutil.Process().memory_info().vms
 resource.setrlimit(resource.RLIMIT_AS, (vms + 96 * 2**20, resource.getrlimit(resource.RLIMIT_AS)[1]))
 try:

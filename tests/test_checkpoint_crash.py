@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT, run_in_one_process
 
-from dsac import checkpoints
-from dsac.checkpoints import read_checkpoint, write_checkpoint
-from dsac.envs import describe_space
-from dsac.files import CHECKPOINT_SLOTS
+from dsac.envs.make import describe_space
+from dsac.formats import checkpoints
+from dsac.formats.checkpoints import read_checkpoint, write_checkpoint
+from dsac.formats.files import CHECKPOINT_SLOTS
 
 GOLDEN_RUN = os.path.join(REPO_ROOT, "tests", "data", "golden", "sac_pendulum")  # a serial SAC run, 300 env steps
 ENV = gym.make("Pendulum-v1")

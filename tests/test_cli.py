@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT, SMALL_RUN_STEPS, launch_here, run_in_one_process
 
-from dsac.files import load_weights
+from dsac.formats.files import load_weights
 
 # What TensorFlow's C++ side prints (glog/absl format: I0000 00:00:... file.cc:31] ...).
 TF_LOG_LINE = re.compile(r"[IWEF]\d{4} [\d:.]+ +\d+ \S+\.cc:\d+\]|absl::InitializeLog|cpu_feature_guard")
@@ -342,8 +342,8 @@ def test_export_into_an_unwritable_place_is_one_line(tmp_path):
 
     from dsac.algorithms.sac.policy import SACPolicy
     from dsac.config import Config
-    from dsac.envs import describe_space
-    from dsac.files import save_weights
+    from dsac.envs.make import describe_space
+    from dsac.formats.files import save_weights
 
     env = gym.make("Pendulum-v1")
     policy = SACPolicy(env.observation_space, env.action_space, Config(fcnet_hiddens=[8]).validate())
@@ -375,7 +375,7 @@ def test_numbers_given_as_strings_are_numbers_and_other_strings_are_refused():
 
 def test_max_seconds_with_the_default_budget_says_which_ends_the_run(tmp_path, caplog):
     from dsac.config import Config
-    from dsac.preparation import prepare, say_budget
+    from dsac.runtime.preparation import prepare, say_budget
 
     with caplog.at_level(logging.WARNING, logger="dsac"):
         prepare(Config(algo="sac", env="Pendulum-v1", max_seconds=600, output_dir=str(tmp_path / "a")), local=True)

@@ -21,7 +21,7 @@ import time
 import pytest
 from conftest import REPO_ROOT
 
-from dsac.files import load_weights
+from dsac.formats.files import load_weights
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 

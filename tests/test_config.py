@@ -17,8 +17,8 @@ from dsac.config import (
     config_fields,
 )
 from dsac.errors import DsacError
-from dsac.records import RECORD_EXCLUDED_KEYS
-from dsac.settings import ReplaySettings
+from dsac.settings.records import RECORD_EXCLUDED_KEYS
+from dsac.settings.sections import ReplaySettings
 
 BEFORE = Path(__file__).parent / "data" / "config_json_before_sections"
 

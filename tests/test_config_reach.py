@@ -12,7 +12,7 @@ import numpy as np
 from conftest import REPO_ROOT
 
 from dsac.config import ALGORITHMS_OF, Config
-from dsac.curves import Run, experiment_key
+from dsac.output.curves import Run, experiment_key
 
 GOLDEN = os.path.join(REPO_ROOT, "tests", "data", "golden")
 
@@ -48,6 +48,7 @@ def test_the_source_count_of_flat_reads_names_the_boundary_and_counts_per_file()
     assert count["flat_reads"] == sum(count["flat_reads_per_file"].values())
     assert not set(count["flat_reads_per_file"]) & set(count["boundary"])
     # The modules that resolve and record a config read it by section.
-    for path in ("dsac/preparation.py", "dsac/recorder.py", "dsac/trackers.py", "dsac/tune/trainable.py"):
+    for path in ("dsac/runtime/preparation.py", "dsac/output/recorder.py", "dsac/output/trackers.py",
+                 "dsac/tune/trainable.py"):
         assert path not in count["flat_reads_per_file"], path
-    assert "dsac/preparation.py" in count["modules"]
+    assert "dsac/runtime/preparation.py" in count["modules"]

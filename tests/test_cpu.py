@@ -10,7 +10,7 @@ import time
 import pytest
 from conftest import REPO_ROOT
 
-from dsac import cpu
+from dsac.runtime import cpu
 
 
 def test_a_meter_counts_each_part_and_the_process_total():

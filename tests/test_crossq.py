@@ -16,13 +16,13 @@ import tensorflow as tf
 from dsac.algorithms.crossq.learner import actor_losses, critic_losses
 from dsac.algorithms.crossq.networks import BatchRenorm
 from dsac.algorithms.crossq.policy import CrossQPolicy
-from dsac.build import make_learner
-from dsac.checkpoints import read_checkpoint, write_checkpoint
 from dsac.config import Config
-from dsac.envs import describe_space
+from dsac.envs.make import describe_space
 from dsac.errors import DsacError
-from dsac.inference import load_policy
-from dsac.preparation import prepare
+from dsac.formats.checkpoints import read_checkpoint, write_checkpoint
+from dsac.formats.inference import load_policy
+from dsac.runtime.build import make_learner
+from dsac.runtime.preparation import prepare
 from dsac.weights import TensorFlowVariables
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -237,7 +237,7 @@ def test_distributed_crossq_learns_pendulum(ray_local, tmp_path):
     # With the paper's policy_delay of 3, two workers' timing decides whether the actor leaves a
     # plateau near -210 on these 20 starts within 20k env steps (it did not in 1 of ~8 runs); an
     # actor update per critic update crosses -200 by 4k env steps in every run we made.
-    from dsac.runner import run
+    from dsac.runtime.runner import run
 
     config = Config(algo="crossq", env="Pendulum-v1", fcnet_hiddens=[64, 64], critic_hiddens=[128, 128],
                     policy_delay=1, stop_return=-200.0, eval_every=1000, eval_episodes=20, seed=0,
@@ -253,7 +253,7 @@ def test_two_crossq_learners_keep_one_set_of_running_statistics(ray_local, tmp_p
     """--num_learners 2: each replica moves its renormalization statistics from its own batch;
     averaged with the gradients, the replicas end identical — weights, optimizers and running
     statistics — as the SAC replicas do (tests/test_integration.py)."""
-    from dsac.runner import run
+    from dsac.runtime.runner import run
 
     config = Config(algo="crossq", env="Pendulum-v1", fcnet_hiddens=[32, 32], critic_hiddens=[32, 32],
                     num_workers=2, num_learners=2, seed=0, total_env_steps=2_500, learning_starts=500,

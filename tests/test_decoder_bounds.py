@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO_ROOT, run_in_one_process
 
 from benchmarks import fuzz
-from dsac import safe_pickle
+from dsac.formats import safe_pickle
 
 GOLDEN_SAC = os.path.join(REPO_ROOT, "tests", "data", "golden", "sac_pendulum")
 ADDRESS_SPACE = 4_000_000 * 1024  # ulimit -v 4000000
@@ -30,13 +30,13 @@ reader, path = sys.argv[1:]
 began = time.perf_counter()
 try:
     if reader == "load_weights":
-        from dsac.files import load_weights
+        from dsac.formats.files import load_weights
         load_weights(path)
     elif reader == "load_policy":
         from dsac import load_policy
         load_policy(path)
     elif reader == "read_json":
-        from dsac.files import read_json
+        from dsac.formats.files import read_json
         read_json(path, "config " + path)
     elif reader == "config":
         from dsac.config import Config
@@ -200,9 +200,9 @@ def test_a_replay_snapshot_is_read_against_its_runs_buffer_size(tmp_path):
 
     import numpy as np
 
-    from dsac.checkpoints import read_checkpoint
     from dsac.errors import DsacError
-    from dsac.frames import frame_capacity
+    from dsac.formats.checkpoints import read_checkpoint
+    from dsac.replay.frames import frame_capacity
 
     run = tmp_path / "run"
     shutil.copytree(GOLDEN_SAC, run)
@@ -225,9 +225,9 @@ def test_inputs_a_review_found_are_refused_in_one_line(tmp_path):
 
     import numpy as np
 
-    from dsac.checkpoints import read_npz
     from dsac.errors import DsacError
-    from dsac.files import read_json
+    from dsac.formats.checkpoints import read_npz
+    from dsac.formats.files import read_json
 
     member = io.BytesIO()
     np.lib.format.write_array(member, np.zeros(4, np.float32))
@@ -250,9 +250,9 @@ def _sized_file(path, algo: str, env_id: str, model: dict, observation_space=Non
     import numpy as np
 
     from dsac.config import Config
-    from dsac.envs import describe_space
-    from dsac.files import save_weights
-    from dsac.registry import algorithm
+    from dsac.envs.make import describe_space
+    from dsac.formats.files import save_weights
+    from dsac.settings.registry import algorithm
 
     env = gym.make(env_id)
     small = algorithm(algo).policy_class(env.observation_space, env.action_space,

@@ -68,7 +68,7 @@ def test_a_gpu_tensorflow_sees_is_named_with_its_memory(tmp_path, monkeypatch):
     (a stand-in with TF's call names) and the driver's ``nvidia-smi`` (a script on PATH)."""
     from types import SimpleNamespace
 
-    from dsac.tf_setup import learner_device
+    from dsac.runtime.tf_setup import learner_device
 
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\n[ \"$4\" = \"GPU-abc\" ] && echo 22731 || exit 6\n")

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from dsac import build
 from dsac.algorithms.dqn.learner import dqn_loss
 from dsac.algorithms.dqn.policy import DQNPolicy, apex_epsilon, linear_epsilon
 from dsac.config import Config
+from dsac.runtime import build
 
 ENV = gym.make("CartPole-v1")
 
@@ -304,7 +304,7 @@ def test_two_learners_each_count_an_update_their_mean_gradient_dropped():
     one learner's NaN drops the update for both, so both count it, though the other's own
     gradients were finite (the run's ``skipped_updates`` is the lead learner's count)."""
     from dsac.distributed.learner_transport import apply_mean
-    from dsac.learning import UpdateLoop
+    from dsac.runtime.learning import UpdateLoop
 
     batch = functools.partial(cartpole_batch, np.random.default_rng(3))
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT
 
-from dsac.envs import EnvCrashed
-from dsac.evaluation import evaluate
-from dsac.rollout import EnvCollector
+from dsac.envs.make import EnvCrashed
+from dsac.envs.rollout import EnvCollector
+from dsac.runtime.evaluation import evaluate
 
 # Pendulum that raises every `every` steps, counted per process (so every worker and the
 # evaluator meet crashes), as a simulator that is unstable once in a while does.

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT, run_in_one_process
 
-from dsac.envs import make_env
+from dsac.envs.make import make_env
 from dsac.errors import DsacError
-from dsac.inference import load_policy
+from dsac.formats.inference import load_policy
 
 REACH_MODULE = textwrap.dedent('''
     """A point moves to a goal on a line; the observation is a Dict."""
@@ -134,7 +134,7 @@ def test_simulated_cost_makes_steps_take_their_time_and_changes_nothing_else():
     import numpy as np
 
     from dsac.config import Config
-    from dsac.envs import SimulatedCost, make_env, with_simulated_cost
+    from dsac.envs.make import SimulatedCost, make_env, with_simulated_cost
     from dsac.errors import DsacError
 
     plain = make_env("CartPole-v1")
@@ -159,7 +159,7 @@ def test_simulated_cost_makes_steps_take_their_time_and_changes_nothing_else():
 def test_a_fetch_task_that_fails_to_start_names_mujoco_when_it_is_the_known_cause(monkeypatch):
     import types
 
-    from dsac.envs import fetch_mujoco_hint
+    from dsac.envs.make import fetch_mujoco_hint
 
     for version, hinted in (("3.11.0", False), ("3.12.0", True), ("4.0.0", True)):
         monkeypatch.setitem(sys.modules, "mujoco", types.SimpleNamespace(__version__=version))
@@ -182,7 +182,7 @@ def test_a_box_described_in_a_file_is_checked_before_gymnasium_sees_it(low, high
     high) are refused in dsac's one line, never gymnasium's ValueError or numpy's cast warning."""
     import warnings
 
-    from dsac.envs import space_from_description
+    from dsac.envs.make import space_from_description
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -18,7 +18,7 @@ import time
 import numpy as np
 from conftest import REPO_ROOT
 
-from dsac.inference import load_weights
+from dsac.formats.inference import load_weights
 
 # Small and fast: SAC on Pendulum with 2x64 networks reaches -400 in ~3,000-4,000 env steps;
 # a fresh policy scores about -1,500.
@@ -265,7 +265,7 @@ def test_every_role_of_a_two_learner_run_survives_a_kill(tmp_path):
 
 
 # Pendulum whose evaluation episodes (a --seed 0 run's reset with seeds 100,000 + j,
-# dsac.evaluation's offset; rollout workers' are drawn from 2^32) take 0.25 s a step: a 70-step
+# dsac.runtime.evaluation's offset; rollout workers' are drawn from 2^32) take 0.25 s a step: a 70-step
 # evaluation plays for 17.5 s, longer than the run's --stop_timeout of 10 s.
 SLOW_EVALUATION_MODULE = '''
 import time

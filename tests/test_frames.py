@@ -5,10 +5,10 @@ rings wrapping) comes back exactly, at about one frame per transition."""
 import numpy as np
 import pytest
 
-from dsac.atari import FrameSettings
-from dsac.frames import FrameEncoder, FrameStore, frame_layout
-from dsac.replay import FIELDS, PrioritizedReplayStorage, ReplayStorage, field_specs, storage_bytes
-from dsac.rollout import EnvCollector
+from dsac.envs.atari import FrameSettings
+from dsac.envs.rollout import EnvCollector
+from dsac.replay.buffer import FIELDS, PrioritizedReplayStorage, ReplayStorage, field_specs, storage_bytes
+from dsac.replay.frames import FrameEncoder, FrameStore, frame_layout
 
 ATARI = FrameSettings(noop_max=3)
 

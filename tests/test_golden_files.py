@@ -9,9 +9,9 @@ import pytest
 from conftest import REPO_ROOT
 
 from dsac import load_policy
-from dsac.checkpoints import read_checkpoint
 from dsac.config import Config
-from dsac.files import load_weights
+from dsac.formats.checkpoints import read_checkpoint
+from dsac.formats.files import load_weights
 
 GOLDEN = os.path.join(REPO_ROOT, "tests", "data", "golden")
 # name -> (algo, env, observation shape, replay shards in its checkpoint)

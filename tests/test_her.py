@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from dsac.config import Config
-from dsac.envs import make_env
+from dsac.envs.make import make_env
+from dsac.envs.rollout import EnvCollector
 from dsac.errors import DsacError
-from dsac.her import GoalObservation, HindsightRelabeler
-from dsac.replay import RateLimiter, ReplayStorage, field_specs
-from dsac.rollout import EnvCollector
+from dsac.replay.buffer import RateLimiter, ReplayStorage, field_specs
+from dsac.replay.her import GoalObservation, HindsightRelabeler
 from examples.bit_flipping import BitFlipping
 
 BITS = "examples.bit_flipping:BitFlipping"
@@ -170,7 +170,7 @@ class _MazeKeyBitFlipping(gym.Wrapper):
 
 @pytest.mark.parametrize("env_id", [BITS, "MazeKeyBitFlipping-v0"])
 def test_evaluation_reads_success_under_either_key(env_id):
-    from dsac.evaluation import play_episodes
+    from dsac.runtime.evaluation import play_episodes
 
     if "MazeKeyBitFlipping-v0" not in gym.registry:
         gym.register("MazeKeyBitFlipping-v0", entry_point=_MazeKeyBitFlipping)
@@ -188,7 +188,7 @@ def test_evaluation_reads_success_under_either_key(env_id):
 def test_distributed_sac_relabels_in_its_workers_and_reaches_its_goals(ray_local, tmp_path):
     """Two rollout workers relabel their own episodes and send them to the replay actor; the
     run's budget and evaluations count env steps across both."""
-    from dsac.runner import run
+    from dsac.runtime.runner import run
 
     config = Config(env="examples.point_reach:PointReach", her=True, num_workers=2, total_env_steps=4000,
                     eval_every=1000, eval_episodes=20, seed=0, output_dir=str(tmp_path / "run"),

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT, run_in_one_process, run_measured
 
-from dsac import safe_pickle
 from dsac.algorithms.sac.policy import SACPolicy
 from dsac.config import Config
-from dsac.envs import describe_space
-from dsac.files import FORMAT_VERSION, save_weights
-from dsac.safe_pickle import dumps, encode
+from dsac.envs.make import describe_space
+from dsac.formats import safe_pickle
+from dsac.formats.files import FORMAT_VERSION, save_weights
+from dsac.formats.safe_pickle import dumps, encode
 
 PEAK_RSS_LIMIT_MB = 1024  # the attacks reached 7.8 GB; an honest refusal needs a few hundred MB
 EVIL_MODULE = "import pathlib\npathlib.Path(__file__).with_name('PWNED').write_text('ran')\n"
@@ -354,7 +354,7 @@ def test_a_weights_file_is_a_plain_pickle_and_round_trips(tmp_path):
 def test_load_policy_and_init_weights_check_every_array(change, fact, tmp_path):
     from dsac import load_policy
     from dsac.errors import DsacError
-    from dsac.preparation import fitting_weights
+    from dsac.runtime.preparation import fitting_weights
 
     payload = good_payload()
     payload["weights"].update(change)

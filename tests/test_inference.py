@@ -12,11 +12,11 @@ import pytest
 from conftest import REPO_ROOT
 
 from dsac import load_policy
-from dsac.build import make_learner
 from dsac.config import Config
-from dsac.envs import describe_space
+from dsac.envs.make import describe_space
 from dsac.errors import DsacError
-from dsac.files import FORMAT_VERSION, load_weights, save_weights
+from dsac.formats.files import FORMAT_VERSION, load_weights, save_weights
+from dsac.runtime.build import make_learner
 
 
 def payload_for(policy, algo, env_id, **model):

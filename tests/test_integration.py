@@ -7,10 +7,10 @@ import imageio.v2 as imageio
 import pytest
 
 from dsac.config import Config
-from dsac.evaluation import evaluate
-from dsac.files import load_weights
-from dsac.inference import load_policy
-from dsac.runner import run
+from dsac.formats.files import load_weights
+from dsac.formats.inference import load_policy
+from dsac.runtime.evaluation import evaluate
+from dsac.runtime.runner import run
 
 
 def test_distributed_sac_learns_pendulum(ray_local, tmp_path):

@@ -4,8 +4,8 @@ import pickle
 
 import numpy as np
 
-from dsac.messages import Chunk, LearnerReport, PullReply, SampledBatches
-from dsac.replay import FIELDS
+from dsac.replay.buffer import FIELDS
+from dsac.runtime.messages import Chunk, LearnerReport, PullReply, SampledBatches
 
 
 def _stacked(num_batches=4, batch_size=256, obs_dim=17):

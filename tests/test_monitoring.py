@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT, SMALL_RUN_STEPS
 
-from dsac.curves import Run, average, curves, group_label
-from dsac.progress import ProgressDisplay, RateMeter, format_duration, status_line
+from dsac.output.curves import Run, average, curves, group_label
+from dsac.output.progress import ProgressDisplay, RateMeter, format_duration, status_line
 
 TOTAL = SMALL_RUN_STEPS
 

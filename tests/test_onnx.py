@@ -15,12 +15,12 @@ from conftest import REPO_ROOT
 from test_inference import payload_for
 
 from dsac import load_policy
-from dsac.build import make_learner
 from dsac.config import Config
-from dsac.envs import describe_space
+from dsac.envs.make import describe_space
 from dsac.errors import DsacError
 from dsac.export import export_onnx
-from dsac.files import save_weights
+from dsac.formats.files import save_weights
+from dsac.runtime.build import make_learner
 
 OBSERVATIONS = 1000
 
@@ -182,11 +182,11 @@ def test_a_custom_model_is_refused_in_one_line(tmp_path):
 
 def test_a_her_file_whose_env_has_no_goal_dict_is_refused_in_one_line(tmp_path):
     """Issue 56: ``her: true`` on a file whose env observes no goal Dict (an AttributeError from
-    dsac/inference.py), or one whose goal Dict holds more values than the network reads; both in
+    dsac/formats/inference.py), or one whose goal Dict holds more values than the network reads; both in
     one process."""
     from conftest import run_in_one_process
 
-    from dsac.files import load_weights
+    from dsac.formats.files import load_weights
 
     (tmp_path / "p").mkdir()
     (tmp_path / "b").mkdir()

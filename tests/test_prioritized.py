@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dsac.replay import PrioritizedReplayStorage, field_specs
-from dsac.sum_tree import MinTree, SumTree
+from dsac.replay.buffer import PrioritizedReplayStorage, field_specs
+from dsac.replay.sum_tree import MinTree, SumTree
 
 SPECS = field_specs((2,), np.float32, (), np.int64)
 

@@ -18,8 +18,8 @@ from conftest import REPO_ROOT, run_in_one_process
 
 from dsac.config import Config
 from dsac.errors import DsacError
-from dsac.preparation import resume_config
-from dsac.records import RECORD_EXCLUDED_KEYS
+from dsac.runtime.preparation import resume_config
+from dsac.settings.records import RECORD_EXCLUDED_KEYS
 
 GOLDEN_RUN = os.path.join(REPO_ROOT, "tests", "data", "golden", "sac_pendulum")  # a serial SAC run, 300 env steps
 # A module a file names: importing it leaves a file behind, so a test sees whether it was imported.
@@ -167,7 +167,7 @@ def test_every_entry_point_that_reads_a_record_reads_it_by_the_one_rule(tmp_path
     a W&B project, a storage path and an output directory elsewhere: every one refuses in one line
     and exit 2 (dsac-plot, which imports and contacts nothing, draws it as data), nothing is
     imported, nothing connects, nothing is written elsewhere. All in one process."""
-    from dsac.files import load_weights, save_weights
+    from dsac.formats.files import load_weights, save_weights
 
     listener = Listener()
     address = f"127.0.0.1:{listener.port}"
@@ -296,7 +296,7 @@ def test_dsac_plot_refuses_a_run_it_cannot_read_in_one_line(tmp_path, capsys, mo
         "many rows": ("{}", good * 3, "progress.jsonl has more than 5 rows, more than a run writes"),
     }
     # The row bound (1,000,000) made small: a file of a million tiny rows takes seconds to read.
-    monkeypatch.setattr("dsac.curves.MAX_PROGRESS_ROWS", 5)
+    monkeypatch.setattr("dsac.output.curves.MAX_PROGRESS_ROWS", 5)
     for name, (config, rows, message) in cases.items():
         run = tmp_path / name.replace(" ", "_")
         run.mkdir()

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from dsac.errors import DsacError
-from dsac.messages import Chunk, LearnerOrders, LearnerReport
-from dsac.replay import RateLimiter, ReplayStorage, check_fits_in_memory, field_specs, storage_bytes
+from dsac.replay.buffer import RateLimiter, ReplayStorage, check_fits_in_memory, field_specs, storage_bytes
+from dsac.runtime.messages import Chunk, LearnerOrders, LearnerReport
 
 SPECS = field_specs((3,), np.float32, (1,), np.float32)
 # A waiting call must be answered by the other side's move, not by its wait cap. An answer

@@ -4,8 +4,8 @@ reset observation is never stored as a next_obs."""
 import numpy as np
 import pytest
 
-from dsac.evaluation import EvaluationBudget, evaluate
-from dsac.rollout import EnvCollector
+from dsac.envs.rollout import EnvCollector
+from dsac.runtime.evaluation import EvaluationBudget, evaluate
 
 
 def random_actor(space, seed=0):

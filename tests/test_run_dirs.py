@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from conftest import REPO_ROOT, run_in_one_process
 
-from dsac.checkpoints import write_checkpoint
 from dsac.errors import DsacError
-from dsac.files import (
+from dsac.formats.checkpoints import write_checkpoint
+from dsac.formats.files import (
     RUN_FILES,
     RUN_FOLDERS,
     append_jsonl,
@@ -66,7 +66,7 @@ def test_the_write_primitives_never_follow_a_symlink(tmp_path):
     (run / "tb").symlink_to(target / "folder")
     with pytest.raises(DsacError, match="is a symlink"):
         real_dir(str(run / "tb"))
-    from dsac.tensorboard_log import TensorBoardLog
+    from dsac.output.tensorboard_log import TensorBoardLog
 
     with pytest.raises(DsacError, match="tb is a symlink"):
         TensorBoardLog(str(run / "tb"))
@@ -141,7 +141,7 @@ def test_resume_and_restore_refuse_a_run_directory_with_a_planted_symlink_and_a_
 def test_a_fifo_planted_for_a_file_dsac_writes_is_refused_not_waited_on(tmp_path):
     """A FIFO under a name dsac appends to (progress.jsonl) would block the first write for good:
     the run directory is refused in one line, and the write itself fails at once."""
-    from dsac.files import check_run_dir, open_for_writing
+    from dsac.formats.files import check_run_dir, open_for_writing
 
     run = tmp_path / "run"
     run.mkdir()
@@ -164,7 +164,7 @@ def test_a_json_or_yaml_file_dsac_parses_takes_a_bounded_memory(tmp_path):
     documents within the limits (JSON_LIMIT of empty lists or dicts, YAML_LIMIT of flow lists,
     scalars or one-pair mappings) are parsed, then refused as flags, within the bound
     docs/safety.md states. One process for all; the first program (a small file) is the baseline."""
-    from dsac.files import JSON_LIMIT, YAML_LIMIT
+    from dsac.formats.files import JSON_LIMIT, YAML_LIMIT
 
     documents = {
         "small.json": '{"nonsense_flag": 1}',

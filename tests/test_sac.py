@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from dsac.algorithms.sac.learner import sac_losses
 from dsac.algorithms.sac.policy import SACPolicy
-from dsac.build import make_learner
 from dsac.config import Config
+from dsac.runtime.build import make_learner
 from dsac.weights import TensorFlowVariables
 
 

@@ -1,15 +1,15 @@
-"""Learning-rate schedules (dsac.schedules): their text, their checks, a real learner's optimizer
+"""Learning-rate schedules (dsac.settings.schedules): their text, their checks, a real learner's optimizer
 stepping along one, and a checkpoint that continues it (and a restored run taking its own lr)."""
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from dsac import schedules
-from dsac.build import make_learner
 from dsac.config import Config
 from dsac.errors import DsacError
-from dsac.learning import UpdateLoop
+from dsac.runtime.build import make_learner
+from dsac.runtime.learning import UpdateLoop
+from dsac.settings import schedules
 
 RNG = np.random.default_rng(0)
 

@@ -21,7 +21,7 @@ def test_a_submitted_job_uploads_neither_tracker_stores_nor_tune_results_nor_sec
     from dsac.submit import runtime_env
 
     checkout = tmp_path / "checkout"
-    kept = ["launch.py", "requirements.txt", "dsac/__init__.py", "dsac/envs.py", "docs/guide.md", "my_envs.py"]
+    kept = ["launch.py", "requirements.txt", "dsac/__init__.py", "dsac/envs/make.py", "docs/guide.md", "my_envs.py"]
     left_out = ["mlflow.db", "mlruns/0/meta.yaml", "mlartifacts/1/a/weights.pkl", "wandb/offline-run-1/run.wandb",
                 "tune_results/dsac_tune/experiment_state.json", ".env", ".env.local", "cluster.pem", "tls/server.key",
                 ".netrc", "runs/sac-Pendulum/config.json", "sub/.env"]
@@ -64,7 +64,7 @@ def test_a_submitted_job_uploads_neither_tracker_stores_nor_tune_results_nor_sec
     (None, None),
 ])
 def test_redact_uri_hides_userinfo_passwords_and_credential_params(uri, shown):
-    from dsac.redaction import redact_text, redact_uri
+    from dsac.formats.redaction import redact_text, redact_uri
 
     assert redact_uri(uri) == shown
     if uri:  # a library's message quoting the URI it was given
@@ -211,8 +211,8 @@ def test_the_health_check_never_raises_and_never_shows_a_secret():
     """Each hostile URI, through the check a run and dsac-tune make before Ray starts: one line,
     a DsacError, the URI shown redacted, and no part of the password in it."""
     from dsac.errors import DsacError
-    from dsac.redaction import redact_uri
-    from dsac.trackers import check_mlflow_uri
+    from dsac.formats.redaction import redact_uri
+    from dsac.output.trackers import check_mlflow_uri
 
     for uri in HOSTILE_MLFLOW_URIS:
         with pytest.raises(DsacError) as caught:

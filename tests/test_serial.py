@@ -53,7 +53,7 @@ def test_num_workers_0_is_the_serial_runner_and_ray_only_flags_are_refused():
 
 def test_local_trainer_trains_saves_and_restores_without_ray(tmp_path):
     from dsac import Trainer
-    from dsac.checkpoints import read_checkpoint
+    from dsac.formats.checkpoints import read_checkpoint
 
     config = {"env": "Pendulum-v1", "eval_every": 500, "eval_episodes": 1, "seed": 3, "learning_starts": 300,
               "start_steps": 300, "steps_per_iteration": 500, "model": {"fcnet_hiddens": [32, 32]},

@@ -177,7 +177,7 @@ def test_a_tracking_server_gets_the_run_and_losing_it_costs_only_the_tracking(tm
     import logging
 
     from dsac.config import Config
-    from dsac.trackers import Trackers
+    from dsac.output.trackers import Trackers
 
     os.makedirs(tmp_path / "second")
     config = Config(mlflow=uri).validate()

@@ -100,8 +100,8 @@ def test_a_default_replay_of_frames_is_sized_to_the_memory_there_is(caplog):
 
     import gymnasium as gym
 
-    from dsac.preparation import image_buffer_size
-    from dsac.replay import replay_specs
+    from dsac.replay.buffer import replay_specs
+    from dsac.runtime.preparation import image_buffer_size
 
     config = Config(algo="sac", env="CarRacing-v3").validate()
     actions = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
@@ -122,8 +122,8 @@ def test_image_preprocessing_of_other_envs_follows_the_flags_and_old_weights_fil
     ``--preprocess_images false`` keeps the raw frames; small images (Catch's 10x5) are left
     alone; a weights file from before the setting existed (no ``preprocess_images`` in its
     settings) rebuilds its env with raw frames, as its network was trained."""
-    from dsac.atari import FrameSettings
-    from dsac.envs import make_env
+    from dsac.envs.atari import FrameSettings
+    from dsac.envs.make import make_env
 
     def shape(env_id="CarRacing-v3", **flags):
         config = Config(algo="sac", env=env_id, **flags).validate()
@@ -149,8 +149,8 @@ def test_large_images_get_the_algorithms_image_defaults_and_flags_override_them(
     can keep up with, for the fields no flag set; small images and vector envs keep theirs."""
     import logging
 
-    from dsac.preparation import prepare
-    from dsac.registry import algorithm
+    from dsac.runtime.preparation import prepare
+    from dsac.settings.registry import algorithm
 
     kwargs = {} if algo == "sac" else {"continuous": False}  # CarRacing's discrete variant for DQN
     spec = algorithm(algo)
@@ -172,8 +172,8 @@ def test_sac_image_encoder_is_trained_by_the_critics_only_and_acts_the_same_in_n
 
     from dsac.algorithms.sac.learner import sac_losses
     from dsac.algorithms.sac.policy import SACPolicy
-    from dsac.build import make_learner
     from dsac.policy import check_weights
+    from dsac.runtime.build import make_learner
 
     config = Config(algo="sac", fcnet_hiddens=[16], conv_filters=[[8, 4, 2], [8, 3, 2]]).validate()
     observations = gym.spaces.Box(0, 255, (3, 32, 32, 3), np.uint8)  # 3 stacked RGB frames
@@ -211,7 +211,7 @@ def test_dqn_priorities_reuse_the_q_values_computed_while_acting():
     acting (looked up by the observation's content) and forward only the distinct observations
     it never acted on; they equal the priorities computed from scratch under the same weights."""
     from dsac.algorithms.dqn.policy import DQNPolicy, content_key
-    from dsac.rollout import EnvCollector
+    from dsac.envs.rollout import EnvCollector
 
     collector = EnvCollector("examples.catch:Catch", num_envs=2, seed=0, n_step=3)
     config = Config(algo="dqn", fcnet_hiddens=[16]).validate()

@@ -24,7 +24,7 @@ def _equal(a_vars, b_vars) -> bool:
 
 
 def test_set_weights_brings_the_targets_of_what_it_was_given():
-    from dsac.build import make_learner
+    from dsac.runtime.build import make_learner
 
     env = gym.make("CartPole-v1")
     learner = make_learner(Config(algo="dqn", env="CartPole-v1", fcnet_hiddens=[16]).validate(), env.observation_space,

@@ -28,7 +28,7 @@ from dsac.distributed import board_format as fmt
 from dsac.distributed import weights_board as wb
 from dsac.distributed.actors import ParameterServer
 from dsac.distributed.weights_client import BOARD_CHECK_EVERY, WeightsClient, open_board
-from dsac.messages import LearnerReport
+from dsac.runtime.messages import LearnerReport
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """What an algorithm gives the rest of dsac: an :class:`Algorithm`, defined by its own package
-(``dsac/algorithms/<name>/__init__.py``) and found by name through :mod:`dsac.registry`.
+(``dsac/algorithms/<name>/__init__.py``) and found by name through :mod:`dsac.settings.registry`.
 
 The Ray wiring, the env checks, inference and export ask the algorithm what they need — its
 policy class (whose acting network, :class:`dsac.models.acting_net.ActingNet`, export serves),
@@ -31,7 +31,7 @@ class Algorithm:
         atari_defaults: what differs from ``defaults`` when ``--env`` is an ALE game.
         image_defaults: what differs from ``defaults`` for other envs whose observations are
             images of side >= ``LARGE_IMAGE_SIDE`` (a conv encoder a CPU learner pays tens of
-            milliseconds an update for); applied by :func:`dsac.preparation.prepare`, which
+            milliseconds an update for); applied by :func:`dsac.runtime.preparation.prepare`, which
             knows the observation space, to the fields no flag set.
     """
 

@@ -26,7 +26,7 @@ ADAM_EPSILON = 1e-8
 class Learner:
     """An algorithm's learner: ``learn_on_batch(es)``, the split ``compute_gradients`` /
     ``apply_gradients`` of data-parallel learners, and its weights and state. Updates are counted
-    once, by :class:`dsac.learning.UpdateLoop` (the optimizers count their own steps)."""
+    once, by :class:`dsac.runtime.learning.UpdateLoop` (the optimizers count their own steps)."""
 
     STATS: tuple[str, ...] = ()
     _weights: dict | None = None  # the acting weights as of the last update, fetched when asked
@@ -144,7 +144,7 @@ class Learner:
 
     def get_state(self) -> dict[str, np.ndarray]:
         """Networks, targets and optimizer state, by name, for checkpoints; the update count is
-        the :class:`dsac.learning.UpdateLoop`'s."""
+        the :class:`dsac.runtime.learning.UpdateLoop`'s."""
         return self.state.get_weights()
 
     def set_state(self, state: dict[str, np.ndarray]) -> None:

@@ -19,10 +19,11 @@ import numpy as np
 import psutil
 import ray
 
-from dsac import build
 from dsac.distributed.board_writer import BoardLoop
 from dsac.distributed.topology import describe_process
-from dsac.messages import (
+from dsac.replay.buffer import check_fits_in_memory, storage_bytes
+from dsac.runtime import build
+from dsac.runtime.messages import (
     Chunk,
     Grant,
     Latest,
@@ -32,7 +33,6 @@ from dsac.messages import (
     SampledBatches,
     ShardStats,
 )
-from dsac.replay import check_fits_in_memory, storage_bytes
 
 log = logging.getLogger("dsac")
 
@@ -70,8 +70,8 @@ def process_id() -> str:
 
 @ray.remote
 class ReplayBuffer:
-    """A replay shard: a :class:`dsac.replay.Replay` of ``capacity`` transitions of ``specs``
-    (``options``: :func:`dsac.build.replay`'s; a resumed run's ``restore`` is a :meth:`snapshot`)
+    """A replay shard: a :class:`dsac.replay.buffer.Replay` of ``capacity`` transitions of ``specs``
+    (``options``: :func:`dsac.runtime.build.replay`'s; a resumed run's ``restore`` is a :meth:`snapshot`)
     whose callers wait — a writer over its budget, a learner ahead of the ratio — up to
     ``max_wait_s`` (then they look at the stop flag), waiting writers first come first served."""
 
@@ -184,7 +184,7 @@ class ReplayBuffer:
         return self.replay.storage.state_dict()
 
     async def resume(self, added_before: int, insert_limit: int | None, snapshot: dict | None = None) -> None:
-        """After a restart: :meth:`dsac.replay.Replay.resume`, and every waiting caller woken."""
+        """After a restart: :meth:`dsac.replay.buffer.Replay.resume`, and every waiting caller woken."""
         async with self.changed:
             self.replay.resume(added_before, insert_limit, snapshot)
             self.changed.notify_all()

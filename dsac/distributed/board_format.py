@@ -14,7 +14,7 @@ Two files per run and node, named after the board:
   "report"}`` (the learner's report as the list of its fields), then each array's raw
   little-endian bytes at the next multiple of :data:`ALIGN`. A reader checks the sizes
   against the mapped file before it copies, the checksum after, and the dtypes (numeric
-  only: :data:`dsac.safe_pickle.DTYPES`), shapes and offsets against the copy before any
+  only: :data:`dsac.formats.safe_pickle.DTYPES`), shapes and offsets against the copy before any
   array is made.
 """
 
@@ -28,8 +28,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from dsac.messages import LearnerReport
-from dsac.safe_pickle import DTYPES, MAX_NDIM
+from dsac.formats.safe_pickle import DTYPES, MAX_NDIM
+from dsac.runtime.messages import LearnerReport
 
 MAGIC = b"dsacwb02"
 # magic, sequence, version, data file id, payload bytes, heartbeat (time.monotonic(): one clock
@@ -106,7 +106,7 @@ def encode(version: int, weights, report) -> Encoded:
 
     Raises:
         TypeError: weights that are not a dict of numeric arrays by string names, or a report
-            that is not a :class:`dsac.messages.LearnerReport`.
+            that is not a :class:`dsac.runtime.messages.LearnerReport`.
     """
     arrays = _arrays(weights)
     if report is not None and not isinstance(report, LearnerReport):

@@ -15,8 +15,8 @@ import dsac
 from dsac.distributed import ray_private
 from dsac.distributed.recovery import ray_error_line
 from dsac.errors import DsacError
-from dsac.preparation import in_ray_job
-from dsac.redaction import redact_text, redact_uri
+from dsac.formats.redaction import redact_text, redact_uri
+from dsac.runtime.preparation import in_ray_job
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(dsac.__file__)))
 log = logging.getLogger("dsac")

@@ -1,8 +1,8 @@
 """The driver: the coordinator of a distributed run. It checks the input, starts or joins Ray
 (``cluster.py``), builds the system (``system.py``), and then steps it: reads what the
 actors report, has ``recovery.py`` repair what died, and hands results to the
-:class:`dsac.recorder.Recorder`, which writes every file on the driver's filesystem.
-``launch.py`` (through :func:`dsac.run_loop.run_until_stopped`) and ``Trainer.train`` drive the same ``step()``.
+:class:`dsac.output.recorder.Recorder`, which writes every file on the driver's filesystem.
+``launch.py`` (through :func:`dsac.runtime.run_loop.run_until_stopped`) and ``Trainer.train`` drive the same ``step()``.
 
 Everything that can be checked without Ray and TensorFlow is checked first, so a typo costs
 about a second, not a cluster start-up.
@@ -19,20 +19,20 @@ from collections import deque
 
 import ray
 
-from dsac import cpu
-from dsac.checkpoints import read_checkpoint
 from dsac.config import Config
 from dsac.distributed.cluster import connect_ray, ship_user_code
 from dsac.distributed.recovery import LearnerCheckpoint, Recovery, process_died, ray_error_line
 from dsac.distributed.system import System, Tasks
 from dsac.distributed.topology import plan_here
 from dsac.errors import DsacError
-from dsac.messages import LearnerState, Reports, ShardStats
-from dsac.preparation import Prepared, check_resume_state, prepare
-from dsac.recorder import Recorder, custom_metric_means
-from dsac.registry import callbacks_for
-from dsac.replay import replay_specs, storage_bytes
-from dsac.run_loop import Step, run_status
+from dsac.formats.checkpoints import read_checkpoint
+from dsac.output.recorder import Recorder, custom_metric_means
+from dsac.replay.buffer import replay_specs, storage_bytes
+from dsac.runtime import cpu
+from dsac.runtime.messages import LearnerState, Reports, ShardStats
+from dsac.runtime.preparation import Prepared, check_resume_state, prepare
+from dsac.runtime.run_loop import Step, run_status
+from dsac.settings.registry import callbacks_for
 
 log = logging.getLogger("dsac")
 
@@ -48,11 +48,11 @@ class DistributedRun:
     ``stop()`` shuts everything down gracefully and saves the final weights.
 
     Args:
-        prepared: what :func:`dsac.preparation.prepare` checked.
+        prepared: what :func:`dsac.runtime.preparation.prepare` checked.
         started_at: ``time.time()`` the run counts its wall seconds from.
         insert_limit: no collection past this many transitions (None: unbounded).
         initial_weights: the learner's starting weights (``--init_weights``), or None.
-        checkpoint: a resumed run's checkpoint (:func:`dsac.checkpoints.read_checkpoint`), or None.
+        checkpoint: a resumed run's checkpoint (:func:`dsac.formats.checkpoints.read_checkpoint`), or None.
     """
 
     def __init__(self, prepared: Prepared, started_at: float, insert_limit: int | None = None,
@@ -321,7 +321,7 @@ def workers_per_node(placements: dict[str, str]) -> dict[str, int]:
 
 
 def cpu_section(learner_cpu: dict | None, task_results: dict[str, object]) -> dict:
-    """The roles' CPU by part (:func:`dsac.cpu.section`): the learner's from its last report,
+    """The roles' CPU by part (:func:`dsac.runtime.cpu.section`): the learner's from its last report,
     the rollout workers' and the evaluator's from what their tasks returned (a task that was
     cancelled counts none, a restarted one only its last process), and this driver's."""
     results = [r for r in task_results.values() if isinstance(r, dict) and "cpu" in r]

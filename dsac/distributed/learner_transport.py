@@ -1,4 +1,4 @@
-"""The learner task's ports on Ray, around the Ray-free :class:`dsac.roles.Learn` loop: the
+"""The learner task's ports on Ray, around the Ray-free :class:`dsac.runtime.roles.Learn` loop: the
 replay shards' batches in and priorities back (:class:`ShardedSampler`), weights and state out
 (:class:`LearnerTransport`), and with several learners the gradients averaged
 (:class:`GradientSync`, the learner's side of
@@ -15,8 +15,8 @@ import numpy as np
 import ray
 
 from dsac.distributed.gradient_averager import REGROUP
-from dsac.learning import UpdateLoop
-from dsac.messages import LearnerOrders, LearnerReport
+from dsac.runtime.learning import UpdateLoop
+from dsac.runtime.messages import LearnerOrders, LearnerReport
 
 # How long a learner waits for the gradient averager to come back after its process died,
 # and how often it tries to rejoin meanwhile.
@@ -142,7 +142,7 @@ def weights_digest(weights: dict[str, np.ndarray]) -> str:
 
 
 class LearnerTransport:
-    """The learner's weights sink on Ray (see :mod:`dsac.roles`): weights pushed to
+    """The learner's weights sink on Ray (see :mod:`dsac.runtime.roles`): weights pushed to
     the parameter server (not waited for: the next push collects the reply and its stop flag),
     the full state to the run monitor when its reply to the last push's report asked for it.
 

@@ -13,10 +13,10 @@ import time
 
 import ray
 
-from dsac.build import EnvRestartBudget
 from dsac.distributed.actors import hot_path, process_id
 from dsac.distributed.topology import describe_process
-from dsac.messages import Evaluation, FinishedEpisode, LearnerReport, LearnerState, Placement
+from dsac.runtime.build import EnvRestartBudget
+from dsac.runtime.messages import Evaluation, FinishedEpisode, LearnerReport, LearnerState, Placement
 
 
 @ray.remote

@@ -15,8 +15,8 @@ from typing import NamedTuple
 
 import ray
 
-from dsac.envs import EnvCrashed, env_restart_message
-from dsac.replay import per_shard
+from dsac.envs.make import EnvCrashed, env_restart_message
+from dsac.replay.buffer import per_shard
 
 log = logging.getLogger("dsac")
 
@@ -188,8 +188,8 @@ class LearnerCheckpoint(NamedTuple):
 
 def ray_error_line(exc: BaseException) -> str:
     """An exception from Ray (or the error under a Ray task error) as ``Type: last line``: Ray
-    puts the traceback first. An env that raised (:class:`dsac.envs.EnvCrashed`) is the env's
-    own error, as :func:`dsac.envs.one_line` gives it."""
+    puts the traceback first. An env that raised (:class:`dsac.envs.make.EnvCrashed`) is the env's
+    own error, as :func:`dsac.envs.make.one_line` gives it."""
     cause = getattr(exc, "cause", None) or exc
     if isinstance(cause, EnvCrashed):
         return str(cause)

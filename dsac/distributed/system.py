@@ -14,8 +14,6 @@ import uuid
 
 import ray
 
-from dsac import build
-from dsac.build import role_seeds
 from dsac.config import Config
 from dsac.distributed.actors import ParameterServer, ReplayBuffer
 from dsac.distributed.board_files import remove_boards
@@ -24,9 +22,11 @@ from dsac.distributed.monitor import RunMonitor
 from dsac.distributed.tasks import evaluator, learner, learner_role, rollout_worker
 from dsac.distributed.topology import SOFT_ACTOR_CPUS, ResourcePlan
 from dsac.distributed.weights_cache import WeightsCache
-from dsac.evaluation import PROGRESS_EVERY_S
-from dsac.messages import Latest, LearnerState, Reports, ShardStats
-from dsac.replay import per_shard, replay_specs
+from dsac.replay.buffer import per_shard, replay_specs
+from dsac.runtime import build
+from dsac.runtime.build import role_seeds
+from dsac.runtime.evaluation import PROGRESS_EVERY_S
+from dsac.runtime.messages import Latest, LearnerState, Reports, ShardStats
 
 log = logging.getLogger("dsac")
 

@@ -1,5 +1,5 @@
 """The three kinds of Ray task — rollout worker, learner, evaluator — around the loops of
-:mod:`dsac.roles` (the serial runner runs the same ones), wired to the actors by the Ray side of
+:mod:`dsac.runtime.roles` (the serial runner runs the same ones), wired to the actors by the Ray side of
 the roles' ports: :class:`ShardWriter`, :class:`MonitorReports`,
 :class:`~dsac.distributed.weights_client.WeightsClient` and the learner's
 :mod:`~dsac.distributed.learner_transport`. Every remote call carries a batch: a chunk of
@@ -15,10 +15,10 @@ import ray
 from dsac.distributed.learner_transport import GradientSync, LearnerTransport, ShardedSampler, weights_digest
 from dsac.distributed.topology import describe_process
 from dsac.distributed.weights_client import IDLE_SLEEP_S, POLL_WHILE_WAITING_S, WeightsClient
-from dsac.learning import NonFiniteUpdates
-from dsac.messages import Grant, Placement
-from dsac.registry import callbacks_for
-from dsac.roles import Collect, Evaluate, Learn, learner_loop
+from dsac.runtime.learning import NonFiniteUpdates
+from dsac.runtime.messages import Grant, Placement
+from dsac.runtime.roles import Collect, Evaluate, Learn, learner_loop
+from dsac.settings.registry import callbacks_for
 
 # The evaluator's pull waits this long for new weights: it wakes on each version, so a long
 # wait only spares an idle evaluator calls that bring nothing.
@@ -26,7 +26,7 @@ EVALUATOR_WAIT_S = 1.0
 
 
 class ShardWriter:
-    """A rollout worker's replay writer (see :mod:`dsac.roles`): add calls on its shard."""
+    """A rollout worker's replay writer (see :mod:`dsac.runtime.roles`): add calls on its shard."""
 
     def __init__(self, replay, index: int):
         self.replay, self.index = replay, index
@@ -44,7 +44,7 @@ class ShardWriter:
 
 
 class MonitorReports:
-    """A task's reports sink (see :mod:`dsac.roles`): the run monitor, which keeps the run-wide
+    """A task's reports sink (see :mod:`dsac.runtime.roles`): the run monitor, which keeps the run-wide
     budget of env rebuilds."""
 
     def __init__(self, monitor):
@@ -67,7 +67,7 @@ class MonitorReports:
 @ray.remote
 def rollout_worker(index: int, config, replay, ps, monitor, seed: int, num_shards: int = 1,
                    chunk_seconds: float | None = None, weights_board: str | None = None) -> dict:
-    """Rollout worker ``index``'s :class:`dsac.roles.Collect` loop, on its ``replay`` shard (the
+    """Rollout worker ``index``'s :class:`dsac.runtime.roles.Collect` loop, on its ``replay`` shard (the
     run's env steps estimated from it), its node's weights board where this machine has it (else
     the parameter server) and the run ``monitor``. Returns its counters and CPU seconds by part."""
     cpu_started = time.process_time()
@@ -97,7 +97,7 @@ def learner_role(index: int, num_learners: int) -> str:
 def learner(config, observation_space, action_space, shards: list, ps, monitor, seed: int, num_gpus: float,
             num_cpus: float, initial_weights: dict | None = None, initial_state: dict | None = None,
             index: int = 0, averager=None) -> dict:
-    """The :class:`dsac.roles.Learn` loop on batches from its replay ``shards``, from
+    """The :class:`dsac.runtime.roles.Learn` loop on batches from its replay ``shards``, from
     ``initial_weights`` (``--init_weights``) or a resumed run's ``initial_state``. With several
     learners (``averager`` given), learner ``index`` trains on its own shards and every update is
     the mean of all learners' gradients."""
@@ -132,7 +132,7 @@ def learner(config, observation_space, action_space, shards: list, ps, monitor, 
 @ray.remote
 def evaluator(config, observation_space, action_space, ps, monitor, seed: int,
               weights_board: str | None = None) -> dict:
-    """The :class:`dsac.roles.Evaluate` loop (its budget a share of the cluster's CPUs), then the
+    """The :class:`dsac.runtime.roles.Evaluate` loop (its budget a share of the cluster's CPUs), then the
     final weights' evaluation; weights from its node's board where this machine has it, else by
     waiting pulls. Returns its number of ``evaluations`` and CPU seconds by part (``cpu``)."""
     monitor.report_placement.remote(Placement("evaluator", **describe_process()))

@@ -12,7 +12,7 @@ import ray
 
 from dsac.distributed import ray_private
 from dsac.errors import DsacError
-from dsac.replay import per_shard
+from dsac.replay.buffer import per_shard
 
 # What the evaluator asks for: it runs a few numpy episodes every --eval_every steps.
 EVALUATOR_CPUS = 0.1

@@ -24,7 +24,7 @@ import ray
 from dsac.distributed.actors import MAX_PULL_WAIT_S, process_id
 from dsac.distributed.board_writer import BoardLoop
 from dsac.distributed.topology import describe_process
-from dsac.envs import one_line
+from dsac.envs.make import one_line
 
 log = logging.getLogger("dsac")
 

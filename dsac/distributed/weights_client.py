@@ -13,7 +13,7 @@ import ray
 
 from dsac.distributed.board_format import STALE_S
 from dsac.distributed.board_reader import BoardReader
-from dsac.messages import LearnerReport, PullReply
+from dsac.runtime.messages import LearnerReport, PullReply
 
 log = logging.getLogger("dsac")
 

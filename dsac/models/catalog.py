@@ -85,7 +85,7 @@ def torso(obs: ObsInput, model):
     """``(inputs, features)``: the network's input and its shared torso — the conv encoder for
     image observations (then the MLP), the MLP for flat ones. Layer names are stable
     (``conv_<i>``, ``hidden_<i>``). ``model``: the model section
-    (:class:`dsac.settings.ModelSettings`)."""
+    (:class:`dsac.settings.sections.ModelSettings`)."""
     import keras
 
     inputs = keras.Input(shape=obs.input_shape, dtype=obs.input_dtype, name="inputs")
@@ -100,7 +100,7 @@ def torso(obs: ObsInput, model):
 
 def build_model(input_dim: int, output_dim: int, model, name: str):
     """The network ``name`` (e.g. ``actor``, ``q1``) from the model section ``model``
-    (:class:`dsac.settings.ModelSettings`)."""
+    (:class:`dsac.settings.sections.ModelSettings`)."""
     if not model.custom_model:
         return build_mlp(input_dim, list(model.fcnet_hiddens), output_dim, name, model.fcnet_activation)
     builder = resolve_builder(model.custom_model, model.custom_models)

@@ -15,7 +15,7 @@ class KerasForward:
     Args:
         input_dim: the flat input size, or an :class:`dsac.models.vision.ObsInput` (images).
         output_dim: the flat output size.
-        model: the model section (:class:`dsac.settings.ModelSettings`).
+        model: the model section (:class:`dsac.settings.sections.ModelSettings`).
         name: the network's name (``actor``, ``q``); also the prefix of its weight names.
         build: the builder to use, ``build(input_dim, output_dim, model, name)``
             (default: the catalog's :func:`build_model`).
@@ -23,7 +23,7 @@ class KerasForward:
     """
 
     def __init__(self, input_dim, output_dim: int, model, name: str, build=build_model, verbose: bool = False):
-        from dsac.tf_setup import import_tensorflow
+        from dsac.runtime.tf_setup import import_tensorflow
 
         tf = import_tensorflow(verbose)
         from dsac.weights import TensorFlowVariables

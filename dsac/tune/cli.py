@@ -15,8 +15,8 @@ import os
 import sys
 from types import SimpleNamespace
 
-from dsac.coercion import non_negative_ints, optional_positive, positive_ints, positive_numbers
 from dsac.errors import DsacError, quiet_when_the_reader_leaves
+from dsac.settings.coercion import non_negative_ints, optional_positive, positive_ints, positive_numbers
 from dsac.tune.trainable import METRIC
 
 log = logging.getLogger("dsac")
@@ -73,8 +73,8 @@ def ending_only_started(callback_class, started: str):
 
 def tracker_callbacks(wandb_project: str | None, mlflow_uri: str | None) -> list:
     """Tune's logger callbacks for ``--wandb``/``--mlflow`` (checked first as a lone run's are:
-    :func:`dsac.trackers.check_trackers`); every trial is one tracker run, logged from the driver."""
-    from dsac.trackers import check_trackers, mlflow_client_uri, mlflow_defaults, mlflow_experiment
+    :func:`dsac.output.trackers.check_trackers`); every trial is one tracker run, logged from the driver."""
+    from dsac.output.trackers import check_trackers, mlflow_client_uri, mlflow_defaults, mlflow_experiment
 
     check_trackers(SimpleNamespace(wandb=wandb_project, mlflow=mlflow_uri))
     callbacks = []
@@ -100,7 +100,7 @@ ASHA_MAX_T = 10**12
 
 
 def check_scheduler_options(grace_period, reduction_factor, perturbation_interval) -> None:
-    """The schedulers' numbers (:func:`dsac.coercion`'s checks): ``grace_period`` and
+    """The schedulers' numbers (:func:`dsac.settings.coercion`'s checks): ``grace_period`` and
     ``perturbation_interval`` finite and positive, ``reduction_factor`` finite and above 1."""
     options = SimpleNamespace(grace_period=grace_period, perturbation_interval=perturbation_interval,
                               reduction_factor=reduction_factor)
@@ -156,8 +156,8 @@ def run(args) -> tuple[str, str]:
     """The search; returns the best config file's path and the best weights' path."""
     import ray
 
-    from dsac.files import check_writable_dir
-    from dsac.redaction import redact_text
+    from dsac.formats.files import check_writable_dir
+    from dsac.formats.redaction import redact_text
     from dsac.tune.space import read_space
 
     check_options(args)
@@ -245,7 +245,7 @@ def search(space: dict, *, storage_path: str, name: str, scheduler=None, metric:
 def write_best(results, metric: str, experiment_dir: str) -> tuple[str, str]:
     """The best trial's flags as ``best_config.yaml`` in ``experiment_dir`` (a file
     ``launch.py --config`` takes); returns its path and the best trial's weights' path."""
-    from dsac.files import atomic_write_bytes
+    from dsac.formats.files import atomic_write_bytes
 
     try:
         best = results.get_best_result(metric=metric, mode="max", scope="last")
@@ -259,10 +259,10 @@ def write_best(results, metric: str, experiment_dir: str) -> tuple[str, str]:
 
 def best_config_text(flags: dict) -> str:
     """``best_config.yaml``'s text: the trial's flags, every URI's credentials hidden
-    (:func:`dsac.redaction.redact_value`) and a comment naming the flags to type again."""
+    (:func:`dsac.formats.redaction.redact_value`) and a comment naming the flags to type again."""
     import yaml
 
-    from dsac.redaction import redact_value
+    from dsac.formats.redaction import redact_value
 
     shown = redact_value(flags)
     hidden = sorted(key for key in flags if shown[key] != flags[key])

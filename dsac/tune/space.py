@@ -20,9 +20,9 @@ are left out, and each of its values is one fixed value (a record holds no distr
 from __future__ import annotations
 
 from dsac.config import Config, file_values
-from dsac.envs import make_env
+from dsac.envs.make import make_env
 from dsac.errors import DsacError
-from dsac.records import is_record, read_mapping
+from dsac.settings.records import is_record, read_mapping
 
 KINDS = ("grid", "choice", "uniform", "loguniform")
 

@@ -26,8 +26,8 @@ import time
 from ray import tune
 
 from dsac.config import Config
-from dsac.files import write_json
-from dsac.trainer import Trainer
+from dsac.formats.files import write_json
+from dsac.runtime.trainer import Trainer
 
 # The evaluation's result key, carried in every result so that Tune's metric is always there.
 METRIC = "eval_return_mean"

@@ -9,7 +9,7 @@ import gymnasium as gym
 from dsac.algorithms import Algorithm
 from dsac.algorithms.crossq.policy import CrossQPolicy
 from dsac.algorithms.sac import check_spaces as check_sac_spaces
-from dsac.envs import is_flat_box
+from dsac.envs.make import is_flat_box
 from dsac.errors import DsacError
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsac.algorithms.sac.config import MaxEntropySettings
-from dsac.coercion import in_half_open_unit_interval, positive_ints
 from dsac.errors import DsacError
-from dsac.settings import setting
+from dsac.settings.coercion import in_half_open_unit_interval, positive_ints
+from dsac.settings.sections import setting
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ paper's quantities as names; the noise is an argument. Calling a network with ``
 moves its batch renormalization's running statistics (:mod:`dsac.algorithms.crossq.networks`),
 so the losses are pure but for those statistics, as in the paper.
 
-One update, from :meth:`dsac.learning.UpdateLoop.step`: ``CrossQLearner.learn_on_batches`` runs
+One update, from :meth:`dsac.runtime.learning.UpdateLoop.step`: ``CrossQLearner.learn_on_batches`` runs
 the base's compiled loop (:mod:`dsac.algorithms.learner`), whose ``_step`` calls
 :meth:`CrossQLearner._gradients_of` (the critics' gradients every update; the actor's and the
 temperature's every ``policy_delay``-th) and, when every gradient is finite,
@@ -92,9 +92,9 @@ class CrossQLearner(Learner):
         algorithm: the algorithm section (:class:`dsac.algorithms.crossq.config.CrossQSettings`:
             gamma, init_alpha, target_entropy, critic_hiddens, policy_delay, batch_norm_momentum,
             renorm_warmup_steps, adam_beta1).
-        model: the model section (:class:`dsac.settings.ModelSettings`: the actor's layers).
+        model: the model section (:class:`dsac.settings.sections.ModelSettings`: the actor's layers).
         learning_rate: every optimizer's, a number or a Keras schedule
-            (:func:`dsac.schedules.keras_learning_rate`).
+            (:func:`dsac.settings.schedules.keras_learning_rate`).
         seed: seeds network initialization and the update's noise.
         xla: compile the update loop with XLA (``--learner_xla``).
     """

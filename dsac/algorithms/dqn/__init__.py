@@ -8,7 +8,7 @@ import numpy as np
 
 from dsac.algorithms import Algorithm
 from dsac.algorithms.dqn.policy import DQNPolicy
-from dsac.envs import require_box_observation
+from dsac.envs.make import require_box_observation
 from dsac.errors import DsacError
 
 

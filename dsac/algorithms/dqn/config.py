@@ -6,15 +6,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dsac.coercion import in_half_open_unit_interval, in_unit_interval, positive_ints, positive_numbers
 from dsac.errors import DsacError
 from dsac.models.sizes import check_num_atoms
-from dsac.settings import AlgorithmSettings, setting
+from dsac.settings.coercion import in_half_open_unit_interval, in_unit_interval, positive_ints, positive_numbers
+from dsac.settings.sections import AlgorithmSettings, setting
 
 
 @dataclass(frozen=True)
 class DQNSettings(AlgorithmSettings):
-    """DQN's settings: the shared ones (:class:`dsac.settings.AlgorithmSettings`) and the
+    """DQN's settings: the shared ones (:class:`dsac.settings.sections.AlgorithmSettings`) and the
     Q-network's, its targets' and its exploration's."""
 
     dueling: bool = setting(True, "dueling value/advantage heads (dqn)")

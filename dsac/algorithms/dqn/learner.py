@@ -92,9 +92,9 @@ class DQNLearner(Learner):
         action_space: the env's Discrete space (replay stores its actions, from ``start``).
         algorithm: the algorithm section (:class:`dsac.algorithms.dqn.config.DQNSettings`:
             dueling, double_q, grad_clip, target_update_every, the C51 atoms).
-        model: the model section (:class:`dsac.settings.ModelSettings`).
+        model: the model section (:class:`dsac.settings.sections.ModelSettings`).
         learning_rate: the optimizer's, a number or a Keras schedule
-            (:func:`dsac.schedules.keras_learning_rate`).
+            (:func:`dsac.settings.schedules.keras_learning_rate`).
         seed: seeds network initialization.
         xla: compile the update loop with XLA (``--learner_xla``).
     """

@@ -14,7 +14,7 @@ def build_q_network(obs: ObsInput, num_actions: int, model, name: str, *, duelin
     and ``value``/``advantage`` (dueling) or ``out``, so weight names are stable
     (``q/hidden_0/kernel``). A custom model gives ``num_actions * num_atoms`` outputs (it is
     built for ``input_dim`` = the flat size, or an image's shape); dueling does not apply to it.
-    ``model``: the model section (:class:`dsac.settings.ModelSettings`)."""
+    ``model``: the model section (:class:`dsac.settings.sections.ModelSettings`)."""
     import keras
 
     num_atoms = int(num_atoms)

@@ -6,15 +6,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dsac.coercion import in_half_open_unit_interval, positive_numbers
 from dsac.errors import DsacError
-from dsac.settings import AlgorithmSettings, setting
+from dsac.settings.coercion import in_half_open_unit_interval, positive_numbers
+from dsac.settings.sections import AlgorithmSettings, setting
 
 
 @dataclass(frozen=True)
 class MaxEntropySettings(AlgorithmSettings):
     """The entropy coefficient's settings, which SAC and CrossQ share: the shared ones
-    (:class:`dsac.settings.AlgorithmSettings`) and automatic entropy tuning's."""
+    (:class:`dsac.settings.sections.AlgorithmSettings`) and automatic entropy tuning's."""
 
     init_alpha: float = setting(1.0, "initial entropy coefficient (sac, crossq)")
     target_entropy: float | None = setting(None, "entropy target (sac, crossq; default: -|A|)")

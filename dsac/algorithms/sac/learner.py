@@ -9,7 +9,7 @@ Image observations go through a conv encoder φ(s) that only the critics' loss t
 actor reads φ(s) without sending gradients back, and the target critics read a polyak copy
 of it (SAC-AE, Yarats et al. 2019; DrQ, Kostrikov et al. 2020).
 
-One update, from :meth:`dsac.learning.UpdateLoop.step`: ``SACLearner.learn_on_batches`` runs
+One update, from :meth:`dsac.runtime.learning.UpdateLoop.step`: ``SACLearner.learn_on_batches`` runs
 the base's compiled loop (:mod:`dsac.algorithms.learner`), whose ``_step`` calls
 :meth:`SACLearner._gradients_of` (noise, :func:`sac_losses`, gradients) and, when every gradient
 is finite, :meth:`SACLearner._apply_gradients` (optimizer steps, Polyak averaging) — both below.
@@ -104,9 +104,9 @@ class SACLearner(Learner):
         action_space: the env's bounded Box (replay stores env-space actions).
         algorithm: the algorithm section (:class:`dsac.algorithms.sac.config.SACSettings`: gamma,
             tau, init_alpha, target_entropy).
-        model: the model section (:class:`dsac.settings.ModelSettings`).
+        model: the model section (:class:`dsac.settings.sections.ModelSettings`).
         learning_rate: every optimizer's, a number or a Keras schedule
-            (:func:`dsac.schedules.keras_learning_rate`).
+            (:func:`dsac.settings.schedules.keras_learning_rate`).
         seed: seeds network initialization and the update's noise.
         xla: compile the update loop with XLA (``--learner_xla``).
     """
@@ -219,7 +219,7 @@ class SACLearner(Learner):
     def _to_tensors(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Float32 arrays with actions mapped from the env's bounds into [-1, 1]; unit
         importance weights where the batch has none (uniform replay). Every transition carries
-        its ``discount`` (:data:`dsac.replay.FIELDS`), as DQN's ``_to_tensors`` expects too."""
+        its ``discount`` (:data:`dsac.replay.buffer.FIELDS`), as DQN's ``_to_tensors`` expects too."""
         n = len(batch["reward"])
         return {
             "obs": self.obs.batch(batch["obs"]),

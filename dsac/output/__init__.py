@@ -1,0 +1,3 @@
+"""What a run shows and leaves: the recorder, the console progress, learning curves, trackers,
+TensorBoard and videos.
+"""

@@ -1,0 +1,1 @@
+"""Replay: storage, the rate limiter, prioritized sampling, frame-efficient images and HER."""
