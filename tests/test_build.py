@@ -35,6 +35,14 @@ def _called_name(node: ast.Call) -> str | None:
     return None
 
 
+def _makes_an_acting_policy(node: ast.Call) -> bool:
+    """``SACPolicy(...)``, ``spec.policy_class(...)`` or ``policy_class_for(run)(...)`` (a
+    ``LoadedPolicy`` is a weights file's wrapper around the policy the builder made)."""
+    name = _called_name(node) or ""
+    return ((name.endswith("Policy") and name != "LoadedPolicy") or name == "policy_class"
+            or (isinstance(node.func, ast.Call) and _called_name(node.func) == "policy_class_for"))
+
+
 def test_no_module_but_the_builder_makes_a_runs_parts():
     found = []
     for path in sorted((ROOT / "dsac").rglob("*.py")):
@@ -44,6 +52,8 @@ def test_no_module_but_the_builder_makes_a_runs_parts():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and _called_name(node) in PART_CONSTRUCTORS:
                 found.append(f"{rel}:{node.lineno} {_called_name(node)}(...)")
+            elif isinstance(node, ast.Call) and _makes_an_acting_policy(node) and rel != "dsac/runtime/build.py":
+                found.append(f"{rel}:{node.lineno} an acting policy")
     assert not found, "made outside dsac/runtime/build.py:\n" + "\n".join(found)
 
 

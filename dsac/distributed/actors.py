@@ -236,7 +236,6 @@ class ParameterServer:
         self.held_versions: dict[int, int] = {}  # what each worker said it acts with
         self.pushes = 0
         self.pulls_answered = 0
-        self.pulls_with_weights = 0
         # Weight sync times: a version's push time until every worker holds it (or newer).
         self.push_times: collections.OrderedDict[int, float] = collections.OrderedDict()
         self.synced: collections.deque[float] = collections.deque(maxlen=10_000)
@@ -314,7 +313,6 @@ class ParameterServer:
         if self._has_newer(newer_than):
             weights = self.weights_ref if self.by_reference else self.weights
             reply = PullReply(self.stopped, self.weights_version, weights, self.report)
-            self.pulls_with_weights += 1
             if worker is not None:  # the version the worker acts with once this reply lands
                 self.worker_versions[worker] = self.weights_version
         return reply

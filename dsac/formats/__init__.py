@@ -1,3 +1,1 @@
-"""File formats read and written: atomic files, the safe unpickler, checkpoints, weights files for
-inference, and redaction of secrets.
-"""
+"""Files read and written: atomic files, the safe unpickler, checkpoints, weights, redaction."""

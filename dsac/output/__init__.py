@@ -1,3 +1,1 @@
-"""What a run shows and leaves: the recorder, the console progress, learning curves, trackers,
-TensorBoard and videos.
-"""
+"""What a run shows and leaves: recorder, progress, curves, trackers, TensorBoard, videos."""

@@ -1,3 +1,1 @@
-"""Running a run: the builder, the roles' loops, the serial runner, the learner's update loop,
-evaluation, the preparation before anything starts and the Trainer.
-"""
+"""Running a run: the builder, the roles' loops, both runners, the update loop and Trainer."""

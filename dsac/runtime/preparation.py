@@ -31,7 +31,8 @@ from dsac.output.recorder import network_keys
 from dsac.output.trackers import check_trackers
 from dsac.policy import check_policy_weights
 from dsac.replay.buffer import check_fits_in_memory, replay_specs, storage_bytes
-from dsac.settings.registry import algorithm, policy_class_for, refuse_untrusted_code
+from dsac.runtime import build
+from dsac.settings.registry import algorithm, refuse_untrusted_code
 
 log = logging.getLogger("dsac")
 
@@ -261,7 +262,7 @@ def fitting_weights(config: Config, path: str, observation_space, action_space) 
         ours = list(ours) if isinstance(ours, tuple | list) else ours
         if key in model and model[key] != ours:
             raise DsacError(f"--init_weights {path} has {key} {model[key]!r}, this run {ours!r}: pass --{key} to match")
-    policy = policy_class_for(config.run)(observation_space, action_space, config)
+    policy = build.acting_policy(config, observation_space, action_space, 0)
     try:
         check_policy_weights(policy, payload["weights"])
     except ValueError as exc:
@@ -275,7 +276,7 @@ def check_resume_state(prepared: Prepared, state: dict, run_dir: str) -> None:
     for name, array in state.items():
         if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
             raise DsacError(f"--resume {run_dir}: checkpoint/state.npz holds NaN or infinite values in {name}")
-    policy = policy_class_for(prepared.config.run)(prepared.observation_space, prepared.action_space, prepared.config)
+    policy = build.acting_policy(prepared.config, prepared.observation_space, prepared.action_space, 0)
     shapes = policy.weight_shapes() or {}
     try:
         check_policy_weights(policy, {name: state[name] for name in shapes if name in state} if shapes else {})

@@ -31,8 +31,8 @@ from dsac.config import Config
 from dsac.errors import DsacError
 from dsac.formats.checkpoints import read_checkpoint
 from dsac.formats.files import check_run_dir, check_writable_dir
+from dsac.runtime import build
 from dsac.runtime.runner import start
-from dsac.settings.registry import policy_class_for
 
 POLL_S = 0.2
 STALL_TIMEOUT_S = 120.0  # train() gives up waiting when nothing moves for this long
@@ -228,9 +228,8 @@ class Trainer:
     def _policy_for_names(self):
         """A local acting policy (numpy; no weights needed) that knows its weight names."""
         if self._local_policy is None:
-            self._local_policy = policy_class_for(self.config.run)(
-                self._run.observation_space, self._run.action_space, self.config, seed=self.config.run.seed
-            )
+            self._local_policy = build.acting_policy(self.config, self._run.observation_space,
+                                                     self._run.action_space, self.config.run.seed)
         return self._local_policy
 
     @classmethod

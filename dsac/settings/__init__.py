@@ -1,3 +1,1 @@
-"""How a run is configured: the config's sections, coercion of values, the checks across settings
-and the registry that turns names into code.
-"""
+"""Configuring a run: the sections, value coercion, cross-checks, records and the registry."""
