@@ -13,7 +13,6 @@ line and exit 2, within seconds, before anything else is checked.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.metadata
 import json
@@ -24,7 +23,7 @@ import sys
 import threading
 
 import dsac
-from dsac.errors import DsacError, quiet_when_the_reader_leaves
+from dsac.errors import DsacError, OneLineParser, quiet_when_the_reader_leaves
 from dsac.formats.redaction import redact_uri
 
 # Below this, Ray puts its object store in /tmp (slower) and dsac's weights boards lack room.
@@ -190,14 +189,9 @@ def report(found: Findings) -> str:
     return "\n".join(lines)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
-        self.exit(2, f"dsac-doctor: error: {message}\n")
-
-
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
-    parser = _Parser(prog="dsac-doctor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser("dsac-doctor", prog="dsac-doctor", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     parser.add_argument("--address", default=None, help="also join the Ray cluster at this address (host:port)")
     args = parser.parse_args(argv)

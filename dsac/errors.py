@@ -1,5 +1,6 @@
 """User-facing errors: one line that names the problem, no traceback."""
 
+import argparse
 import difflib
 import functools
 import logging
@@ -60,3 +61,15 @@ def _stdout_reader_gone() -> bool:
         return any(events & select.POLLERR for _, events in poller.poll(0))
     except (AttributeError, OSError, ValueError):  # no poll (Windows), no real stdout
         return False
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A user command's flags, refused as its other errors are: one line naming the command
+    (``name``: ``infer``, ``submit``, ``dsac-doctor``), exit 2 (argparse's own convention)."""
+
+    def __init__(self, name: str, **kwargs):
+        super().__init__(formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+        self.name = name
+
+    def error(self, message):
+        self.exit(2, f"{self.name}: error: {message}\n")

@@ -9,21 +9,16 @@ import argparse
 import statistics
 import sys
 
-from dsac.errors import DsacError, quiet_when_the_reader_leaves
+from dsac.errors import DsacError, OneLineParser, quiet_when_the_reader_leaves
 
 # Episodes one command plays: their seeds (seed + j) must stay below 2^32, and a larger count
 # is a typo, not an evaluation.
 MAX_EPISODES = 1_000_000
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2, as every other refusal of dsac-infer
-        self.exit(2, f"infer: error: {message}\n")
-
-
 def parser() -> argparse.ArgumentParser:
     """dsac-infer's flags."""
-    parser = _Parser(prog="dsac-infer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser("infer", prog="dsac-infer", description=__doc__)
     parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")
     parser.add_argument("--episodes", type=int, default=10, help="episodes to run")
     parser.add_argument("--seed", type=int, default=0, help="episode j resets with seed + j")

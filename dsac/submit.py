@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import sys
 
-from dsac.errors import quiet_when_the_reader_leaves
+from dsac.errors import OneLineParser, quiet_when_the_reader_leaves
 
 # The checkout dsac runs from: what the job uploads as its working directory.
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,11 +81,6 @@ def stop_grace(text: str) -> int:
     return seconds
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2
-        self.exit(2, f"submit: error: {message}\n")
-
-
 def requirements(path: str) -> list[str]:
     """The pinned packages of a requirements file (comments and includes dropped)."""
     with open(path) as f:
@@ -125,7 +120,7 @@ def main(argv=None) -> int:
     if "--" in argv:
         cut = argv.index("--")
         argv, launch_args = argv[:cut], argv[cut + 1:]
-    parser = _Parser(prog="dsac-submit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser("submit", prog="dsac-submit", description=__doc__)
     parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS"),
                         help="the cluster's dashboard, e.g. http://<head>:8265 (default: RAY_ADDRESS)")
     parser.add_argument("--no-wait", action="store_true", help="return once submitted (then: ray job logs -f <id>)")

@@ -284,22 +284,23 @@ def check_resume_state(prepared: Prepared, state: dict, run_dir: str) -> None:
         raise DsacError(f"--resume {run_dir}: checkpoint/state.npz does not fit the run's network: {exc}") from None
 
 
-def resume_config(run_dir: str, overrides: dict) -> Config:
-    """The config a run in ``run_dir`` was started with, changed by ``overrides`` (the flags
-    given on the command line), set to continue in ``run_dir``. The saved config is a run's
-    record, read as data (:func:`dsac.settings.records.record_values`): code it names (an env module,
-    callbacks, policy class, custom model) is imported only with ``trust_code`` among the
-    overrides, or when typed again among them; where it connects, sends or reads and writes
-    outside ``run_dir`` comes from the overrides only. A directory where a name dsac reads or
-    writes is a symlink is refused first (:func:`dsac.formats.files.check_run_dir`)."""
+def resume_config(run_dir: str, overrides: dict, label: str = "--resume") -> Config:
+    """The config a run in ``run_dir`` was started with, changed by ``overrides`` (``--resume``
+    continues in ``run_dir``; ``Trainer.restore``, the ``label`` of its errors, in a new directory
+    by default). The saved config is a run's record, read as data
+    (:func:`dsac.settings.records.record_values`): code it names (an env module, callbacks,
+    policy class, custom model) is imported only with ``trust_code`` among the overrides, or when
+    typed again among them; where it connects, sends or reads and writes outside ``run_dir``
+    comes from the overrides only. A directory where a name dsac reads or writes is a symlink is
+    refused first (:func:`dsac.formats.files.check_run_dir`)."""
     if not os.path.isdir(run_dir):
-        raise DsacError(f"--resume {run_dir}: no such directory")
-    check_run_dir(run_dir, "--resume")
+        raise DsacError(f"{label} {run_dir}: no such directory")
+    check_run_dir(run_dir, label)
     path = os.path.join(run_dir, "config.json")
     if not os.path.exists(path):
-        raise DsacError(f"--resume {run_dir}: not a dsac run (no config.json)")
-    return Config.load(path, {**overrides, "resume": run_dir, "output_dir": run_dir},
-                       source=f"--resume {run_dir}: config.json")
+        raise DsacError(f"{label} {run_dir}: not a dsac run (no config.json)")
+    continues = {"resume": run_dir, "output_dir": run_dir} if label == "--resume" else {}
+    return Config.load(path, {**overrides, **continues}, source=f"{label} {run_dir}: config.json")
 
 
 def resume_checkpoint(config: Config, started_at: float) -> tuple[dict | None, float]:

@@ -32,6 +32,7 @@ from dsac.errors import DsacError
 from dsac.formats.checkpoints import read_checkpoint
 from dsac.formats.files import check_run_dir, check_writable_dir
 from dsac.runtime import build
+from dsac.runtime.preparation import resume_config
 from dsac.runtime.runner import start
 
 POLL_S = 0.2
@@ -250,14 +251,8 @@ class Trainer:
         Raises:
             DsacError: one line naming the file and the problem.
         """
-        if not os.path.isdir(checkpoint_dir):
-            raise DsacError(f"{checkpoint_dir} is not a dsac checkpoint (no such directory)")
-        check_run_dir(checkpoint_dir, "Trainer.restore")
-        config_path = os.path.join(checkpoint_dir, "config.json")
-        if not os.path.exists(config_path):
-            raise DsacError(f"{checkpoint_dir} is not a dsac checkpoint (no config.json)")
         values = {"output_dir": None, **(overrides or {}), "trust_code": trust_code}
-        config = Config.load(config_path, values, source=f"{checkpoint_dir}: config.json").validate()
+        config = resume_config(checkpoint_dir, values, "Trainer.restore").validate()
         checkpoint = read_checkpoint(checkpoint_dir, label=checkpoint_dir)  # its weights too, safely
         return cls(config, _checkpoint=checkpoint)
 
