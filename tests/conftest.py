@@ -27,11 +27,11 @@ if "ShortPendulum-v0" not in gym.envs.registry:
 def pytest_collection_modifyitems(config, items):
     """The README's command runs the tests in two processes (pytest-xdist, ``-n 2 --dist
     loadgroup``): the tests that share one of this suite's module- or session-scoped fixtures
-    (a run, a batch of commands, a cluster) are sent to one process, which makes it once.
-    ``ray_local`` is left out: each process starts its own local Ray."""
+    (``ray_local``, a run, a batch of commands, a cluster) are sent to one process, which makes
+    it once. So one local Ray serves them all, and no two of its runs share the 2 cores."""
     for item in items:
         shared = sorted((defs[-1].scope != "session", name) for name, defs in item._fixtureinfo.name2fixturedefs.items()
-                        if name != "ray_local" and defs[-1].baseid and defs[-1].scope in ("module", "session"))
+                        if defs[-1].baseid and defs[-1].scope in ("module", "session"))
         if shared and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(shared[0][1]))  # a session-scoped one first
 
