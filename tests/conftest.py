@@ -23,6 +23,19 @@ if "ShortPendulum-v0" not in gym.envs.registry:
     )
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """The README's command runs the tests in two processes (pytest-xdist, ``-n 2 --dist
+    loadgroup``): the tests that share one of this suite's module- or session-scoped fixtures
+    (``ray_local``, a run, a batch of commands, a cluster) are sent to one process, which makes
+    it once. So one local Ray serves them all, and no two of its runs share the 2 cores."""
+    for item in items:
+        shared = sorted((defs[-1].scope != "session", name) for name, defs in item._fixtureinfo.name2fixturedefs.items()
+                        if defs[-1].baseid and defs[-1].scope in ("module", "session"))
+        if shared and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(shared[0][1]))  # a session-scoped one first
+
+
 @pytest.fixture(scope="session")
 def ray_local():
     """A real local Ray with 2 CPUs (like CI), shared by every test that needs one. Started as

@@ -97,7 +97,8 @@ def test_a_submitted_job_uses_both_nodes_writes_on_the_driver_side_and_ray_job_s
     deadline = time.monotonic() + 240
     while not (out / "weights.pkl").exists():  # the first evaluation has saved weights
         assert time.monotonic() < deadline, client.get_job_logs("dsac-test-stop")[-3000:]
-        assert str(client.get_job_status("dsac-test-stop").value) not in TERMINAL
+        status = str(client.get_job_status("dsac-test-stop").value)
+        assert status not in TERMINAL, (status, client.get_job_logs("dsac-test-stop")[-3000:])
         time.sleep(1.0)
     progress = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
     assert progress and set(progress[-1]["rollout_workers_per_node"]) == node_ids  # one worker on each node

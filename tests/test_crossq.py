@@ -1,12 +1,10 @@
 """CrossQ: batch renormalization, the losses and the policy delay against values computed by
 hand, numpy acting against Keras, its statistics through a checkpoint, and learning Pendulum
-in both runners."""
+in both runners. Two data-parallel learners keeping one set of running statistics, through
+kills of a learner and of the averager: tests/test_faults.py."""
 
 import json
 import math
-import os
-import subprocess
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -25,7 +23,6 @@ from dsac.runtime.build import make_learner
 from dsac.runtime.preparation import prepare
 from dsac.weights import TensorFlowVariables
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EPS = 1e-3
 OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
 ACT = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
@@ -219,12 +216,11 @@ PENDULUM = ["--algo", "crossq", "--env", "Pendulum-v1", "--fcnet_hiddens", "64",
             "--stop_return", "-200", "--eval_every", "1000", "--eval_episodes", "20", "--seed", "0"]
 
 
-def test_serial_crossq_learns_pendulum(tmp_path):
+def test_serial_crossq_learns_pendulum(tmp_path, capfd, caplog):
+    from conftest import launch_here  # the serial run in this process: what it learns is the point, not its process
+
     out = tmp_path / "run"
-    result = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--local", *PENDULUM,
-                             "--total_env_steps", "10000", "--output_dir", str(out)],
-                            capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": REPO_ROOT})
+    result = launch_here(["--local", *PENDULUM, "--total_env_steps", "10000", "--output_dir", out], capfd, caplog)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     returns = [line["eval_return_mean"] for line in progress(out)]
     # The first evaluation comes after 800 updates: learning, not yet swinging up.
@@ -247,22 +243,6 @@ def test_distributed_crossq_learns_pendulum(ray_local, tmp_path):
     returns = [line["eval_return_mean"] for line in progress(tmp_path / "run")]
     assert returns[0] < -900 and max(returns) >= -200, returns
     assert summary["updates"] > 0 and load_policy(summary["weights_path"]).payload["algo"] == "crossq"
-
-
-def test_two_crossq_learners_keep_one_set_of_running_statistics(ray_local, tmp_path):
-    """--num_learners 2: each replica moves its renormalization statistics from its own batch;
-    averaged with the gradients, the replicas end identical — weights, optimizers and running
-    statistics — as the SAC replicas do (tests/test_integration.py)."""
-    from dsac.runtime.runner import run
-
-    config = Config(algo="crossq", env="Pendulum-v1", fcnet_hiddens=[32, 32], critic_hiddens=[32, 32],
-                    num_workers=2, num_learners=2, seed=0, total_env_steps=2_500, learning_starts=500,
-                    start_steps=500, eval_every=10_000, eval_episodes=1, output_dir=str(tmp_path / "run"),
-                    tensorboard=False).validate()
-    learners = run(config)["learners"]
-    assert learners["learner_0"]["updates"] == learners["learner_1"]["updates"] > 0, learners
-    assert learners["learner_0"]["state_digest"] == learners["learner_1"]["state_digest"], learners
-    assert learners["learner_0"]["weights_digest"] == learners["learner_1"]["weights_digest"], learners
 
 
 def test_a_dropped_data_parallel_update_moves_no_running_statistics():

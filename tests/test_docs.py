@@ -333,16 +333,17 @@ def run_help(program: Program) -> subprocess.CompletedProcess | str:
         return f"--help did not answer within {HELP_TIMEOUT_S} s"
 
 
-@functools.cache
+@pytest.fixture(scope="module")
 def help_results() -> dict[Program, subprocess.CompletedProcess | str]:
-    """Every program's --help, once each, a few at a time."""
+    """Every program's --help, once each, a few at a time (one fixture: under pytest-xdist its
+    tests go to one process, see conftest)."""
     with concurrent.futures.ThreadPoolExecutor(HELP_THREADS) as pool:
         return dict(zip(PROGRAMS, pool.map(run_help, PROGRAMS), strict=True))
 
 
 @pytest.mark.parametrize("program", PROGRAMS, ids=str)
-def test_program_answers_help_with_the_flags_the_docs_give_it(program):
-    result = help_results()[program]
+def test_program_answers_help_with_the_flags_the_docs_give_it(program, help_results):
+    result = help_results[program]
     assert not isinstance(result, str), f"{program}: {result}"
     if result.returncode != 0:
         missing = re.search(r"No module named '([\w.]+)'", result.stderr)

@@ -221,10 +221,15 @@ def test_every_role_of_a_two_learner_run_survives_a_kill(tmp_path):
     """Learner 1 and then the gradient averager are SIGKILLed: the learner is restarted and the
     group re-forms from the survivor's state, Ray restarts the averager and the learners form
     their group again; the run trains on until it is stopped, with both replicas identical and
-    an update count that never went back."""
-    run = Run(tmp_path / "run", "--num_workers", "2", "--num_learners", "2", "--fcnet_hiddens", "32", "32",
-              "--eval_every", "1000", "--eval_episodes", "2", "--total_env_steps", "50000", "--checkpoint_every", "2",
-              "--log_every", "2", "--seed", "0", "--no-tensorboard")
+    an update count that never went back.
+
+    CrossQ, whose state holds running statistics beside the weights and optimizers: each replica
+    moves them from its own batch, and averaged with the gradients (and handed over through the
+    re-forming) the replicas end identical in all three (SAC's replicas: tests/test_integration.py)."""
+    run = Run(tmp_path / "run", "--algo", "crossq", "--num_workers", "2", "--num_learners", "2",
+              "--fcnet_hiddens", "32", "32", "--critic_hiddens", "32", "32", "--eval_every", "1000",
+              "--eval_episodes", "2", "--total_env_steps", "50000", "--checkpoint_every", "2", "--log_every", "2",
+              "--seed", "0", "--no-tensorboard")
     try:
         averager = run.pid_of("gradient_averager")
         learner_1 = run.pid_of("learner_1")
@@ -258,6 +263,7 @@ def test_every_role_of_a_two_learner_run_survives_a_kill(tmp_path):
     assert summary["stop_reason"] == "sigterm" and summary["failure"] is None, summary
     learners = summary["learners"]
     assert learners["learner_0"]["weights_digest"] == learners["learner_1"]["weights_digest"], learners
+    assert learners["learner_0"]["state_digest"] == learners["learner_1"]["state_digest"], learners
     assert learners["learner_0"]["updates"] == learners["learner_1"]["updates"] == summary["updates"], learners
     assert summary["updates"] >= killed_at_updates + 100
     updates = [json.loads(x)["updates"] for x in (run.out / "progress.jsonl").read_text().splitlines()]

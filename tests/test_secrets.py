@@ -139,25 +139,35 @@ class ProxyHandler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def proxy(request):
-    """A real ``mlflow server`` on 127.0.0.1 behind :class:`BasicAuthProxy`: (proxy, server URI)."""
-    uri, _ = request.getfixturevalue("mlflow_server")
+    """A real ``mlflow server`` on 127.0.0.1 behind :class:`BasicAuthProxy`: (proxy, server URI,
+    the server's process)."""
+    uri, process = request.getfixturevalue("mlflow_server")
     server = BasicAuthProxy(uri)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield server, uri
+    yield server, uri, process
     server.shutdown()
     server.server_close()
 
 
-def test_credentials_in_the_mlflow_uri_authenticate_and_appear_nowhere(tmp_path, proxy):
+def test_credentials_in_the_mlflow_uri_authenticate_and_appear_nowhere(tmp_path, proxy, caplog):
     """A run logging to an MLflow server that needs Basic auth, with the user and token in the
     --mlflow URI, and to W&B (offline): the health check, the metrics and the artifacts all get
-    through with them; the token is in none of the run's output, files, MLflow params and tags,
-    or W&B config. A wrong token is refused by the health check without being printed."""
+    through with them, and the server holds the run with its last row; the token is in none of
+    the run's output, files, MLflow params and tags, or W&B config. A wrong token is refused by
+    the health check without being printed. Then the server goes away in the middle of a run:
+    that costs the tracking only (one warning), not the run."""
+    import logging
+    import os
+    import time
+
     import mlflow
     from test_trackers import SHORT_RUN, launch, wandb_records
 
-    server, direct = proxy
+    from dsac.config import Config
+    from dsac.output.trackers import Trackers
+
+    server, direct, process = proxy
     port = server.server_address[1]
     out = tmp_path / "run"
     run = launch([*SHORT_RUN, "--total_env_steps", "800", "--output_dir", str(out), "--wandb", "dsac-test",
@@ -175,10 +185,14 @@ def test_credentials_in_the_mlflow_uri_authenticate_and_appear_nowhere(tmp_path,
 
     client = mlflow.MlflowClient(tracking_uri=direct)  # the server itself, behind the proxy
     [logged] = client.search_runs([client.get_experiment_by_name("dsac").experiment_id])
-    assert logged.info.status == "FINISHED" and "eval_return_mean" in logged.data.metrics
+    rows = [json.loads(line) for line in (out / "progress.jsonl").read_text().splitlines()]
+    assert logged.info.status == "FINISHED" and logged.data.metrics["eval_return_mean"] == pytest.approx(
+        rows[-1]["eval_return_mean"])
+    assert logged.data.params["algo"] == "sac" and logged.data.tags["mlflow.runName"] == "run"
     assert logged.data.params["mlflow"] == shown
     assert not [k for k, v in {**logged.data.params, **logged.data.tags}.items() if SECRET in v]
-    assert "weights/weights.pkl" in {a.path for a in client.list_artifacts(logged.info.run_id, "weights")}
+    assert {a.path for a in client.list_artifacts(logged.info.run_id, "weights")} == {
+        "weights/weights.pkl", "weights/best_weights.pkl"}
 
     [run_file] = out.glob("wandb/offline-run-*/run-*.wandb")
     config = {item.key: json.loads(item.value_json) for r in wandb_records(str(run_file))
@@ -190,6 +204,23 @@ def test_credentials_in_the_mlflow_uri_authenticate_and_appear_nowhere(tmp_path,
     assert refused.returncode == 2 and SECRET not in refused.stdout + refused.stderr, refused.stderr
     assert refused.stderr.strip() == (f"dsac: error: --mlflow http://user:***@127.0.0.1:{port}: the tracking server "
                                       "answered HTTP 401 Unauthorized (check the user and password)"), refused.stderr
+
+    # The server goes away in the middle of a run: one warning, the tracker is dropped, the
+    # run's own files go on.
+    os.makedirs(tmp_path / "second")
+    config = Config(mlflow=direct).validate()
+    trackers = Trackers(config.output, config.to_dict(), str(tmp_path / "second"))
+    assert len(trackers.active) == 1
+    os.killpg(process.pid, 9)
+    process.wait()
+    with caplog.at_level(logging.WARNING, logger="dsac"):
+        started = time.monotonic()
+        trackers.row({"env_steps": 10, "eval_return_mean": -1.0})
+        trackers.row({"env_steps": 20, "eval_return_mean": -0.5})
+        trackers.finish({"failure": None})
+    assert not trackers.active
+    assert caplog.text.count("MLflow stopped logging this run") == 1, caplog.text
+    assert time.monotonic() - started < 60  # it gave up after a few retries
 
 
 # URIs a user may type that must end in one line naming the URI with its secret hidden: the
