@@ -44,10 +44,12 @@ class SerialRun:
         self.reports = roles.LocalReports(config.resources.env_restarts)
         self.weights = roles.LocalWeights(lambda: self.loop.report(self.replay.added), int(meta.get("version", 0)))
         port = roles.LocalReplay(self.replay, config.algorithm.batch_size, config.flow.batches_per_sample)
-        self.learn = roles.Learn(self.loop, port, self.weights, config.flow.push_interval)
+        # One process: pushes by update count and chunks ended by the ratio's budget (1e9 s: never
+        # by the clock), so a seed gives the same run however fast the machine is.
+        self.learn = roles.Learn(self.loop, port, self.weights, push_interval=0.0)
         self.learn.push()  # the first weights
         self.collect = roles.Collect(config, 0, seeds.workers[0], 1, self.callbacks, self.reports,
-                                     self.weights.reader, port)
+                                     self.weights.reader, port, chunk_seconds=1e9)
         self.evaluate = roles.Evaluate(config, *spaces, seeds.evaluator, self.weights.reader, self.reports, 1,
                                        self.replay.added)
         self.recorder = Recorder(config, self.output_dir, *spaces, started_at, seeds.evaluator, meta)
