@@ -53,13 +53,7 @@ import reprlib
 
 import numpy as np
 
-from dsac.formats.pickle_opcodes import (
-    MAX_DEPTH,
-    MAX_OPCODES,
-    MAX_SHARED_STR,
-    UnsafePickle,
-    check_opcodes,
-)
+from dsac.formats.pickle_opcodes import MAX_DEPTH, MAX_OPCODES, MAX_SHARED_STR, UnsafePickle, check_opcodes
 
 ARRAY_KEY = "__ndarray__"
 # Numeric dtypes an array may have (stored little-endian).
