@@ -5,6 +5,9 @@ kills of a learner and of the averager: tests/test_faults.py."""
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -22,6 +25,8 @@ from dsac.formats.inference import load_policy
 from dsac.runtime.build import make_learner
 from dsac.runtime.preparation import prepare
 from dsac.weights import TensorFlowVariables
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 EPS = 1e-3
 OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
@@ -216,11 +221,14 @@ PENDULUM = ["--algo", "crossq", "--env", "Pendulum-v1", "--fcnet_hiddens", "64",
             "--stop_return", "-200", "--eval_every", "1000", "--eval_episodes", "20", "--seed", "0"]
 
 
-def test_serial_crossq_learns_pendulum(tmp_path, capfd, caplog):
-    from conftest import launch_here  # the serial run in this process: what it learns is the point, not its process
-
+def test_serial_crossq_learns_pendulum(tmp_path):
+    # A process of its own: in a test process that other tests' TensorFlow work has set up
+    # (threads, compiled functions), the same seed learns a different run.
     out = tmp_path / "run"
-    result = launch_here(["--local", *PENDULUM, "--total_env_steps", "10000", "--output_dir", out], capfd, caplog)
+    result = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--local", *PENDULUM,
+                             "--total_env_steps", "10000", "--output_dir", str(out)],
+                            capture_output=True, text=True, timeout=600, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": REPO_ROOT})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     returns = [line["eval_return_mean"] for line in progress(out)]
     # The first evaluation comes after 800 updates: learning, not yet swinging up.
