@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import REPO_ROOT
 
 from dsac.algorithms.crossq.learner import actor_losses, critic_losses
 from dsac.algorithms.crossq.networks import BatchRenorm
@@ -25,8 +26,6 @@ from dsac.formats.inference import load_policy
 from dsac.runtime.build import make_learner
 from dsac.runtime.preparation import prepare
 from dsac.weights import TensorFlowVariables
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 EPS = 1e-3
 OBS = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
