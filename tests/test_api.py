@@ -128,7 +128,7 @@ def test_serial_trainer_saves_the_policy_it_acts_with(tmp_path, algo):
 
 def test_custom_keras_model_trains_sac_in_remote_workers(ray_local, tmp_path):
     dsac.register_custom_model("tanh_mlp", tanh_mlp)
-    config = {**SMALL, "output_dir": str(tmp_path / "run"), "steps_per_iteration": 1000,
+    config = {**SMALL, "output_dir": str(tmp_path / "run"),
               "model": {"custom_model": "tanh_mlp", "custom_model_config": {"width": 24}}}
     with Trainer(config) as trainer:
         before = trainer.get_policy().get_weights()
@@ -141,7 +141,7 @@ def test_custom_keras_model_trains_sac_in_remote_workers(ray_local, tmp_path):
         assert second["updates"] > first["updates"] > 0
         assert np.isfinite(second["qf_loss"])
     summary = trainer.stop()
-    assert summary["failure"] is None and summary["env_steps"] >= 2000  # workers acted with it
+    assert summary["failure"] is None and summary["env_steps"] >= 1000  # workers acted with it
 
 
 def test_user_policy_class_runs_in_the_distributed_system(ray_local, tmp_path):
