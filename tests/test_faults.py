@@ -255,8 +255,8 @@ def test_every_role_of_a_two_learner_run_survives_a_kill(tmp_path):
 
 
 # Pendulum whose evaluation episodes (a --seed 0 run's reset with seeds 100,000 + j,
-# dsac.runtime.evaluation's offset; rollout workers' are drawn from 2^32) take 0.25 s a step: a 70-step
-# evaluation plays for 17.5 s, longer than the run's --stop_timeout of 10 s.
+# dsac.runtime.evaluation's offset; rollout workers' are drawn from 2^32) take 0.1 s a step: a 70-step
+# evaluation plays for 7 s, longer than the run's --stop_timeout of 3 s.
 SLOW_EVALUATION_MODULE = '''
 import time
 
@@ -274,7 +274,7 @@ class SlowToEvaluate(gym.Wrapper):
 
     def step(self, action):
         if self.slow:
-            time.sleep(0.25)
+            time.sleep(0.1)
         return self.env.step(action)
 '''
 
@@ -287,7 +287,7 @@ def test_a_stop_keeps_a_final_evaluation_longer_than_the_shutdown_timeout(tmp_pa
     run = Run(tmp_path / "run", "--env", "slow_eval_envs:SlowToEvaluate", "--num_workers", "1",
               "--fcnet_hiddens", "32", "32", "--total_env_steps", "600", "--learning_starts", "200",
               "--start_steps", "200", "--eval_every", "100000", "--eval_episodes", "1", "--no-tensorboard",
-              "--stop_timeout", "10", cwd=tmp_path)
+              "--stop_timeout", "3", cwd=tmp_path)
     assert run.finish(timeout=400) == 0, run.stderr[-3000:]
     output = "\n".join(run.lines + run.stderr_lines)
     assert "waiting for the evaluator's final evaluation" in output, output[-3000:]
