@@ -40,6 +40,8 @@ import sys
 import threading
 import time
 
+from dsac.errors import OneLineParser
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GOLDEN = os.path.join(REPO_ROOT, "tests", "data", "golden")
 TIME_PER_BYTE = 20e-6  # seconds per byte: ~25x the worst measured, for a machine shared with other work
@@ -521,11 +523,6 @@ def report(summary: dict) -> str:
     return "\n".join(lines)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse's own convention)
-        self.exit(2, f"fuzz: error: {message}\n")
-
-
 def _positive_cases(text: str) -> int:
     try:
         value = int(text)
@@ -550,7 +547,7 @@ def main(argv=None) -> int:
     if argv and argv[0] == "--child":
         child(*map(int, argv[1:4]), *argv[4:5])
         return 0
-    parser = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser("fuzz", description=__doc__)
     parser.add_argument("--minutes", type=_positive_minutes, default=None,
                         help="run for this long (default: 2 unless --cases)")
     parser.add_argument("--cases", type=_positive_cases, default=None, help="stop after this many cases")

@@ -18,7 +18,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 from dsac.config import SECTION_OF, SECTIONS, Config, config_fields, suggest_key  # noqa: E402
-from dsac.errors import DsacError, quiet_when_the_reader_leaves  # noqa: E402
+from dsac.errors import DsacError, OneLineParser, quiet_when_the_reader_leaves  # noqa: E402
 
 _TYPES = {"int": int, "float": float, "str": str}
 
@@ -52,20 +52,20 @@ class _BooleanFlag(argparse.BooleanOptionalAction):
             parser.error(f"argument {option_string}: expected true or false, got {values!r}")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 (argparse's own convention)
+class _Parser(OneLineParser):
+    def error(self, message):  # an unknown flag also gets the nearest known one
         if message.startswith("unrecognized arguments:"):
             flags = [option for action in self._actions for option in action.option_strings]
             unknown = [word for word in message.split(":", 1)[1].split() if word.startswith("--")]
             message += "".join(suggest_key(word.split("=")[0], flags) for word in unknown[:1])
-        self.exit(2, f"dsac: error: {message}\n")
+        super().error(message)
 
 
 def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
     """A flag per :class:`dsac.config.Config` field, with its help text and default
     (``suppress_defaults``: only the flags actually given end up in the namespace)."""
     parser = _Parser(
-        prog=os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "launch.py",
+        "dsac", prog=os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "launch.py",
         description="Distributed SAC and Ape-X DQN on Ray + TensorFlow 2 + gymnasium.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

@@ -68,7 +68,8 @@ class OneLineParser(argparse.ArgumentParser):
     (``name``: ``infer``, ``submit``, ``dsac-doctor``), exit 2 (argparse's own convention)."""
 
     def __init__(self, name: str, **kwargs):
-        super().__init__(formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(**kwargs)
         self.name = name
 
     def error(self, message):
