@@ -182,7 +182,10 @@ def check_policy_weights(policy, weights) -> None:
     :class:`Policy`'s own ``check_weights``, else :func:`check_weights` against its
     ``weight_shapes``."""
     own = getattr(policy, "check_weights", None)
-    own(weights) if own is not None else check_weights(weights, policy.weight_shapes())
+    if own is not None:
+        own(weights)
+    else:
+        check_weights(weights, policy.weight_shapes())
 
 
 def check_weights(weights, expected: dict[str, tuple[int, ...]] | None = None) -> None:
