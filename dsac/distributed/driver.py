@@ -58,7 +58,7 @@ class DistributedRun:
     def __init__(self, prepared: Prepared, started_at: float, insert_limit: int | None = None,
                  initial_weights: dict | None = None, checkpoint: dict | None = None):
         config = self.config = prepared.config
-        self.output_dir, self.started_at, self.insert_limit = prepared.output_dir, started_at, insert_limit
+        self.output_dir, self.insert_limit = prepared.output_dir, insert_limit
         self.observation_space, self.action_space = prepared.observation_space, prepared.action_space
         self.plan = plan_here(config.resources, config.flow, "num_replay_shards" not in config.defaulted)
         # By default, replay beside the writers of each node.
@@ -222,7 +222,7 @@ class DistributedRun:
 
     def status(self) -> dict:
         """Counters for the progress display and TensorBoard."""
-        return run_status(self.counters, self.config.run.total_env_steps, time.time() - self.started_at,
+        return run_status(self.counters, self.config.run.total_env_steps, self.recorder.wall_s(),
                           self.recorder.last_eval, self.recent_returns)
 
     # --- weights and checkpoints -----------------------------------------------------------
