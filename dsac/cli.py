@@ -98,6 +98,9 @@ def build_parser(suppress_defaults: bool = False) -> argparse.ArgumentParser:
 
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
+    from dsac.runtime.tf_setup import own_this_process
+
+    own_this_process()
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s dsac %(message)s", datefmt="%H:%M:%S", stream=sys.stdout

@@ -23,6 +23,7 @@ from dsac.formats.files import atomic_write_bytes, check_writable_dir
 from dsac.formats.inference import load_policy
 from dsac.models.acting_net import tf_serving
 from dsac.models.onnx_ops import onnx_policy
+from dsac.runtime.tf_setup import own_this_process
 
 FORMATS = ("onnx", "savedmodel")
 
@@ -112,6 +113,7 @@ def _format_and_output(args) -> tuple[str, str]:
 
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
+    own_this_process()
     parser = argparse.ArgumentParser(prog="dsac-export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")

@@ -18,6 +18,7 @@ from dsac.distributed.weights_client import IDLE_SLEEP_S, POLL_WHILE_WAITING_S, 
 from dsac.runtime.learning import NonFiniteUpdates
 from dsac.runtime.messages import Grant, Placement
 from dsac.runtime.roles import Collect, Evaluate, Learn, learner_loop
+from dsac.runtime.tf_setup import own_this_process
 from dsac.settings.registry import callbacks_for
 
 # The evaluator's pull waits this long for new weights: it wakes on each version, so a long
@@ -102,6 +103,7 @@ def learner(config, observation_space, action_space, shards: list, ps, monitor, 
     learners (``averager`` given), learner ``index`` trains on its own shards and every update is
     the mean of all learners' gradients."""
     cpu_started = time.process_time()
+    own_this_process()  # max_calls=1: the learner's process ends with it
     loop, device, warning = learner_loop(config, observation_space, action_space, seed, num_gpus, num_cpus,
                                          callbacks_for(config.run), initial_weights, initial_state)
     loop.cpu.started = cpu_started  # TensorFlow's start-up is the learner's too

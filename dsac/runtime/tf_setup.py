@@ -33,6 +33,37 @@ START_UP_NOTICES = re.compile("|".join((
 # that it is not mistaken for the user's own.
 _LEVEL_SET_BY_DSAC = "DSAC_SET_TF_CPP_MIN_LOG_LEVEL"
 
+# Keras imports these at its own import, each inside ``try: ... except ImportError``, only for
+# wrappers and input adapters dsac never calls (scikit-learn estimators, pandas DataFrames in
+# ``fit``, OpenCV box drawing): about a quarter of TensorFlow's import CPU where they are
+# installed (mlflow brings the first two). A process that is dsac's alone imports Keras
+# without them (:func:`own_this_process`); a user's process, where their code may hand Keras
+# a DataFrame, keeps Keras whole.
+KERAS_EXTRAS = ("sklearn", "pandas", "cv2")
+_OWN_PROCESS = False
+
+
+def own_this_process() -> None:
+    """Mark this process as dsac's alone (a command-line program, a Ray task's or a Tune
+    trial's worker), so that TensorFlow is imported here without :data:`KERAS_EXTRAS`."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
+
+
+@contextlib.contextmanager
+def _keras_extras_hidden():
+    """Within the block, ``import`` of a :data:`KERAS_EXTRAS` module not yet imported raises
+    ImportError; afterwards each imports as usual (for an env that uses OpenCV, say)."""
+    hidden = [name for name in KERAS_EXTRAS if name not in sys.modules] if _OWN_PROCESS else []
+    for name in hidden:
+        sys.modules[name] = None
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
+
 
 def tensorflow_is_quiet(verbose: bool = False) -> bool:
     """Whether TensorFlow's start-up notices are hidden: yes unless ``--verbose`` or the user
@@ -97,7 +128,7 @@ def import_tensorflow(verbose: bool = False, configure=None):
     if quiet and "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"  # INFO and WARNING of later C++ logging too
         os.environ[_LEVEL_SET_BY_DSAC] = "1"
-    with start_up_notices_hidden(quiet):
+    with start_up_notices_hidden(quiet), _keras_extras_hidden():
         import tensorflow as tf
 
         tf.config.list_physical_devices("GPU")  # loads the GPU platform

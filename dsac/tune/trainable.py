@@ -27,6 +27,7 @@ from ray import tune
 
 from dsac.config import Config
 from dsac.formats.files import write_json
+from dsac.runtime.tf_setup import own_this_process
 from dsac.runtime.trainer import Trainer
 
 # The evaluation's result key, carried in every result so that Tune's metric is always there.
@@ -47,6 +48,7 @@ class DsacTrainable(tune.Trainable):
     """
 
     def setup(self, config: dict) -> None:
+        own_this_process()  # the trial's actor: Tune starts one per trial
         self.trainer: Trainer | None = None  # built at the first step, or by load_checkpoint
         self.last_eval: dict = {}
         self.restored_from = ""  # the checkpoint this process continued from (PBT: maybe another trial's)
