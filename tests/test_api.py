@@ -111,7 +111,7 @@ def test_serial_trainer_saves_the_policy_it_acts_with(tmp_path, algo):
     # Pushes rarer than the updates of an iteration: the learner's networks run ahead of the
     # weights the run last published.
     config = {**SMALL, "algo": algo, "output_dir": str(tmp_path / "run"), "steps_per_iteration": 700,
-              "push_every": 5000}
+              "push_every": 5000, "learner_xla": False}  # what is saved and acted with, not CrossQ's compile
     obs = np.array([0.3, 0.9, -2.0], np.float32)
     with Trainer(config, local=True) as trainer:
         trainer.train()

@@ -68,7 +68,7 @@ def built(monkeypatch):
 def test_the_serial_runner_acts_learns_stores_and_evaluates_with_the_builders_parts(built, tmp_path, algo, env):
     config = Config(algo=algo, env=env, local=True, output_dir=str(tmp_path / "run"), total_env_steps=400,
                     learning_starts=100, start_steps=100, eval_every=200, eval_episodes=1, fcnet_hiddens=[16, 16],
-                    tensorboard=False).validate()
+                    tensorboard=False, learner_xla=False).validate()  # the parts, not CrossQ's compile (test_crossq)
     run, started_ray = start(config, time.time())
     try:
         assert not started_ray

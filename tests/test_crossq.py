@@ -145,7 +145,9 @@ def test_renormalization_corrects_the_batch_statistics_after_its_warmup():
 
 
 def test_the_actor_and_temperature_step_every_policy_delay_critic_updates():
-    learner = crossq_learner(policy_delay=3)
+    # Without XLA: two batch counts are two compiles (~10 s); the compiled loop's delay is the
+    # learning tests' default below.
+    learner = crossq_learner(policy_delay=3, learner_xla=False)
     actor_before = learner.actor.get_layer("hidden_0").kernel.numpy().copy()
     stats = learner.learn_on_batches([{**BATCH, "action": BATCH["action"] * 2}] * 2)
     assert np.array_equal(learner.actor.get_layer("hidden_0").kernel.numpy(), actor_before)
