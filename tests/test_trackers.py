@@ -139,7 +139,9 @@ def mlflow_server(tmp_path):
         [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
          "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination",
          str(tmp_path / "server-artifacts")],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        # Without its job runner (huey consumers: ~20 CPU-s over the suite): dsac logs runs, not jobs.
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     uri = f"http://127.0.0.1:{port}"
     import urllib.request
 
