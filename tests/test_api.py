@@ -128,7 +128,8 @@ def test_serial_trainer_saves_the_policy_it_acts_with(tmp_path, algo):
 
 def test_custom_keras_model_trains_sac_in_remote_workers(ray_local, tmp_path):
     dsac.register_custom_model("tanh_mlp", tanh_mlp)
-    config = {**SMALL, "output_dir": str(tmp_path / "run"),
+    # One rollout worker: a custom Keras model acts through TensorFlow, imported in each worker.
+    config = {**SMALL, "output_dir": str(tmp_path / "run"), "num_workers": 1,
               "model": {"custom_model": "tanh_mlp", "custom_model_config": {"width": 24}}}
     with Trainer(config) as trainer:
         before = trainer.get_policy().get_weights()
