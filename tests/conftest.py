@@ -57,6 +57,28 @@ def ray_local():
     ray.shutdown()
 
 
+# The trained run's budget: SAC reaches -600 on Pendulum in ~4,000 env steps with these settings.
+PENDULUM_RUN_STEPS = 5_000
+
+
+@pytest.fixture(scope="session")
+def trained_pendulum_run(ray_local, tmp_path_factory):
+    """One distributed SAC run on Pendulum to a budget of :data:`PENDULUM_RUN_STEPS` (4 rollout
+    workers, 10 evaluation episodes every 1,000 env steps, a video of every 2nd, its replay in
+    the checkpoint): test_integration checks what it learned and wrote, test_checkpoint
+    resumes a copy of it. ``(config, summary, output_dir)``. Named to sort after ``ray_local``,
+    so that its tests stay in that fixture's xdist group."""
+    from dsac.config import Config
+    from dsac.runtime.runner import run
+
+    out = tmp_path_factory.mktemp("pendulum") / "run"
+    config = Config(
+        env="Pendulum-v1", num_workers=4, seed=0, total_env_steps=PENDULUM_RUN_STEPS, eval_every=1_000,
+        eval_episodes=10, output_dir=str(out), log_every=30.0, video_every=2, checkpoint_replay=True,
+    ).validate()
+    return config, run(config), out
+
+
 SMALL_RUN_STEPS = 1500
 
 

@@ -2,10 +2,12 @@
 
 import json
 import os
+import shutil
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import PENDULUM_RUN_STEPS
 
 from dsac.config import Config
 from dsac.envs.make import describe_space
@@ -70,20 +72,19 @@ def test_replay_state_round_trip(storage_cls):
     np.testing.assert_array_equal(dst.sample(4, 3).batches["reward"], src.sample(4, 3).batches["reward"])
 
 
-def test_resume_carries_counters_and_learning_on(ray_local, tmp_path):
+def test_resume_carries_counters_and_learning_on(trained_pendulum_run, tmp_path):
+    """A copy of the trained run (conftest), resumed for 2,000 env steps more."""
+    _, first, trained = trained_pendulum_run
     run_dir = str(tmp_path / "run")
-    common = {"env": "Pendulum-v1", "num_workers": 2, "seed": 1, "eval_every": 1_000, "eval_episodes": 10,
-              "log_every": 60.0, "fcnet_hiddens": [64, 64]}
-    first = run(Config.from_dict({**common, "total_env_steps": 4_000, "output_dir": run_dir,
-                                  "checkpoint_replay": True}).validate())
+    shutil.copytree(trained, run_dir)
     before = [json.loads(x) for x in open(f"{run_dir}/progress.jsonl")]
     meta = read_checkpoint(run_dir)["meta"]
-    assert meta["env_steps"] == first["env_steps"] == 4_000 and meta["updates"] == first["updates"]
-    second = run(resume_config(run_dir, {"total_env_steps": 6_000}).validate())
+    assert meta["env_steps"] == first["env_steps"] == PENDULUM_RUN_STEPS and meta["updates"] == first["updates"]
+    second = run(resume_config(run_dir, {"total_env_steps": PENDULUM_RUN_STEPS + 2_000}).validate())
     after = [json.loads(x) for x in open(f"{run_dir}/progress.jsonl")]
     assert after[: len(before)] == before  # appended, not rewritten
     resumed = after[len(before):]
-    assert resumed[0]["env_steps"] >= 4_000 and resumed[0]["updates"] >= first["updates"]
+    assert resumed[0]["env_steps"] >= PENDULUM_RUN_STEPS and resumed[0]["updates"] >= first["updates"]
     assert resumed[0]["weights_version"] > before[-1]["weights_version"]
     assert resumed[0]["wall_s"] > before[-1]["wall_s"]
     # Nothing learned is lost: the evaluations after resuming are no worse than the last one
@@ -92,7 +93,7 @@ def test_resume_carries_counters_and_learning_on(ray_local, tmp_path):
     after_resume = [row["eval_return_mean"] for row in resumed]
     assert (len(after_resume) >= 2
             and max(after_resume) >= before[-1]["eval_return_mean"] - 150), (before[-1], after_resume)
-    assert second["env_steps"] == 6_000 and second["updates"] > first["updates"] + 1_500
+    assert second["env_steps"] == PENDULUM_RUN_STEPS + 2_000 and second["updates"] > first["updates"] + 1_500
 
 
 def forged_npz(declared: int, stored: bool = True, compressed: int | None = None, name: str = "updates.npy") -> bytes:

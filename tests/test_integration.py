@@ -5,6 +5,7 @@ import os
 
 import imageio.v2 as imageio
 import pytest
+from conftest import PENDULUM_RUN_STEPS
 
 from dsac.config import Config
 from dsac.formats.files import load_weights
@@ -13,18 +14,14 @@ from dsac.runtime.evaluation import evaluate
 from dsac.runtime.runner import run
 
 
-def test_distributed_sac_learns_pendulum(ray_local, tmp_path):
-    config = Config(
-        env="Pendulum-v1", num_workers=4, seed=0, total_env_steps=8_000, stop_return=-600.0,
-        eval_every=1_000, eval_episodes=5, output_dir=str(tmp_path / "run"), log_every=30.0, video_every=2,
-    ).validate()
-    summary = run(config)
-    lines = [json.loads(x) for x in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
+def test_distributed_sac_learns_pendulum(trained_pendulum_run):
+    config, summary, out = trained_pendulum_run
+    lines = [json.loads(x) for x in (out / "progress.jsonl").read_text().splitlines()]
     returns = [line["eval_return_mean"] for line in lines]
-    # The random policy scores about -1200; learning must reach -600 within 8,000 env steps.
+    # The random policy scores about -1200; learning must reach -600 within the budget.
     assert min(returns[:1]) < -900, returns
     assert max(returns) >= -600, returns
-    assert summary["env_steps"] <= 8_000 + 1_000
+    assert summary["env_steps"] == PENDULUM_RUN_STEPS
     # The rate limiter holds updates at updates_per_step (1) per env step after learning_starts,
     # give or take what collection may run ahead and the batches in flight.
     expected = summary["env_steps"] - config.learning_starts
@@ -36,25 +33,25 @@ def test_distributed_sac_learns_pendulum(ray_local, tmp_path):
     assert payload["version"] == summary["weights_version"]
     # The saved best weights, loaded without Ray and evaluated on the evaluator's seeds,
     # score exactly what the evaluator reported for that version.
-    best = load_weights(str(tmp_path / "run" / "best_weights.pkl"))
-    policy = load_policy(str(tmp_path / "run" / "best_weights.pkl"))
+    best = load_weights(str(out / "best_weights.pkl"))
+    policy = load_policy(str(out / "best_weights.pkl"))
     returns = evaluate(lambda obs: policy(obs), "Pendulum-v1", best["eval_episodes"], best["eval_seed"])
     assert returns.mean() == pytest.approx(best["eval_return_mean"], abs=1e-6)
     assert best["eval_return_mean"] == max(line["eval_return_mean"] for line in lines)
     # The evaluator recorded episode 0 of every 2nd evaluation (and the final one), read back
     # with the library that wrote them: a frame per step and the reset's, at Pendulum's 500x500.
-    videos = sorted(os.listdir(tmp_path / "run" / "videos"))
+    videos = sorted(os.listdir(out / "videos"))
     assert "best.mp4" in videos and len(videos) >= 2, videos
     assert all(name == "best.mp4" or int(name.removesuffix(".mp4")) in {line["env_steps"] for line in lines}
                for name in videos), (videos, lines)
-    reader = imageio.get_reader(str(tmp_path / "run" / "videos" / "best.mp4"))
+    reader = imageio.get_reader(str(out / "videos" / "best.mp4"))
     shapes = [frame.shape for frame in reader]
     reader.close()
     assert len(shapes) == 201 and set(shapes) == {(500, 500, 3)}, (len(shapes), set(shapes))
     # TensorBoard has each of them as a small animated GIF (its Images tab plays them).
     from tensorboard.backend.event_processing.event_accumulator import IMAGES, EventAccumulator
 
-    board = EventAccumulator(str(tmp_path / "run" / "tb"), size_guidance={IMAGES: 0})
+    board = EventAccumulator(str(out / "tb"), size_guidance={IMAGES: 0})
     board.Reload()
     gifs = board.Images("eval/video")
     assert sorted(g.step for g in gifs) == sorted(int(n.removesuffix(".mp4")) for n in videos if n != "best.mp4")
