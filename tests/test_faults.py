@@ -29,7 +29,6 @@ RUN = [
     "--total_env_steps", "8000", "--checkpoint_every", "2", "--log_every", "2", "--seed", "0", "--no-tensorboard",
 ]
 EVAL = re.compile(r"eval at (\d+) env steps .*: return (-?[\d.]+|nan)")
-PROGRESS = re.compile(r"([\d,]+)/[\d,]+ env steps")
 CHECKPOINT = re.compile(r"checkpoint at ([\d,]+) env steps, ([\d,]+) updates")
 
 
@@ -93,19 +92,11 @@ class Run:
         return json.loads((self.out / "summary.json").read_text())
 
 
-def steps_of(progress_line: str) -> int:
-    return int(PROGRESS.search(progress_line).group(1).replace(",", ""))
-
-
 def checkpoint_with_updates_at_least(updates: int):
     def predicate(line):
         match = CHECKPOINT.search(line)
         return match is not None and int(match.group(2).replace(",", "")) >= updates
     return predicate
-
-
-def progress_at_least(steps: int):
-    return lambda line: PROGRESS.search(line) is not None and steps_of(line) >= steps
 
 
 ROLES = ["rollout_worker_0", "parameter_server", "run_monitor", "replay_shard_0"]
