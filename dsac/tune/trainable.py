@@ -50,14 +50,9 @@ class DsacTrainable(tune.Trainable):
     def setup(self, config: dict) -> None:
         own_this_process()  # the trial's actor: Tune starts one per trial
         self.trainer: Trainer | None = None  # built at the first step, or by load_checkpoint
-        self._begin(config)
-
-    def _begin(self, config: dict) -> None:
-        """A new run's state, before its first step or restore; bad flags fail the trial here,
-        in one line."""
         self.last_eval: dict = {}
-        self.restored_from = ""  # the checkpoint this run continued from (PBT: maybe another trial's)
-        Config.from_dict(self._values(config)).validate()
+        self.restored_from = ""  # the checkpoint this process continued from (PBT: maybe another trial's)
+        Config.from_dict(self._values(config)).validate()  # bad flags fail the trial here, in one line
 
     def _values(self, flags: dict) -> dict:
         """The trial's flags for a Trainer: its dsac output in ``dsac/`` inside the trial's
@@ -121,9 +116,10 @@ class DsacTrainable(tune.Trainable):
         """Tune reuses this process for another trial, or for this one from a checkpoint (PBT's
         exploit), instead of starting a new one (TensorFlow's import and a Ray worker: ~8
         CPU-s here): the run so far stops, the next ``step`` or ``load_checkpoint`` starts the
-        new one."""
+        new one. Bad flags fail the new trial here, in one line, as :meth:`setup` does."""
         self._drop_trainer()
-        self._begin(new_config)
+        self.last_eval, self.restored_from = {}, ""
+        Config.from_dict(self._values(new_config)).validate()
         return True
 
     def cleanup(self) -> None:
