@@ -228,7 +228,7 @@ def search(space: dict, *, storage_path: str, name: str, scheduler=None, metric:
     tuner = tune.Tuner(
         DsacTrainable, param_space=tune_space(space),
         tune_config=tune.TuneConfig(metric=metric, mode="max", num_samples=num_samples,
-                                    scheduler=scheduler, reuse_actors=True,  # DsacTrainable.reset_config
+                                    scheduler=scheduler,
                                     max_concurrent_trials=max_concurrent or None),
         run_config=tune.RunConfig(name=name, storage_path=os.path.abspath(storage_path), verbose=verbose,
                                   callbacks=callbacks,

@@ -112,16 +112,6 @@ class DsacTrainable(tune.Trainable):
         write_json(os.path.join(self.trainer.output_dir, RESTORED_FROM_FILE),
                    {"checkpoint": self.restored_from, **self.trainer.restored_counters})
 
-    def reset_config(self, new_config: dict) -> bool:
-        """Tune reuses this process for another trial, or for this one from a checkpoint (PBT's
-        exploit), instead of starting a new one (TensorFlow's import and a Ray worker: ~8
-        CPU-s here): the run so far stops, the next ``step`` or ``load_checkpoint`` starts the
-        new one. Bad flags fail the new trial here, in one line, as :meth:`setup` does."""
-        self._drop_trainer()
-        self.last_eval, self.restored_from = {}, ""
-        Config.from_dict(self._values(new_config)).validate()
-        return True
-
     def cleanup(self) -> None:
         self._drop_trainer()
 
