@@ -34,12 +34,13 @@ START_UP_NOTICES = re.compile("|".join((
 _LEVEL_SET_BY_DSAC = "DSAC_SET_TF_CPP_MIN_LOG_LEVEL"
 
 # Keras imports these at its own import, each inside ``try: ... except ImportError``, only for
-# wrappers and input adapters dsac never calls (scikit-learn estimators, pandas DataFrames in
-# ``fit``, OpenCV box drawing): about a quarter of TensorFlow's import CPU where they are
-# installed (mlflow brings the first two). A process that is dsac's alone imports Keras
+# wrappers, input adapters and notebook helpers dsac never calls (scikit-learn estimators,
+# pandas DataFrames in ``fit``, OpenCV box drawing, IPython's shell in its file editor,
+# matplotlib's image gallery): over a third of TensorFlow and Keras's import CPU where they
+# are installed (mlflow brings the first two). A process that is dsac's alone imports Keras
 # without them (:func:`own_this_process`); a user's process, where their code may hand Keras
 # a DataFrame, keeps Keras whole.
-KERAS_EXTRAS = ("sklearn", "pandas", "cv2")
+KERAS_EXTRAS = ("sklearn", "pandas", "cv2", "IPython", "matplotlib")
 _OWN_PROCESS = False
 
 
@@ -129,6 +130,7 @@ def import_tensorflow(verbose: bool = False, configure=None):
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"  # INFO and WARNING of later C++ logging too
         os.environ[_LEVEL_SET_BY_DSAC] = "1"
     with start_up_notices_hidden(quiet), _keras_extras_hidden():
+        import keras  # noqa: F401  its own top level (saving, visualization), which tf.keras skips
         import tensorflow as tf
 
         tf.config.list_physical_devices("GPU")  # loads the GPU platform
