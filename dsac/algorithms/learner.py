@@ -67,12 +67,34 @@ class Learner:
         return {name: array.stack() for name, array in arrays.items()}
 
     @tf.function
-    def _gradients(self, batch):
-        return self._gradients_of(batch)
+    def _flat_gradients(self, batch):
+        # The replica statistics this batch moves are read back and then restored, in the graph:
+        # every replica sets the group's mean of them only with an applied step.
+        variables = self._replica_variables()
+        before = [tf.identity(v) for v in variables]
+        stats, grads = self._gradients_of(batch)
+        moved = [tf.identity(v) for v in variables]
+        with tf.control_dependencies(moved):
+            restored = [v.assign(b) for v, b in zip(variables, before, strict=True)]
+        # Trace time: where each part lies in the flat array, for _apply_flat.
+        self._flat_layout = ([g.shape for g in grads], [v.shape for v in variables])
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        with tf.control_dependencies(restored):
+            flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1]) for t in (*grads, *moved)], 0)
+        return {**stats, "skipped": 1.0 - tf.cast(finite, tf.float32)}, flat
 
     @tf.function
-    def _apply(self, grads):
-        return self._apply_if_finite(grads)
+    def _apply_flat(self, flat):
+        grad_shapes, replica_shapes = self._flat_layout
+        parts = tf.split(flat, [shape.num_elements() for shape in (*grad_shapes, *replica_shapes)])
+        finite = self._apply_if_finite([tf.reshape(p, s) for p, s in zip(parts, grad_shapes, strict=False)])
+        variables = self._replica_variables()
+        if variables:
+            def set_replicas():
+                for v, part, shape in zip(variables, parts[len(grad_shapes):], replica_shapes, strict=True):
+                    v.assign(tf.cast(tf.reshape(part, shape), v.dtype))
+            tf.cond(finite, set_replicas, lambda: None)
+        return finite
 
     def learn_on_batch(self, batch: dict[str, np.ndarray]) -> dict:
         """One gradient step; returns float stats and per-transition ``td_abs``."""
@@ -92,35 +114,37 @@ class Learner:
             for i in range(len(batches))
         ]
 
-    def compute_gradients(self, batch: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict]:
+    def compute_flat_gradients(self, batch: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
         """:meth:`learn_on_batch`'s gradients without applying them (data-parallel learners
-        average them first); returns ``(gradients, stats)``. The gradients are followed by
-        the values this batch moved :meth:`_replica_variables` to (batch renormalization's
-        running statistics), which are put back until :meth:`apply_gradients` sets them: every
-        replica then takes the same mean, and a dropped update moves nothing."""
-        variables = self._replica_variables()
-        before = [v.numpy() for v in variables]
-        stats, grads = self._gradients(self._to_tensors(batch))
-        grads = [g.numpy() for g in grads]
-        moved = [v.numpy() for v in variables]
-        for variable, value in zip(variables, before, strict=True):
-            variable.assign(value)
-        # The mean of all learners' gradients is applied only if finite (see apply_gradients).
-        return [*grads, *moved], {**stats_to_numpy(stats),
-                                  "skipped": float(not all(np.isfinite(g).all() for g in grads))}
+        average them first), as one float32 array, and the update's stats (``skipped`` 1 when a
+        gradient is not finite). The gradients are followed by the values this batch moved
+        :meth:`_replica_variables` to (batch renormalization's running statistics), which are
+        put back until :meth:`apply_flat_gradients` sets them: every replica then takes the same
+        mean, and a dropped update moves nothing. One array, cut in the graph: a call with a
+        tensor per gradient costs more than the update of a small network."""
+        stats, flat = self._flat_gradients(self._to_tensors(batch))
+        return flat.numpy(), stats_to_numpy(stats)
 
-    def apply_gradients(self, gradients: list[np.ndarray]) -> bool:
-        """:meth:`learn_on_batch`'s step with the given gradients (as :meth:`compute_gradients`
-        returns them: the replica statistics last, set with the step); returns whether they were
+    def apply_flat_gradients(self, flat: np.ndarray) -> bool:
+        """:meth:`learn_on_batch`'s step with gradients laid out as :meth:`compute_flat_gradients`
+        returns them (the replica statistics last, set with the step); returns whether they were
         applied (not when any gradient is non-finite: then nothing moves)."""
-        variables = self._replica_variables()
-        count = len(gradients) - len(variables)
-        applied = bool(self._apply([tf.convert_to_tensor(g) for g in gradients[:count]]))
-        if applied:
-            for variable, value in zip(variables, gradients[count:], strict=True):
-                variable.assign(value)
+        if not hasattr(self, "_flat_layout"):
+            raise RuntimeError("apply_flat_gradients before any compute_flat_gradients: the layout is unknown")
+        applied = bool(self._apply_flat(tf.convert_to_tensor(flat, tf.float32)))
         self._weights = None
         return applied
+
+    def compute_gradients(self, batch: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict]:
+        """:meth:`compute_flat_gradients` as a list of arrays, one per gradient and statistic."""
+        flat, stats = self.compute_flat_gradients(batch)
+        shapes = [tuple(shape) for part in self._flat_layout for shape in part]
+        ends = np.cumsum([int(np.prod(shape)) for shape in shapes])
+        return [part.reshape(shape) for part, shape in zip(np.split(flat, ends[:-1]), shapes, strict=True)], stats
+
+    def apply_gradients(self, gradients: list[np.ndarray]) -> bool:
+        """:meth:`apply_flat_gradients` on a list shaped as :meth:`compute_gradients` returns it."""
+        return self.apply_flat_gradients(np.concatenate([np.ravel(np.asarray(g, np.float32)) for g in gradients]))
 
     def _replica_variables(self) -> list:
         """Variables an update moves from its own batch besides the optimizer's step (batch

@@ -103,9 +103,7 @@ class GradientSync:
     def learn(self, policy, batch: dict, step: int, own_env_steps: int) -> dict | None:
         """One synchronous update; its stats, or None when the run stopped meanwhile or the
         group has to re-form (:attr:`regroup` set; nothing applied)."""
-        grads, stats = policy.compute_gradients(batch)
-        shapes = [np.shape(g) for g in grads]
-        flat = np.concatenate([np.asarray(g, np.float32).ravel() for g in grads])
+        flat, shapes, stats = flat_gradients(policy, batch)
         try:
             reply = ray.get(self.averager.average.remote(self.index, self.group, step, flat, own_env_steps))
         except ray.exceptions.RayActorError:  # the averager's process died: Ray restarts it
@@ -119,14 +117,27 @@ class GradientSync:
         return apply_mean(policy, mean, shapes, stats)
 
 
-def apply_mean(policy, mean: np.ndarray, shapes: list, stats: dict) -> dict:
-    """Apply the learners' mean gradient (flat, cut into ``shapes``); ``stats`` with ``skipped``
-    saying whether it was dropped. The policy applies the mean only when all of it is finite,
-    so that decides: every learner counts the same dropped update once, even one whose own
-    gradients were finite (its local verdict would leave ``skipped_updates`` at 0)."""
-    ends = np.cumsum([int(np.prod(shape)) for shape in shapes])
-    applied = policy.apply_gradients([part.reshape(shape) for part, shape in zip(np.split(mean, ends[:-1]), shapes,
-                                                                                    strict=True)])
+def flat_gradients(policy, batch: dict) -> tuple[np.ndarray, list | None, dict]:
+    """The policy's gradients on ``batch`` as one float32 array, the shapes to cut the mean back
+    into (None: the policy takes it flat, as dsac's learners do) and the update's stats."""
+    if hasattr(policy, "compute_flat_gradients"):
+        flat, stats = policy.compute_flat_gradients(batch)
+        return flat, None, stats
+    grads, stats = policy.compute_gradients(batch)
+    return np.concatenate([np.asarray(g, np.float32).ravel() for g in grads]), [np.shape(g) for g in grads], stats
+
+
+def apply_mean(policy, mean: np.ndarray, shapes: list | None, stats: dict) -> dict:
+    """Apply the learners' mean gradient (flat, cut into ``shapes`` unless None); ``stats`` with
+    ``skipped`` saying whether it was dropped. The policy applies the mean only when all of it
+    is finite, so that decides: every learner counts the same dropped update once, even one
+    whose own gradients were finite (its local verdict would leave ``skipped_updates`` at 0)."""
+    if shapes is None:
+        applied = policy.apply_flat_gradients(mean)
+    else:
+        ends = np.cumsum([int(np.prod(shape)) for shape in shapes])
+        applied = policy.apply_gradients([part.reshape(shape) for part, shape in zip(np.split(mean, ends[:-1]), shapes,
+                                                                                        strict=True)])
     # The policy's own verdict where it gives one (dsac's learners check the gradients, not what
     # follows them in the array); else the whole mean's.
     return {**stats, "skipped": float(not applied if isinstance(applied, bool) else not np.isfinite(mean).all())}
