@@ -90,7 +90,9 @@ class Policy(ActingPolicy):
     in one call; else ``learn_on_batch`` on each), ``get_state()``/``set_state(state)`` (all
     that training needs to continue exactly, for checkpoints; else the weights) and
     ``check_weights(weights)`` (raise ValueError for weights that do not fit; else
-    :func:`check_weights` against :meth:`weight_shapes`).
+    :func:`check_weights` against :meth:`weight_shapes`), and
+    ``compute_flat_gradients(batch)``/``apply_flat_gradients(flat)`` (the gradients as one
+    float32 array, as dsac's learners give them; else :meth:`compute_gradients`' list, joined).
 
     Args:
         observation_space, action_space, config, seed, worker_index, num_workers: as

@@ -255,8 +255,8 @@ def test_distributed_crossq_learns_pendulum(ray_local, tmp_path):
 
 
 def test_a_dropped_data_parallel_update_moves_no_running_statistics():
-    """compute_gradients hands back what a batch moved the renormalization statistics to and
-    puts the old ones back; apply_gradients sets the learners' mean only with an applied step,
+    """compute_flat_gradients hands back what a batch moved the renormalization statistics to
+    and puts the old ones back; apply_flat_gradients sets the learners' mean only with an applied step,
     so a mean with a non-finite gradient moves nothing and is reported as skipped."""
     from dsac.distributed.learner_transport import apply_mean, weights_digest
 
@@ -269,13 +269,11 @@ def test_a_dropped_data_parallel_update_moves_no_running_statistics():
              "reward": rng.normal(size=n).astype(np.float32), "next_obs": rng.normal(size=(n, 3)).astype(np.float32),
              "terminated": np.zeros(n, np.float32), "discount": np.full(n, 0.99, np.float32)}
     before = weights_digest(learner.get_state())
-    parts, stats = learner.compute_gradients(batch)
+    flat, stats = learner.compute_flat_gradients(batch)
     assert weights_digest(learner.get_state()) == before  # computing moved nothing
-    shapes = [np.shape(p) for p in parts]
-    flat = np.concatenate([np.ravel(p).astype(np.float32) for p in parts])
     poisoned = flat.copy()
     poisoned[0] = np.nan  # a gradient: the update is dropped, statistics and all
-    assert apply_mean(learner, poisoned, shapes, stats)["skipped"] == 1.0
+    assert apply_mean(learner, poisoned, None, stats)["skipped"] == 1.0
     assert weights_digest(learner.get_state()) == before
-    assert apply_mean(learner, flat, shapes, stats)["skipped"] == 0.0
+    assert apply_mean(learner, flat, None, stats)["skipped"] == 0.0
     assert weights_digest(learner.get_state()) != before

@@ -299,6 +299,31 @@ def test_an_action_space_dqn_refuses_names_what_would_take_it(space, hint):
         sac_check_spaces("Multi-v0", obs, space)  # what it suggests takes it
 
 
+def test_a_user_policys_list_of_gradients_is_joined_for_the_averager_and_cut_back():
+    """A policy_class that gives its gradients as a list (Policy's documented form) travels as
+    one float32 array and gets the mean back in its own shapes."""
+    from dsac.distributed.learner_transport import apply_mean, flat_gradients
+    from dsac.policy import Policy
+
+    class ListGradients(Policy):
+        applied = None
+
+        def compute_gradients(self, batch):
+            return [np.ones((2, 3)), np.full(4, 2.0)], {"loss": 1.0}
+
+        def apply_gradients(self, gradients):
+            self.applied = gradients
+            return True
+
+    env = gym.make("CartPole-v1")
+    policy = ListGradients(env.observation_space, env.action_space, None)
+    flat, shapes, stats = flat_gradients(policy, {})
+    assert flat.dtype == np.float32 and flat.shape == (10,) and shapes == [(2, 3), (4,)]
+    assert apply_mean(policy, flat / 2, shapes, stats) == {"loss": 1.0, "skipped": 0.0}
+    assert [g.shape for g in policy.applied] == [(2, 3), (4,)]
+    assert policy.applied[0][0, 0] == 0.5 and policy.applied[1][3] == 1.0
+
+
 def test_two_learners_each_count_an_update_their_mean_gradient_dropped():
     """Data-parallel learners apply the mean of their gradients, and only when it is finite:
     one learner's NaN drops the update for both, so both count it, though the other's own
@@ -313,10 +338,10 @@ def test_two_learners_each_count_an_update_their_mean_gradient_dropped():
     loops = [UpdateLoop(p, push_every=1, max_nonfinite_updates=10) for p in policies]
     for rewards, dropped in (([1.0, np.nan], True), ([1.0, 0.5], False)):
         batches = [batch(r) for r in rewards]
-        computed = [p.compute_gradients(b) for p, b in zip(policies, batches, strict=True)]
+        computed = [p.compute_flat_gradients(b) for p, b in zip(policies, batches, strict=True)]
         assert [stats["skipped"] for _, stats in computed] == [0.0, float(dropped)]  # each one's local verdict
-        shapes = [np.shape(g) for g in computed[0][0]]
-        mean = np.mean([np.concatenate([np.ravel(g) for g in grads]) for grads, _ in computed], axis=0)
+        shapes = None  # dsac's learners take the mean as one array
+        mean = np.mean([flat for flat, _ in computed], axis=0)
         before = [p.get_weights() for p in policies]
         for loop, policy, b, (_, stats) in zip(loops, policies, batches, computed, strict=True):
             learn = functools.partial(lambda p, s, m, shapes, _: [apply_mean(p, m, shapes, s)], policy, stats, mean,

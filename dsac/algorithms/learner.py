@@ -24,8 +24,8 @@ ADAM_EPSILON = 1e-8
 
 
 class Learner:
-    """An algorithm's learner: ``learn_on_batch(es)``, the split ``compute_gradients`` /
-    ``apply_gradients`` of data-parallel learners, and its weights and state. Updates are counted
+    """An algorithm's learner: ``learn_on_batch(es)``, the split ``compute_flat_gradients`` /
+    ``apply_flat_gradients`` of data-parallel learners, and its weights and state. Updates are counted
     once, by :class:`dsac.runtime.learning.UpdateLoop` (the optimizers count their own steps)."""
 
     STATS: tuple[str, ...] = ()
@@ -134,17 +134,6 @@ class Learner:
         applied = bool(self._apply_flat(tf.convert_to_tensor(flat, tf.float32)))
         self._weights = None
         return applied
-
-    def compute_gradients(self, batch: dict[str, np.ndarray]) -> tuple[list[np.ndarray], dict]:
-        """:meth:`compute_flat_gradients` as a list of arrays, one per gradient and statistic."""
-        flat, stats = self.compute_flat_gradients(batch)
-        shapes = [tuple(shape) for part in self._flat_layout for shape in part]
-        ends = np.cumsum([int(np.prod(shape)) for shape in shapes])
-        return [part.reshape(shape) for part, shape in zip(np.split(flat, ends[:-1]), shapes, strict=True)], stats
-
-    def apply_gradients(self, gradients: list[np.ndarray]) -> bool:
-        """:meth:`apply_flat_gradients` on a list shaped as :meth:`compute_gradients` returns it."""
-        return self.apply_flat_gradients(np.concatenate([np.ravel(np.asarray(g, np.float32)) for g in gradients]))
 
     def _replica_variables(self) -> list:
         """Variables an update moves from its own batch besides the optimizer's step (batch
