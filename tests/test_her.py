@@ -13,9 +13,11 @@ from dsac.config import Config
 from dsac.envs.make import make_env
 from dsac.envs.rollout import EnvCollector
 from dsac.errors import DsacError
-from dsac.replay.buffer import RateLimiter, ReplayStorage, field_specs
+from dsac.replay.buffer import RateLimiter, Replay, ReplayStorage, field_specs
 from dsac.replay.her import GoalObservation, HindsightRelabeler
+from dsac.runtime.messages import Chunk
 from examples.bit_flipping import BitFlipping
+from examples.point_reach import PointReach
 
 BITS = "examples.bit_flipping:BitFlipping"
 
@@ -62,6 +64,77 @@ def test_the_replay_and_its_limiter_count_env_steps_not_stored_copies():
     assert not limiter.can_sample(storage.added, 0, 1)  # 50 stored, but only 17 env steps
     storage.add(chunk, env_steps=10)
     assert limiter.can_sample(storage.added, 0, 1) and storage.added == 27
+
+
+def test_episodes_longer_than_the_warm_up_keep_the_learner_waiting_and_the_writers_collecting():
+    """An episode's steps count as they happen, its transitions arrive when it ends: until the
+    first arrive the learner may not sample (nothing to sample), and the writers' budget goes
+    on past learning_starts + max_steps_ahead, which an update ratio on an empty replay would
+    never lift."""
+    specs = field_specs((4,), np.float32, (), np.int64)
+    replay = Replay(ReplayStorage(specs, capacity=10_000), 100, learning_starts=100, updates_per_step=1.0,
+                    max_steps_ahead=50, max_chunk=50, batches_per_call=4)
+    episode = {"obs": np.zeros((5 * 400, 4), np.float32), "action": np.zeros(2000, np.int64),
+               "reward": np.zeros(2000, np.float32), "next_obs": np.zeros((2000, 4), np.float32),
+               "terminated": np.zeros(2000, np.float32), "discount": np.full(2000, 0.99, np.float32)}
+    running = {key: value[:0] for key, value in episode.items()}
+    steps = 0
+    while steps < 350:  # a 400-step episode, 50 steps a chunk, none of it stored yet
+        assert replay.grant(0, 0) == 50 and not replay.can_sample(4)
+        replay.add(Chunk(running, None, 50))
+        steps += 50
+    assert replay.grant(0, 0) == 50 and not replay.can_sample(4)
+    replay.add(Chunk(episode, None, 50))  # it ends: 400 steps, 5 rows each
+    assert replay.added == 400 and replay.storage.size == 2000
+    while replay.can_sample(4):
+        assert replay.sample(32, 4).batches["reward"].shape == (4, 32)
+    # The update ratio counts from the warm-up's end (350 env steps): 50 updates and one call's
+    # slack now, not the 300 that counting from learning_starts would allow at once.
+    assert replay.storage.sampled_batches == 52
+
+
+def test_a_compute_terminated_that_is_not_vectorized_is_asked_goal_by_goal():
+    """gymnasium-robotics' non-continuing mazes answer a batch of goals with one flag; each
+    relabeled row gets its own, as the env gives it at a step."""
+
+    class OneFlagForABatch(PointReach):
+        def compute_terminated(self, achieved_goal, desired_goal, info):
+            return bool(np.linalg.norm(np.asarray(achieved_goal) - np.asarray(desired_goal)) <= 0.3)
+
+    env = OneFlagForABatch(max_steps=30)
+    relabeler = HindsightRelabeler(4, "future", (2,), seed=0)
+    rng = np.random.default_rng(0)
+    achieved = np.cumsum(rng.uniform(-0.1, 0.1, (30, 2)), axis=0).astype(np.float32)
+    goal = np.full(2, 0.9, np.float32)
+    obs = np.concatenate([achieved, np.tile(goal, (30, 1))], axis=1)
+    episode = {"obs": obs, "action": np.zeros((30, 2), np.float32), "reward": np.full(30, -1.0, np.float32),
+               "next_obs": obs, "terminated": np.zeros(30, np.float32), "discount": np.full(30, 0.99, np.float32)}
+    batch = relabeler.relabel(episode, achieved, [{}] * 30, env)
+    copies = batch["next_obs"][30:]
+    expected = [env.compute_terminated(row[:2], row[2:], {}) for row in copies]
+    assert copies.shape == (120, 4) and list(batch["terminated"][30:]) == expected
+    assert 0 < sum(expected) < 120  # the goals a copy reaches at once end it, and only those
+
+    class NoFlag(PointReach):
+        def compute_terminated(self, achieved_goal, desired_goal, info):
+            return np.zeros(3)
+
+    with pytest.raises(DsacError, match=r"compute_terminated gave shape \(3,\) for 120 goals and \(3,\) for one goal"):
+        relabeler.relabel(episode, achieved, [{}] * 30, NoFlag())
+
+
+def test_sac_with_her_and_the_defaults_runs_episodes_longer_than_its_warm_up(tmp_path, capfd, caplog):
+    """400-step episodes, SAC's defaults (its learning starts at 200 env steps): the run goes to
+    its budget and learns from the second episode on."""
+    from conftest import launch_here
+
+    out = tmp_path / "run"
+    run = launch_here(["--env", "examples.point_reach:PointReach", "--env_kwargs", '{"max_steps": 400}', "--her",
+                       "--local", "--total_env_steps", "1000", "--eval_every", "1000", "--eval_episodes", "1",
+                       "--output_dir", out], capfd, caplog)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["env_steps"] == 1000 and summary["updates"] > 0, summary
 
 
 def test_sac_learns_a_continuous_goal_task_with_her_its_budget_in_env_steps(tmp_path, capfd, caplog):

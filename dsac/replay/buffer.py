@@ -340,6 +340,12 @@ class Replay:
             self.storage.add(chunk.transitions, chunk.priorities, env_steps=chunk.steps)
         else:
             self.storage.add(chunk.transitions, env_steps=chunk.steps)
+        if self.storage.size == 0:
+            # Nothing stored yet, though env steps were counted: with --her an episode's steps
+            # count as they happen and its transitions arrive when it ends, maybe long after
+            # learning_starts. The warm-up lasts until the first transitions are stored, so the
+            # learner never samples an empty replay and the writers' budget does not wait for it.
+            self.limiter.learning_starts = max(self.limiter.learning_starts, self.storage.added)
         self.add_calls += 1
         return True
 
@@ -360,8 +366,10 @@ class Replay:
         return grant
 
     def can_sample(self, num_batches: int) -> bool:
-        """Whether ``num_batches`` more batches keep the learner within one call of the ratio."""
-        return self.limiter.can_sample(self.storage.added, self.storage.sampled_batches, num_batches)
+        """Whether ``num_batches`` more batches keep the learner within one call of the ratio
+        (never while nothing is stored)."""
+        storage = self.storage
+        return storage.size > 0 and self.limiter.can_sample(storage.added, storage.sampled_batches, num_batches)
 
     def sample(self, batch_size: int, num_batches: int) -> SampledBatches:
         """``num_batches`` stacked batches (prioritized: with importance weights)."""

@@ -9,7 +9,8 @@ networks ``observation ++ desired_goal`` as one flat vector and hands the achiev
 ``info``; :class:`HindsightRelabeler` stores each finished episode with its real goal and ``k``
 copies whose goal is one the episode achieved (``future``: at this step or later; ``final``: at
 its end; ``episode``: anywhere in it), rewards recomputed in one call per episode and terminal
-flags as the env defines them (``compute_terminated`` where it has one, else the stored flag).
+flags as the env defines them (``compute_terminated`` where it has one, row by row where it is
+not vectorized; else the stored flag).
 """
 
 from __future__ import annotations
@@ -142,6 +143,22 @@ class HindsightRelabeler:
         copies["reward"] = rewards
         compute_terminated = goal_function(env, "compute_terminated")
         if compute_terminated is not None:
-            terminated = np.asarray(compute_terminated(reached, wanted, info), dtype=np.float32)
-            copies["terminated"] = np.broadcast_to(terminated, (len(source),)).copy()
+            copies["terminated"] = terminated_per_goal(compute_terminated, reached, wanted, info)
         return {key: np.concatenate([episode[key], copies[key]]) for key in episode}
+
+
+def terminated_per_goal(compute_terminated: Callable, reached: np.ndarray, wanted: np.ndarray,
+                        info: np.ndarray) -> np.ndarray:
+    """One terminal flag per row of goals. Some envs' ``compute_terminated`` is not vectorized
+    (gymnasium-robotics' non-continuing mazes answer a batch with one flag, the distance taken
+    over the whole batch): where a batched call does not give one flag per row, each row is
+    asked on its own, as the env asks at a step; anything else is refused in one line."""
+    n = len(reached)
+    terminated = np.asarray(compute_terminated(reached, wanted, info))
+    if terminated.shape == (n,):
+        return terminated.astype(np.float32)
+    rows = [np.asarray(compute_terminated(reached[i], wanted[i], info[i])) for i in range(n)]
+    if any(row.size != 1 for row in rows):
+        raise DsacError(f"--her: the env's compute_terminated gave shape {terminated.shape} for {n} goals and "
+                        f"{rows[0].shape} for one goal: it must give one flag per goal")
+    return np.array([row.item() for row in rows], dtype=np.float32)

@@ -266,7 +266,8 @@ class ModelSettings:
 class ReplaySettings:
     """The replay buffer: capacity, n-step sums, prioritization."""
 
-    buffer_size: int | None = setting(None, "replay capacity in transitions (algorithm default)")
+    buffer_size: int | None = setting(None, "replay capacity in transitions (algorithm default); with --her, in "
+                                      "stored rows: 1 + her_k per env step")
     n_step: int | None = setting(None, "rewards summed per stored transition (algorithm default)")
     prioritized: bool | None = setting(None, "proportional prioritized replay (algorithm default: on for dqn)")
     priority_alpha: float = setting(0.6, "prioritization exponent alpha")
