@@ -6,11 +6,10 @@ can crash this process or read its memory, so convert only files you trust (e.g.
     dsac-convert-weights old.pkl --out new.pkl
 """
 
-import argparse
 import pickle
 import sys
 
-from dsac.errors import DsacError, quiet_when_the_reader_leaves
+from dsac.errors import DsacError, OneLineParser, quiet_when_the_reader_leaves
 from dsac.formats.files import FORMAT_1_GLOBALS, FORMAT_VERSION, load_weights, save_weights
 
 
@@ -23,8 +22,7 @@ class _Format1Unpickler(pickle.Unpickler):
 
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="dsac-convert-weights", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser("convert", prog="dsac-convert-weights", description=__doc__)
     parser.add_argument("path", help="a format-1 weights file you trust")
     parser.add_argument("--out", default=None, help="where to write the converted file (default: in place)")
     args = parser.parse_args(argv)

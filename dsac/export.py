@@ -14,11 +14,10 @@ the policy's acting network, as its algorithm describes it once
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
-from dsac.errors import DsacError, quiet_when_the_reader_leaves
+from dsac.errors import DsacError, OneLineParser, quiet_when_the_reader_leaves
 from dsac.formats.files import atomic_write_bytes, check_writable_dir
 from dsac.formats.inference import load_policy
 from dsac.models.acting_net import tf_serving
@@ -114,8 +113,7 @@ def _format_and_output(args) -> tuple[str, str]:
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
     own_this_process()
-    parser = argparse.ArgumentParser(prog="dsac-export", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser("export", prog="dsac-export", description=__doc__)
     parser.add_argument("path", help="a weights.pkl / best_weights.pkl written by dsac")
     parser.add_argument("--format", choices=FORMATS, default=None,
                         help="onnx (a .onnx file) or savedmodel (a directory); default: onnx for an output "

@@ -7,10 +7,9 @@ Runs whose config.json differ only in their seed are drawn as one curve, mean +-
 (shaded); others are overlaid, each with its directory's name.
 """
 
-import argparse
 import sys
 
-from dsac.errors import DsacError, quiet_when_the_reader_leaves
+from dsac.errors import DsacError, OneLineParser, quiet_when_the_reader_leaves
 
 AXES = (("env_steps", "env steps"), ("wall_s", "wall-clock seconds (from process start)"))
 
@@ -49,8 +48,7 @@ def plot(paths: list[str], out: str, group: bool = True, title: str | None = Non
 
 @quiet_when_the_reader_leaves
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="dsac-plot", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser("plot", prog="dsac-plot", description=__doc__)
     parser.add_argument("runs", nargs="+", help="run directories (with progress.jsonl)")
     parser.add_argument("--out", default="curves.png", help="image to write (.png, .svg, .pdf)")
     parser.add_argument("--no-group", dest="group", action="store_false",

@@ -388,6 +388,22 @@ def test_max_seconds_with_the_default_budget_says_which_ends_the_run(tmp_path, c
     assert "default budget" not in caplog.text
 
 
+@pytest.mark.parametrize("module, name", [("dsac.export", "export"), ("dsac.plot", "plot"),
+                                          ("dsac.convert_weights", "convert"), ("dsac.tune.cli", "dsac-tune"),
+                                          ("dsac.infer", "infer"), ("dsac.doctor", "dsac-doctor"),
+                                          ("dsac.submit", "submit")])
+def test_every_commands_unknown_flag_is_one_line_and_exit_2(module, name, capsys, monkeypatch):
+    import importlib
+
+    from dsac.runtime import tf_setup
+
+    monkeypatch.setattr(tf_setup, "_OWN_PROCESS", False)  # dsac-export marks its process as its own
+    with pytest.raises(SystemExit) as stopped:
+        importlib.import_module(module).main(["--no_such_flag"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.startswith(f"{name}: error: ") and len(err.strip().splitlines()) == 1, err
+
+
 QUICK_COMMANDS = [
     ["launch.py", "--help"],
     ["-m", "benchmarks", "mujoco", "--report", "--out", "benchmarks/results/mujoco/results.jsonl"],

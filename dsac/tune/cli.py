@@ -15,7 +15,7 @@ import os
 import sys
 from types import SimpleNamespace
 
-from dsac.errors import DsacError, quiet_when_the_reader_leaves
+from dsac.errors import DsacError, OneLineParser, quiet_when_the_reader_leaves
 from dsac.settings.coercion import non_negative_ints, optional_positive, positive_ints, positive_numbers
 from dsac.tune.trainable import METRIC
 
@@ -23,7 +23,7 @@ log = logging.getLogger("dsac")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dsac-tune", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser("dsac-tune", prog="dsac-tune", description=__doc__.split("\n\n")[0])
     parser.add_argument("--space", required=True, help="a .yaml or .json file: flag -> value or "
                         "{grid|choice|uniform|loguniform: ...}")
     parser.add_argument("--num_samples", type=int, default=1, help="samples of the space (each grid point this often)")
