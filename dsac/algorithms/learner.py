@@ -38,7 +38,8 @@ class Learner:
     def _compile_with_xla(self) -> None:
         """Compile :meth:`_update_many`'s graph loop with XLA (``jit_compile``): fused kernels and
         fewer op dispatches per update, at a longer first call (and one per new stack size)."""
-        self._update_many = tf.function(jit_compile=True)(type(self)._update_many.python_function.__get__(self))
+        self._update_many = tf.function(jit_compile=True, autograph=False)(
+            type(self)._update_many.python_function.__get__(self))
 
     def _apply_if_finite(self, grads):
         """Apply the gradients only when all are finite; returns whether they were."""
@@ -51,22 +52,29 @@ class Learner:
         stats, grads = self._gradients_of(batch)
         return {**stats, "skipped": 1.0 - tf.cast(self._apply_if_finite(grads), tf.float32)}
 
-    @tf.function
+    # Without autograph: every branch is an explicit tf.cond or tf.while_loop, and converting the
+    # update's Python (losses, Keras layers) would cost about a second of each learner's start.
+    @tf.function(autograph=False)
     def _update(self, batch):
         return self._step(batch)
 
-    @tf.function
+    @tf.function(autograph=False)
     def _update_many(self, stack):
         # A graph loop (tf.while_loop) rather than one call per batch: the call's own overhead is
         # a large part of a small network's update.
         count = tf.shape(stack["reward"])[0]
-        arrays = {name: tf.TensorArray(tf.float32, size=count) for name in (*self.STATS, "skipped", "td_abs")}
-        for i in tf.range(count):
-            stats = self._step({key: value[i] for key, value in stack.items()})
-            arrays = {name: array.write(i, stats[name]) for name, array in arrays.items()}
-        return {name: array.stack() for name, array in arrays.items()}
+        names = (*self.STATS, "skipped", "td_abs")
 
-    @tf.function
+        def body(i, arrays):
+            stats = self._step({key: value[i] for key, value in stack.items()})
+            return i + 1, [array.write(i, stats[name]) for name, array in zip(names, arrays, strict=True)]
+
+        _, arrays = tf.while_loop(lambda i, _: i < count, body,
+                                  (tf.constant(0), [tf.TensorArray(tf.float32, size=count) for _ in names]),
+                                  maximum_iterations=count)
+        return {name: array.stack() for name, array in zip(names, arrays, strict=True)}
+
+    @tf.function(autograph=False)
     def _flat_gradients(self, batch):
         # The replica statistics this batch moves are read back and then restored, in the graph:
         # every replica sets the group's mean of them only with an applied step.
@@ -83,7 +91,7 @@ class Learner:
             flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1]) for t in (*grads, *moved)], 0)
         return {**stats, "skipped": 1.0 - tf.cast(finite, tf.float32)}, flat
 
-    @tf.function
+    @tf.function(autograph=False)
     def _apply_flat(self, flat):
         grad_shapes, replica_shapes = self._flat_layout
         parts = tf.split(flat, [shape.num_elements() for shape in (*grad_shapes, *replica_shapes)])
