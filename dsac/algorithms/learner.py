@@ -41,9 +41,13 @@ class Learner:
         self._update_many = tf.function(jit_compile=True, autograph=False)(
             type(self)._update_many.python_function.__get__(self))
 
+    @staticmethod
+    def _all_finite(grads):
+        return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+
     def _apply_if_finite(self, grads):
         """Apply the gradients only when all are finite; returns whether they were."""
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        finite = self._all_finite(grads)
         tf.cond(finite, lambda: self._apply_gradients(grads), lambda: None)
         return finite
 
@@ -87,7 +91,7 @@ class Learner:
             restored = [v.assign(b) for v, b in zip(variables, before, strict=True)]
         # Trace time: where each part lies in the flat array, for _apply_flat.
         self._flat_layout = ([g.shape for g in grads], [v.shape for v in variables])
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        finite = self._all_finite(grads)
         with tf.control_dependencies(restored):
             flat = tf.concat([tf.reshape(tf.cast(t, tf.float32), [-1]) for t in (*grads, *moved)], 0)
         return {**stats, "skipped": 1.0 - tf.cast(finite, tf.float32)}, flat
@@ -96,11 +100,12 @@ class Learner:
     def _apply_flat(self, flat):
         grad_shapes, replica_shapes = self._flat_layout
         parts = tf.split(flat, [shape.num_elements() for shape in (*grad_shapes, *replica_shapes)])
-        finite = self._apply_if_finite([tf.reshape(p, s) for p, s in zip(parts, grad_shapes, strict=False)])
+        count = len(grad_shapes)
+        finite = self._apply_if_finite([tf.reshape(p, s) for p, s in zip(parts[:count], grad_shapes, strict=True)])
         variables = self._replica_variables()
         if variables:
             def set_replicas():
-                for v, part, shape in zip(variables, parts[len(grad_shapes):], replica_shapes, strict=True):
+                for v, part, shape in zip(variables, parts[count:], replica_shapes, strict=True):
                     v.assign(tf.cast(tf.reshape(part, shape), v.dtype))
             tf.cond(finite, set_replicas, lambda: None)
         return finite
