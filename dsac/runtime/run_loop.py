@@ -10,8 +10,11 @@ same runs.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import statistics
+import sys
+import threading
 from typing import NamedTuple, Protocol
 
 from dsac.errors import RunFailed
@@ -156,3 +159,21 @@ class Signals:
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+def exit_at_once_on_sigterm() -> None:
+    """In a process that Ray ends with SIGTERM once its work is done and saved (a Tune trial's
+    actor), exit at once on it. Ray's own handler raises SystemExit wherever the process is:
+    inside a weakref callback or a ``__del__`` Python prints that as a traceback on the user's
+    console and carries on running until Ray kills it."""
+
+    def handler(signum, frame):
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # a closed or broken stream: nothing left to keep
+                pass
+        os._exit(1)  # Ray's own exit code for a SIGTERM
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)

@@ -27,6 +27,7 @@ from ray import tune
 
 from dsac.config import Config
 from dsac.formats.files import write_json
+from dsac.runtime.run_loop import exit_at_once_on_sigterm
 from dsac.runtime.tf_setup import own_this_process
 from dsac.runtime.trainer import Trainer
 
@@ -49,6 +50,7 @@ class DsacTrainable(tune.Trainable):
 
     def setup(self, config: dict) -> None:
         own_this_process()  # the trial's actor: Tune starts one per trial
+        exit_at_once_on_sigterm()  # Tune ends it with SIGTERM after cleanup()
         self.trainer: Trainer | None = None  # built at the first step, or by load_checkpoint
         self.last_eval: dict = {}
         self.restored_from = ""  # the checkpoint this process continued from (PBT: maybe another trial's)
@@ -116,9 +118,7 @@ class DsacTrainable(tune.Trainable):
         self._drop_trainer()
 
     def _drop_trainer(self) -> None:
-        """Stop the run and release its actor handles now. Tune ends a trial's process with
-        SIGTERM, on which Ray raises SystemExit in whatever runs: a handle collected then prints
-        a traceback from its ``__del__``."""
+        """Stop the run and release its actor handles now, before Tune ends the process."""
         if self.trainer is not None:
             self.trainer.stop()
             self.trainer = None
