@@ -84,7 +84,7 @@ def test_two_data_parallel_learners_add_up(ray_local, tmp_path):
     server; and SAC still learns."""
     config = Config(
         env="Pendulum-v1", num_workers=2, num_learners=2, seed=0, total_env_steps=10_000, stop_return=-600.0,
-        eval_every=1_000, eval_episodes=5, fcnet_hiddens=[64, 64], output_dir=str(tmp_path / "run"),
+        eval_every=1_000, eval_episodes=5, fcnet_hiddens=[64, 64], batch_size=128, output_dir=str(tmp_path / "run"),
         log_every=30.0,
     ).validate()
     assert config.num_replay_shards == 2  # one shard per learner by default
