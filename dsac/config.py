@@ -117,7 +117,7 @@ WORKERS_PER_REPLAY_SHARD = 64
 
 # Keys of RLlib's ``config["model"]`` that dsac understands (the model section's fields).
 MODEL_KEYS = ("fcnet_hiddens", "fcnet_activation", "conv_filters", "conv_activation", "custom_model",
-              "custom_model_config")
+              "custom_model_config", "normalize_obs")
 # RLlib's model keys of Atari preprocessing (dsac's flags of the same names and meanings;
 # RLlib's ``framestack: true`` stacks 4 frames).
 MODEL_PREPROCESSING_KEYS = ("framestack", "dim", "grayscale")
@@ -323,7 +323,7 @@ class Config:
         :meth:`validate` resolves and checks."""
         for name in SECTIONS:
             getattr(self, name).check()
-        check_relations(self.run, self.resources, self.algorithm, self.replay)
+        check_relations(self.run, self.resources, self.algorithm, self.replay, self.model)
         check_named_code(self.run)
         return self
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from dsac.models.acting_net import numpy_forward
+from dsac.models.acting_net import numpy_forward, with_obs_normalization
 from dsac.models.vision import obs_input
 
 
@@ -139,6 +139,8 @@ class BuiltinActingPolicy(ActingPolicy):
         super().__init__(observation_space, action_space, config, **kwargs)
         self.obs = obs_input(observation_space)
         self.net = self._describe(self.obs, action_space, config)
+        if config.model.normalize_obs:
+            self.net = with_obs_normalization(self.net)
 
     @staticmethod
     def _describe(obs, action_space, config):

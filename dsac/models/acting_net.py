@@ -8,9 +8,9 @@ An op kind is one class (:class:`Op`): the weights it reads, by the names the Ke
 model gives them (``actor/hidden_0/kernel``), their shapes, its array form (numpy and
 TensorFlow, through a :class:`Backend` of the few primitives that differ) and its ONNX form.
 The Keras training models (``dsac/algorithms/*/networks.py``) are built apart and checked
-against the descriptions to 1e-5 (tests/test_acting_net.py). A new input transform (e.g.
-observation normalization) is a new op kind here, the op in the descriptions that use it, and
-its layer in the training model.
+against the descriptions to 1e-5 (tests/test_acting_net.py). An input transform is an op kind
+here put in front of every description (:func:`with_obs_normalization`); the learner applies
+the same op to its batches (:class:`dsac.algorithms.normalization.NormalizingLearner`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import numpy as np
 
 from dsac.errors import DsacError
 from dsac.models.backends import NUMPY, Backend, tf_backend
+from dsac.models.normalization import check_normalizable
 from dsac.models.vision import ObsInput, conv_layer_shapes, conv_output_shape, image_layout
 
 # Bounds of the actor's log standard deviation (as in Stable-Baselines3).
@@ -132,6 +133,35 @@ class Renorm:
         x = g.op("Sub", [x, g.const(mean, f"{self.layer}/mean")], self.layer)
         x = g.op("Mul", [x, g.const(factor, f"{self.layer}/factor")], self.layer)
         return g.op("Add", [x, g.const(bias, f"{self.layer}/bias")], self.layer)
+
+
+@dataclass(frozen=True)
+class Normalize:
+    """Observation normalization (``--normalize_obs``, as rl-zoo's ``VecNormalize``): each feature
+    as clip((x − mean) / sqrt(var + ε), ±``clip``), with the run's running statistics
+    (``obs_norm/mean|var``; ``obs_norm/count`` lets a learner warm-started from them carry on)."""
+
+    clip: float = 10.0
+    epsilon: float = 1e-8
+
+    def shapes(self, shape):
+        return {"obs_norm/count": (1,), "obs_norm/mean": shape, "obs_norm/var": shape}, shape
+
+    def _affine(self, w):
+        """(mean, 1/std), computed once in float32 for every backend and the learner alike."""
+        mean, var = np.asarray(w["obs_norm/mean"], np.float32), np.asarray(w["obs_norm/var"], np.float32)
+        return mean, (np.float32(1.0) / np.sqrt(var + np.float32(self.epsilon))).astype(np.float32)
+
+    def arrays(self, w, B):
+        mean, scale = self._affine(w)
+        return lambda x: B.clip((B.float32(x) - mean) * scale, -self.clip, self.clip)
+
+    def onnx(self, g, x):
+        mean, scale = self._affine(g.weights)
+        x = g.op("Mul", [g.op("Sub", [x, g.const(mean, "obs_norm/mean")], "obs_norm"),
+                         g.const(scale, "obs_norm/scale")], "obs_norm")
+        return g.op("Clip", [x, g.const(np.float32(-self.clip), "obs_norm/min"),
+                             g.const(np.float32(self.clip), "obs_norm/max")], "obs_norm")
 
 
 @dataclass(frozen=True)
@@ -353,6 +383,12 @@ class ActingNet:
             own, shape = op.shapes(shape)
             shapes.update(own)
         return shapes
+
+
+def with_obs_normalization(net: ActingNet) -> ActingNet:
+    """``net`` reading normalized observations (``--normalize_obs``; vector observations only)."""
+    check_normalizable(net.obs)
+    return ActingNet(net.obs, (Normalize(), *net.layers), net.head)
 
 
 def mlp(prefix: str, hiddens, units: int, activation: str) -> list[Dense]:

@@ -44,7 +44,7 @@ NUMPY = Backend(
     reshape=np.reshape, conv2d=conv2d_valid, sqrt=np.sqrt, tanh=np.tanh,
     moments=lambda x: (x.mean(axis=-1, keepdims=True), x.var(axis=-1, keepdims=True)),
     mean=lambda x, axis: x.mean(axis=axis, keepdims=True), expectation=_numpy_expectation,
-    argmax=lambda x: np.argmax(x, axis=1),
+    argmax=lambda x: np.argmax(x, axis=1), clip=lambda x, low, high: np.minimum(np.maximum(x, low), high),
 )
 
 
@@ -61,4 +61,5 @@ def tf_backend() -> Backend:
         mean=lambda x, axis: tf.reduce_mean(x, axis=axis, keepdims=True),
         expectation=lambda logits, support: tf.reduce_sum(tf.nn.softmax(logits, axis=-1) * support, axis=-1),
         argmax=lambda x: tf.argmax(x, axis=1, output_type=tf.int64),
+        clip=tf.clip_by_value,
     )

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from dsac.errors import DsacError
+from dsac.models.normalization import Moments
 from dsac.replay.frames import FrameLayout, FrameStore, frame_capacity, frame_layout
 from dsac.replay.sum_tree import MinTree, SumTree
 from dsac.runtime.messages import Chunk, SampledBatches
@@ -314,7 +315,8 @@ class Replay:
 
     def __init__(self, storage: ReplayStorage, warmup: int, *, learning_starts: int, updates_per_step: float,
                  max_steps_ahead: int, max_chunk: int, batches_per_call: int = 0, num_writers: int = 1,
-                 priority_beta: float = 0.4, beta_anneal_steps: int = 1, insert_limit: int | None = None):
+                 priority_beta: float = 0.4, beta_anneal_steps: int = 1, insert_limit: int | None = None,
+                 track_obs: bool = False):
         self.storage = storage
         self.prioritized = isinstance(storage, PrioritizedReplayStorage)
         self.limiter = RateLimiter(updates_per_step, warmup, max_steps_ahead, batches_per_call)
@@ -327,6 +329,10 @@ class Replay:
         self.min_grant = max(1, min(self.max_chunk, int(max_steps_ahead) // (2 * self.num_writers)))
         self.outstanding: dict[int, int] = {}  # writer -> budget granted, not yet delivered
         self.add_calls = 0
+        # --normalize_obs: the moments of every observation stored since this replay started,
+        # sent with each sample (dsac.models.normalization.ObsStatistics merges the shards').
+        self.track_obs = bool(track_obs)
+        self.obs_moments: Moments | None = None
 
     @property
     def added(self) -> int:
@@ -340,6 +346,9 @@ class Replay:
             self.storage.add(chunk.transitions, chunk.priorities, env_steps=chunk.steps)
         else:
             self.storage.add(chunk.transitions, env_steps=chunk.steps)
+        if self.track_obs and chunk.size:
+            moments = Moments.of(chunk.transitions["obs"])
+            self.obs_moments = moments if self.obs_moments is None else self.obs_moments.merge(moments)
         if self.storage.size == 0:
             # Nothing stored yet, though env steps were counted: with --her an episode's steps
             # count as they happen and its transitions arrive when it ends, maybe long after
@@ -372,12 +381,16 @@ class Replay:
         return storage.size > 0 and self.limiter.can_sample(storage.added, storage.sampled_batches, num_batches)
 
     def sample(self, batch_size: int, num_batches: int) -> SampledBatches:
-        """``num_batches`` stacked batches (prioritized: with importance weights)."""
+        """``num_batches`` stacked batches (prioritized: with importance weights), with the
+        moments of the observations stored so far when it tracks them."""
         if not self.prioritized:
-            return self.storage.sample(batch_size, num_batches)
-        # β, the importance-weight exponent: linear from priority_beta to 1 over the annealing.
-        beta = self.priority_beta + min(1.0, self.storage.added / self.beta_anneal_steps) * (1.0 - self.priority_beta)
-        return self.storage.sample(batch_size, num_batches, beta)
+            sampled = self.storage.sample(batch_size, num_batches)
+        else:
+            # β, the importance-weight exponent: linear from priority_beta to 1 over the annealing.
+            annealed = min(1.0, self.storage.added / self.beta_anneal_steps)
+            beta = self.priority_beta + annealed * (1.0 - self.priority_beta)
+            sampled = self.storage.sample(batch_size, num_batches, beta)
+        return sampled._replace(obs_moments=self.obs_moments) if self.track_obs else sampled
 
     def update_priorities(self, indices, generations, priorities) -> int:
         """New priorities (|TD error|) for sampled transitions still held; how many were applied."""

@@ -15,6 +15,8 @@ from typing import NamedTuple
 import numpy as np
 
 from dsac.envs.rollout import CrashFn, EnvCollector
+from dsac.models.normalization import check_normalizable
+from dsac.models.vision import obs_input
 from dsac.output import video
 from dsac.policy import Policy
 from dsac.replay.buffer import PrioritizedReplayStorage, Replay, ReplayStorage, per_shard, replay_specs
@@ -107,8 +109,15 @@ def make_learner(config, observation_space, action_space, seed: int = 0):
         return cls(observation_space, action_space, config, build_learner=True, seed=seed)
     from dsac.settings.schedules import keras_learning_rate
 
-    return cls(observation_space, action_space, config.algorithm, config.model, keras_learning_rate(config),
-               seed=seed, xla=config.resources.learner_xla)
+    learner = cls(observation_space, action_space, config.algorithm, config.model, keras_learning_rate(config),
+                  seed=seed, xla=config.resources.learner_xla)
+    if not config.model.normalize_obs:
+        return learner
+    from dsac.algorithms.normalization import NormalizingLearner
+
+    obs = obs_input(observation_space)
+    check_normalizable(obs)
+    return NormalizingLearner(learner, obs.flat_dim)
 
 
 def frame_encoder(config, frames: FrameLayout | None) -> FrameEncoder | None:
@@ -168,7 +177,7 @@ def replay_options(config, frames: FrameLayout | None, *, shard: int = 0, num_sh
         learning_starts=per_shard(algorithm.learning_starts, num_shards), start_added=start_added // num_shards,
         updates_per_step=algorithm.updates_per_step, max_steps_ahead=max(1, flow.max_steps_ahead // num_shards),
         batches_per_call=flow.batches_per_sample, max_chunk=flow.max_chunk, num_writers=writers,
-        insert_limit=per_shard(insert_limit, num_shards))
+        insert_limit=per_shard(insert_limit, num_shards), track_obs=config.model.normalize_obs)
 
 
 def local_replay(config, observation_space, action_space, checkpoint: dict | None = None) -> Replay:

@@ -19,6 +19,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from dsac.models.normalization import Moments
+
 
 class FinishedEpisode(NamedTuple):
     """A finished training episode, as a rollout worker reports it."""
@@ -77,6 +79,9 @@ class SampledBatches(NamedTuple):
     env_steps: int  # env steps whose transitions this shard has received in all
     indices: np.ndarray | None = None  # prioritized replay: the slots sampled, (B, N)
     generations: np.ndarray | None = None  # ... and their write generations (stale updates are dropped)
+    # --normalize_obs: the moments (dsac.models.normalization.Moments) of every observation this
+    # shard stored since it started.
+    obs_moments: Moments | None = None
 
 
 class ShardStats(NamedTuple):

@@ -201,6 +201,8 @@ class Learn:
             self.sink.idle(loop, self.report())
             return False
         self.env_steps_by_source[source] = sampled.env_steps
+        if sampled.obs_moments is not None:  # --normalize_obs: the learner's batches use them
+            loop.learner.observe_obs_moments(source, sampled.obs_moments)
         learn = None if self.sync is None else self.sync.update_fn(loop.learner, loop.updates,
                                                                    sum(self.env_steps_by_source.values()))
         step = loop.step(sampled.batches, learn)

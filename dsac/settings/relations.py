@@ -8,9 +8,9 @@ from dsac.errors import DsacError
 from dsac.settings.registry import load_subclass
 
 
-def check_relations(run, resources, algorithm, replay) -> None:
-    """Fields of different sections (a config's ``run``, ``resources``, ``algorithm`` and
-    ``replay``) that must agree."""
+def check_relations(run, resources, algorithm, replay, model) -> None:
+    """Fields of different sections (a config's ``run``, ``resources``, ``algorithm``, ``replay``
+    and ``model``) that must agree."""
     buffer_size = replay.buffer_size
     if run.her and replay.n_step != 1:
         raise DsacError(f"--her relabels one-step transitions; --n_step {replay.n_step} would sum rewards "
@@ -22,6 +22,12 @@ def check_relations(run, resources, algorithm, replay) -> None:
     if algorithm.learning_starts > buffer_size:
         raise DsacError(f"--learning_starts {algorithm.learning_starts} exceeds --buffer_size {buffer_size}")
     num_learners = resources.num_learners
+    if model.normalize_obs and run.policy_class is not None:
+        raise DsacError("--normalize_obs normalizes for dsac's own algorithms; a policy_class normalizes its "
+                        "observations itself")
+    if model.normalize_obs and num_learners > 1:
+        raise DsacError(f"--normalize_obs with --num_learners {num_learners}: the learners would each keep their "
+                        "own statistics; use one learner")
     if num_learners > 1 and run.policy_class is not None:  # dsac's own learners all split their steps
         from dsac.policy import Policy
         from dsac.settings.registry import policy_class_for

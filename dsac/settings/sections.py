@@ -243,6 +243,10 @@ class ModelSettings:
     custom_model: str | None = setting(
         None, "a model registered with dsac.register_custom_model, or module:builder (replaces the MLPs)"
     )
+    normalize_obs: bool = setting(
+        False, "normalize vector observations by their running mean and variance (clipped at 10), statistics "
+        "carried in the weights (rl-zoo's VecNormalize, RLlib's MeanStdFilter)"
+    )
     custom_model_config: dict = setting({}, "keyword settings passed to the custom model builder", cli=False)
     custom_models: dict = setting(
         {}, "name -> builder of the custom_model the run uses; filled from the registry when the config is resolved",
