@@ -31,6 +31,8 @@ def test_distributed_sac_learns_pendulum(trained_pendulum_run):
     assert summary["transitions_per_add"] >= 8, summary
     payload = load_weights(summary["weights_path"])
     assert payload["version"] == summary["weights_version"]
+    # The statistics hold both shards' observations: more than either shard's half.
+    assert summary["env_steps"] / 2 < payload["weights"]["obs_norm/count"][0] <= summary["env_steps"]
     # The saved best weights, loaded without Ray and evaluated on the evaluator's seeds,
     # score exactly what the evaluator reported for that version.
     best = load_weights(str(out / "best_weights.pkl"))
@@ -79,11 +81,13 @@ def test_apex_dqn_with_prioritized_replay_learns_cartpole(ray_local, tmp_path):
 
 
 def test_two_data_parallel_learners_add_up(ray_local, tmp_path):
-    """--num_learners 2: every update averages both learners' gradients, so both replicas
-    apply the same updates and end bit-identical; each learner's count reaches the parameter
-    server; and SAC still learns."""
+    """--num_learners 2 with --normalize_obs: every update averages both learners' gradients
+    and every learner merges both shards' observation moments alike, so both replicas apply the
+    same updates with the same statistics and end bit-identical (their weights, statistics
+    included); each learner's count reaches the parameter server; and SAC still learns."""
     config = Config(
         env="Pendulum-v1", num_workers=2, num_learners=2, seed=0, total_env_steps=10_000, stop_return=-600.0,
+        normalize_obs=True,
         eval_every=1_000, eval_episodes=5, fcnet_hiddens=[64, 64], batch_size=128, output_dir=str(tmp_path / "run"),
         log_every=30.0,
     ).validate()
@@ -102,3 +106,5 @@ def test_two_data_parallel_learners_add_up(ray_local, tmp_path):
     assert max(line["eval_return_mean"] for line in lines) >= -600, [ln["eval_return_mean"] for ln in lines]
     payload = load_weights(summary["weights_path"])
     assert payload["version"] == summary["weights_version"]
+    # The statistics hold both shards' observations: more than either shard's half.
+    assert summary["env_steps"] / 2 < payload["weights"]["obs_norm/count"][0] <= summary["env_steps"]

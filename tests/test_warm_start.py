@@ -109,9 +109,9 @@ def test_a_learner_group_re_forms_from_the_learner_with_the_most_updates(ray_loc
     assert ray.get(first) == (group, {"updates": 9})
     ones = np.ones(3, np.float32)
     rounds = [averager.average.remote(j, group, 9, ones * (j + 1), 10.0) for j in (0, 1)]
-    for mean, total in ray.get(rounds):
+    for mean, total, beside in ray.get(rounds):
         np.testing.assert_array_equal(mean, ones * 1.5)
-        assert total == 20.0
+        assert total == 20.0 and beside == [None, None]
     waiting = averager.average.remote(1, group, 10, ones)  # learner 0 "died" before sending step 10
     rejoined = averager.join.remote(0, 2)  # its replacement, from an old checkpoint
     assert ray.get(waiting) == REGROUP

@@ -28,7 +28,9 @@ class GradientAverager:
     the gradient of one batch of N·B.
 
     ``average`` also sums a number per learner (the env steps its replay shards hold), so the
-    learners know the run-wide count.
+    learners know the run-wide count, and hands every learner what each sent beside its
+    gradient (``--normalize_obs``: its shards' observation moments), in learner order, so that
+    all take the same in the same order.
 
     **The group.** Learners train together once they formed a group (:meth:`join`): all N
     joined, and the one with the most updates (the lowest index among equals) sent its full
@@ -44,7 +46,8 @@ class GradientAverager:
         self.sums: dict[int, np.ndarray] = {}
         self.counts: dict[int, int] = {}
         self.totals: dict[int, float] = {}
-        self.results: dict[int, tuple[np.ndarray, float]] = {}
+        self.results: dict[int, tuple[np.ndarray, float, list]] = {}
+        self.beside: dict[int, dict[int, object]] = {}  # step -> learner -> what it sent beside its gradient
         self.readers: dict[int, int] = {}
         self.contributions = [0] * num_learners
         self.changed = asyncio.Condition()
@@ -61,7 +64,7 @@ class GradientAverager:
         """Start forming a new group; rounds of the old one are dropped (its learners regroup)."""
         self.group += 1
         self.joined, self.source, self.group_state, self.state_takers = {}, None, None, set()
-        self.sums, self.counts, self.totals, self.results, self.readers = {}, {}, {}, {}, {}
+        self.sums, self.counts, self.totals, self.results, self.readers, self.beside = {}, {}, {}, {}, {}, {}
         self.changed.notify_all()
 
     async def join(self, learner: int, updates: int) -> tuple[int, dict | None] | None:
@@ -109,10 +112,11 @@ class GradientAverager:
             return True
 
     @hot_path
-    async def average(self, learner: int, group: int, step: int, gradient: np.ndarray, count: float = 0.0):
-        """``(mean gradient, summed count)`` of ``step`` once all learners sent theirs; None
-        when the run stops first; :data:`REGROUP` when ``group`` is no longer the group that
-        trains (the learner joins the new one)."""
+    async def average(self, learner: int, group: int, step: int, gradient: np.ndarray, count: float = 0.0,
+                      beside=None):
+        """``(mean gradient, summed count, [each learner's beside])`` of ``step`` once all
+        learners sent theirs; None when the run stops first; :data:`REGROUP` when ``group`` is
+        no longer the group that trains (the learner joins the new one)."""
         async with self.changed:
             if self.stopped:
                 return None
@@ -123,10 +127,12 @@ class GradientAverager:
             self.sums[step] = gradient.astype(np.float32, copy=True) if total is None else total + gradient
             self.counts[step] = self.counts.get(step, 0) + 1
             self.totals[step] = self.totals.get(step, 0.0) + float(count)
+            self.beside.setdefault(step, {})[learner] = beside
             self.contributions[learner] += 1
             if self.counts[step] == self.num_learners:
                 mean = self.sums.pop(step) / self.num_learners
-                self.results[step] = (mean, self.totals.pop(step))
+                sent = self.beside.pop(step)
+                self.results[step] = (mean, self.totals.pop(step), [sent.get(j) for j in range(self.num_learners)])
                 del self.counts[step]
                 self.changed.notify_all()
             while step not in self.results and not self.stopped and group == self.group:

@@ -58,9 +58,12 @@ class GradientSync:
     When the group re-forms (a learner or the averager was restarted) it joins again.
     """
 
-    def __init__(self, averager, index: int):
+    def __init__(self, averager, index: int, num_learners: int = 1):
         self.averager = averager
-        self.index = index
+        self.index, self.num_learners = index, int(num_learners)
+        # --normalize_obs: this learner's shards' latest moments, by run-wide shard index, sent
+        # with the next gradient; every learner takes all learners' from the averager alike.
+        self.held_moments: dict = {}
         self.env_steps = 0  # run-wide, summed over the learners' shards at the last step
         self.group = 0
         self.regroup = False  # the last update found the group gone: join() before the next
@@ -86,6 +89,11 @@ class GradientSync:
                     raise
                 time.sleep(REJOIN_POLL_S)
 
+    def hold_obs_moments(self, source: int, moments) -> None:
+        """A sample's observation moments from this learner's shard ``source`` (learner j
+        samples shards j, j + N, ...), for the next update."""
+        self.held_moments[self.index + source * self.num_learners] = moments
+
     def update_fn(self, policy, first_step: int, own_env_steps: int):
         """A ``learn`` function for :meth:`UpdateLoop.step`: every update is the mean of all
         learners' gradients (the results so far when the run stopped meanwhile, or the group
@@ -104,8 +112,9 @@ class GradientSync:
         """One synchronous update; its stats, or None when the run stopped meanwhile or the
         group has to re-form (:attr:`regroup` set; nothing applied)."""
         flat, shapes, stats = flat_gradients(policy, batch)
+        held = self.held_moments or None
         try:
-            reply = ray.get(self.averager.average.remote(self.index, self.group, step, flat, own_env_steps))
+            reply = ray.get(self.averager.average.remote(self.index, self.group, step, flat, own_env_steps, held))
         except ray.exceptions.RayActorError:  # the averager's process died: Ray restarts it
             reply = REGROUP
         if isinstance(reply, str) and reply == REGROUP:
@@ -113,7 +122,12 @@ class GradientSync:
             return None
         if reply is None:
             return None
-        mean, self.env_steps = reply
+        mean, self.env_steps, beside = reply
+        if held is not None:
+            self.held_moments = {}
+        for moments in beside:  # in learner order: every replica merges the same in the same order
+            for source, value in sorted((moments or {}).items()):
+                policy.observe_obs_moments(source, value)
         return apply_mean(policy, mean, shapes, stats)
 
 

@@ -109,7 +109,7 @@ def learner(config, observation_space, action_space, shards: list, ps, monitor, 
     loop.cpu.started = cpu_started  # TensorFlow's start-up is the learner's too
     role = learner_role(index, config.resources.num_learners)
     monitor.report_placement.remote(Placement(role, **describe_process(), device=device, warning=warning))
-    sync = GradientSync(averager, index) if averager is not None else None
+    sync = GradientSync(averager, index, config.resources.num_learners) if averager is not None else None
     if sync is not None and not sync.join(loop):
         return {"learner": index, "updates": loop.updates}
     flow, transport = config.flow, LearnerTransport(ps, monitor, index, sync is not None)

@@ -142,6 +142,9 @@ class ObsStatistics:
 
         self.base = moments(state["obs_norm/base"])
         sources = np.asarray(state["obs_norm/sources"]).reshape(-1)
-        rows = np.asarray(state["obs_norm/by_source"], np.float64).reshape(len(sources), -1)
+        rows = np.asarray(state["obs_norm/by_source"], np.float64)
+        if rows.size != len(sources) * (1 + 2 * d):
+            raise ValueError(f"observation statistics in the state do not fit {d} features")
+        rows = rows.reshape(len(sources), 1 + 2 * d)
         self.by_source = {int(s): moments(row) for s, row in zip(sources, rows, strict=True)}
         self._total = None

@@ -202,7 +202,10 @@ class Learn:
             return False
         self.env_steps_by_source[source] = sampled.env_steps
         if sampled.obs_moments is not None:  # --normalize_obs: the learner's batches use them
-            loop.learner.observe_obs_moments(source, sampled.obs_moments)
+            if self.sync is not None:  # every data-parallel learner takes them alike, through the averager
+                self.sync.hold_obs_moments(source, sampled.obs_moments)
+            else:
+                loop.learner.observe_obs_moments(source, sampled.obs_moments)
         learn = None if self.sync is None else self.sync.update_fn(loop.learner, loop.updates,
                                                                    sum(self.env_steps_by_source.values()))
         step = loop.step(sampled.batches, learn)

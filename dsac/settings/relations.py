@@ -25,9 +25,6 @@ def check_relations(run, resources, algorithm, replay, model) -> None:
     if model.normalize_obs and run.policy_class is not None:
         raise DsacError("--normalize_obs normalizes for dsac's own algorithms; a policy_class normalizes its "
                         "observations itself")
-    if model.normalize_obs and num_learners > 1:
-        raise DsacError(f"--normalize_obs with --num_learners {num_learners}: the learners would each keep their "
-                        "own statistics; use one learner")
     if num_learners > 1 and run.policy_class is not None:  # dsac's own learners all split their steps
         from dsac.policy import Policy
         from dsac.settings.registry import policy_class_for
