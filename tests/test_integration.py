@@ -31,8 +31,6 @@ def test_distributed_sac_learns_pendulum(trained_pendulum_run):
     assert summary["transitions_per_add"] >= 8, summary
     payload = load_weights(summary["weights_path"])
     assert payload["version"] == summary["weights_version"]
-    # The statistics hold both shards' observations: more than either shard's half.
-    assert summary["env_steps"] / 2 < payload["weights"]["obs_norm/count"][0] <= summary["env_steps"]
     # The saved best weights, loaded without Ray and evaluated on the evaluator's seeds,
     # score exactly what the evaluator reported for that version.
     best = load_weights(str(out / "best_weights.pkl"))
