@@ -23,6 +23,7 @@ from dsac.formats.redaction import redact_uri, redact_value
 from dsac.models.catalog import registered_models, resolve_builder
 from dsac.settings.coercion import coerce_field
 from dsac.settings.foreign_keys import suggest_key
+from dsac.settings.presets import apply_preset
 from dsac.settings.records import (
     NOT_FROM_A_FILE,
     RECORD_MARKER,
@@ -256,9 +257,11 @@ class Config:
                 raise DsacError(f"config keys must be strings, got {key!r}")
             if key not in names:
                 raise DsacError(f"unknown config key {key!r}{suggest_key(key, names)}")
+        run = RunSettings()
+        values = apply_preset(values, run.env, run.algo)
         ignored = ignored_settings(values)
         if ignored:
-            log.warning("--algo %s ignores %s: %s", values.get("algo", RunSettings().algo),
+            log.warning("--algo %s ignores %s: %s", values.get("algo", run.algo),
                         "another algorithm's setting" if len(ignored) == 1 else "other algorithms' settings",
                         ", ".join(f"--{key} ({'/'.join(ALGORITHMS_OF[key])})" for key in ignored))
         return cls(**values)

@@ -65,6 +65,10 @@ class RunSettings:
     env_reset_ms: float = setting(
         0.0, "rollout envs: each reset takes at least this many milliseconds (as --env_step_ms)"
     )
+    preset: str | None = setting(
+        None, "settings by env from dsac/settings/presets.yaml, each with the record that chose it: by default "
+        "--env's own (if it has one; flags given override it), none: off, or another env's id"
+    )
     seed: int = setting(0, "random seed (envs, networks, replay sampling)")
     total_env_steps: int | None = setting(
         None, "stop after this many env steps, all workers together (algorithm default)"

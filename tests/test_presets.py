@@ -1,0 +1,89 @@
+"""Settings by env (dsac/settings/presets.yaml): every entry carries the record it was chosen
+from, sets an algorithm's hyperparameters only, applies to the flags a run does not give, and
+is named in the log; --preset none turns it off, --preset NAME uses another env's."""
+
+import json
+import logging
+import os
+import re
+import shlex
+
+import pytest
+from conftest import REPO_ROOT
+
+from dsac.config import SECTION_OF, Config
+from dsac.errors import DsacError
+from dsac.settings.presets import PRESET_SECTIONS, env_name, presets
+
+ENTRIES = [(env, algo, entry) for env, algos in presets().items() for algo, entry in algos.items()]
+
+
+def flag_values(command: str) -> dict:
+    """``--flag value`` pairs of a recorded command (a bare ``--flag``: True)."""
+    words, values = shlex.split(command), {}
+    for i, word in enumerate(words):
+        if word.startswith("--"):
+            following = words[i + 1] if i + 1 < len(words) else "--"
+            values[word[2:]] = True if following.startswith("--") else following
+    return values
+
+
+def same(recorded, value) -> bool:
+    if isinstance(value, bool):
+        return recorded is value
+    try:
+        return float(recorded) == float(value)
+    except (TypeError, ValueError):
+        return str(recorded) == str(value)
+
+
+@pytest.mark.parametrize("env, algo, entry", ENTRIES, ids=[f"{env}-{algo}" for env, algo, _ in ENTRIES])
+def test_every_preset_names_the_runs_that_chose_it_and_they_ran_with_it(env, algo, entry):
+    record = entry["record"]
+    rows = [json.loads(line) for line in open(os.path.join(REPO_ROOT, record["file"]))]
+    runs = [row for row in rows if row.get("side") == "dsac" and row.get("commit") == record["commit"]
+            and env_name(row.get("env")) == env and row.get("algo", "sac") == algo]
+    assert sorted(row["seed"] for row in runs) == sorted(record["seeds"]), (env, algo, record)
+    for row in runs:
+        assert row["budget"] == record["budget"] and not row.get("error"), row
+        given = flag_values(row["command"])
+        for flag, value in {**entry["set"], **(entry.get("when") or {})}.items():
+            assert flag in given and same(given[flag], value), (flag, value, row["command"])
+    assert entry["why"].strip()
+
+
+@pytest.mark.parametrize("env, algo, entry", ENTRIES, ids=[f"{env}-{algo}" for env, algo, _ in ENTRIES])
+def test_a_preset_sets_an_algorithms_hyperparameters_only(env, algo, entry):
+    assert set(entry) <= {"when", "set", "why", "record"}
+    for flag in entry["set"]:
+        assert SECTION_OF[flag] in PRESET_SECTIONS, flag  # never --algo, workers, learners, addresses, paths
+    Config.from_dict({"env": env, "algo": algo, **(entry.get("when") or {})}).validate()
+
+
+def test_a_preset_fills_what_is_not_given_and_says_so(caplog):
+    with caplog.at_level(logging.INFO, logger="dsac"):
+        config = Config.from_dict({"env": "gymnasium_robotics:FetchReach-v4", "her": True, "gamma": 0.98}).validate()
+    assert (config.gamma, config.lr, config.learning_starts, config.run.preset) == (0.98, 1e-3, 1000, "FetchReach-v4")
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("preset FetchReach-v4")]
+    assert len(logged) == 1 and "--lr 0.001, --learning_starts 1000;" in logged[0] and "--gamma" not in logged[0]
+    assert "benchmarks/results/her/results.jsonl at 707e952" in logged[0]
+
+    off = Config.from_dict({"env": "FetchReach-v4", "her": True, "preset": "none"}).validate()
+    assert (off.gamma, off.learning_starts, off.run.preset) == (0.99, 200, "none")
+    without_her = Config.from_dict({"env": "FetchReach-v4", "flatten_obs": True}).validate()
+    assert (without_her.gamma, without_her.run.preset) == (0.99, None)  # its entry is for --her runs
+    borrowed = Config.from_dict({"env": "my_envs:Reach", "her": True, "preset": "PointMaze_UMaze-v3"}).validate()
+    assert (borrowed.gamma, borrowed.run.preset) == (0.95, "PointMaze_UMaze-v3")
+    # A run's config.json holds every flag: resuming it sets nothing anew.
+    again = Config.from_dict({**json.loads(json.dumps(config.to_dict())), "gamma": 0.97}).validate()
+    assert (again.gamma, again.lr, again.run.preset) == (0.97, 1e-3, "FetchReach-v4")
+
+
+@pytest.mark.parametrize("values, refusal", [
+    ({"preset": "FetchReach-v3"}, "no such preset (did you mean FetchReach-v4?)"),
+    ({"preset": "FetchReach-v4", "algo": "crossq", "her": True}, "has settings for sac, not --algo crossq"),
+    ({"preset": "FetchReach-v4"}, "is for runs with --her"),
+])
+def test_a_preset_that_does_not_fit_is_one_line(values, refusal):
+    with pytest.raises(DsacError, match=re.escape(refusal)):
+        Config.from_dict(values)
