@@ -11,6 +11,7 @@ from conftest import launch_here
 
 from dsac.config import Config
 from dsac.errors import DsacError
+from dsac.formats.files import load_weights, save_weights
 from dsac.models.normalization import ObsStatistics
 from dsac.replay.buffer import Replay, ReplayStorage, replay_specs
 from dsac.runtime import build
@@ -127,6 +128,12 @@ def test_a_task_in_raw_units_learns_with_normalize_obs_and_every_reader_acts_ali
     export_onnx(str(out / "weights.pkl"), str(tmp_path / "p.onnx"), trust_code=True)
     onnx_actions = onnxruntime.InferenceSession(str(tmp_path / "p.onnx")).run(None, {"obs": obs})[0]
     np.testing.assert_allclose(onnx_actions, actions, atol=1e-5)
+
+    payload = load_weights(str(out / "weights.pkl"))  # a hostile file: statistics no run gives
+    payload["weights"]["obs_norm/var"] = -payload["weights"]["obs_norm/var"]
+    save_weights(str(tmp_path / "hostile.pkl"), payload)
+    with pytest.raises(DsacError, match="obs_norm/var or obs_norm/count holds negative values"):
+        load_policy(str(tmp_path / "hostile.pkl"), trust_code=True)
 
     result = launch_here(["--resume", out, "--total_env_steps", "4000", "--trust_code"], capfd, caplog)
     assert result.returncode == 0, result.stdout[-3000:]

@@ -150,6 +150,8 @@ class Normalize:
     def _affine(self, w):
         """(mean, 1/std), computed once in float32 for every backend and the learner alike."""
         mean, var = np.asarray(w["obs_norm/mean"], np.float32), np.asarray(w["obs_norm/var"], np.float32)
+        if np.any(var < 0) or np.any(np.asarray(w["obs_norm/count"]) < 0):
+            raise ValueError("obs_norm/var or obs_norm/count holds negative values")
         return mean, (np.float32(1.0) / np.sqrt(var + np.float32(self.epsilon))).astype(np.float32)
 
     def arrays(self, w, B):
