@@ -17,7 +17,7 @@ whichever comes first, and evaluate 10 deterministic episodes on the same start 
 (its episodes are 300 steps, Fetch's 50); success is what the episode's last info says.
   dsac  ``python launch.py --algo sac --her --gamma G --lr L --learning_starts N`` and the task's
         budget, as a user types it: dsac's defaults otherwise (2 rollout workers, ``--her_k 4``,
-        ``--her_strategy future``, 2x256 networks, batch 256; evaluation in its own process).
+        ``--her_strategy future``, SAC's 2x64 networks, batch 256; evaluation in its own process).
   sb3   SAC + ``HerReplayBuffer`` with rl-zoo's FetchReach settings (``hyperparams/sac.yml``:
         ``n_sampled_goal`` 4, ``future``, gamma 0.95, lr 1e-3, batch 256, ``learning_starts``
         1,000, ``net_arch`` [64, 64], ``normalize: True``; its budget, 20,000 env steps).
