@@ -37,6 +37,7 @@ KERAS = {
 CASES = {
     "sac": ("sac", *PENDULUM, {"fcnet_hiddens": [16, 8], "fcnet_activation": "swish"}),
     "sac-frames": ("sac", FRAMES, ASYMMETRIC, {"fcnet_hiddens": [8], "conv_filters": [[4, 3, 2], [6, 3, 1]]}),
+    "sac-normalized": ("sac", *PENDULUM, {"fcnet_hiddens": [16, 8], "normalize_obs": True}),
     "crossq": ("crossq", *PENDULUM, {"fcnet_hiddens": [16, 8], "critic_hiddens": [8], "fcnet_activation": "tanh"}),
     "dqn-dueling-frames": ("dqn", FRAMES, gym.spaces.Discrete(3, start=1),
                            {"fcnet_hiddens": [16], "dueling": True, "conv_filters": [[4, 3, 2]]}),
@@ -60,14 +61,16 @@ def test_the_description_is_the_keras_acting_model_in_numpy_and_in_tensorflow(ca
     learner = make_learner(config, obs_space, action_space, seed=0)
     rng = np.random.default_rng(0)
     weights = {name: rng.normal(0.0, 0.3, w.shape).astype(np.float32) for name, w in learner.get_weights().items()}
-    weights.update({name: np.abs(w) + 0.5 for name, w in weights.items() if name.endswith("/var")})
+    weights.update({name: np.abs(w) + 0.5 for name, w in weights.items() if name.endswith(("/var", "/count"))})
     learner.set_weights(weights)
     policy = algorithm(algo).policy_class(obs_space, action_space, config, seed=0)
     assert policy.weight_shapes() == {name: w.shape for name, w in weights.items()}
     policy.set_weights(weights)
     obs = observations(obs_space, 64, rng)
 
-    keras = KERAS[algo](learner, obs)
+    # --normalize_obs: the learner normalizes its batches before its Keras networks read them.
+    inputs = learner._normalized({"obs": obs, "next_obs": obs})["obs"] if config.model.normalize_obs else obs
+    keras = KERAS[algo](learner, inputs)
     np.testing.assert_allclose(policy._forward(policy.obs.batch(obs)), keras, atol=1e-5)
     if algo == "dqn":  # the greedy action, in the env's numbering
         expected = np.argmax(keras, axis=1) + action_space.start

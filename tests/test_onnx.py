@@ -26,12 +26,21 @@ OBSERVATIONS = 1000
 
 
 def weights_file(tmp_path, algo, env_id, env=None, **model):
-    """A weights file of a freshly initialized learner (random weights: every unit matters)."""
+    """A weights file of a freshly initialized learner (random weights: every unit matters),
+    its running statistics (CrossQ's batch renormalization, --normalize_obs) moved away from
+    identity as training moves them."""
     env = env or gym.make(env_id)
     learner = make_learner(Config(algo=algo, env=env_id, **model).validate(), env.observation_space,
                            env.action_space)
     path = str(tmp_path / "weights.pkl")
-    save_weights(path, payload_for(learner, algo, env_id, **model))
+    payload = payload_for(learner, algo, env_id, **model)
+    rng = np.random.default_rng(7)
+    for name, value in payload["weights"].items():
+        if name.endswith("/mean"):
+            payload["weights"][name] = rng.normal(0.0, 0.5, value.shape).astype(value.dtype)
+        elif name.endswith("/var") or name.endswith("/count"):
+            payload["weights"][name] = rng.uniform(0.3, 3.0, value.shape).astype(value.dtype)
+    save_weights(path, payload)
     return path
 
 
@@ -71,6 +80,7 @@ def check_against_load_policy(weights, onnx_path, obs, discrete, trust_code=Fals
 
 @pytest.mark.parametrize("algo, env_id, model", [
     ("sac", "Pendulum-v1", {"fcnet_hiddens": [32, 16], "fcnet_activation": "tanh"}),
+    ("sac", "Pendulum-v1", {"fcnet_hiddens": [32, 16], "normalize_obs": True}),
     ("crossq", "MountainCarContinuous-v0", {"fcnet_hiddens": [16, 8], "critic_hiddens": [8]}),
     ("dqn", "CartPole-v1", {"fcnet_hiddens": [32, 16], "dueling": True}),
     ("dqn", "CartPole-v1", {"fcnet_hiddens": [16], "dueling": False, "num_atoms": 11, "v_min": 0.0, "v_max": 50.0}),
