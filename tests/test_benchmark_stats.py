@@ -165,7 +165,21 @@ def test_rl_zoo_crossq_mujoco_settings_are_sb3_contrib_arguments():
     init = next(node for cls in tree.body if isinstance(cls, ast.ClassDef) and cls.name == "CrossQ"
                 for node in cls.body if isinstance(node, ast.FunctionDef) and node.name == "__init__")
     assert set(mujoco.ZOO_CROSSQ_MUJOCO) <= {a.arg for a in init.args.args}
-    assert mujoco.ZOO_CROSSQ_MUJOCO["policy_kwargs"] == {"net_arch": {"pi": [256, 256], "qf": [2048, 2048]}}
+
+
+def test_the_recorded_sb3_contrib_runs_ran_with_the_settings_the_tables_name():
+    """The MuJoCo table labels sb3-contrib's rows with ZOO_CROSSQ_MUJOCO: every recorded run of
+    that side ran with exactly those arguments (its command carries them)."""
+    import os
+    import shlex
+
+    path = os.path.join(os.path.dirname(mujoco.__file__), "results", "mujoco", "results.jsonl")
+    peers = [json.loads(line) for line in open(path) if '"side": "sb3-crossq"' in line]
+    assert peers
+    for row in peers:
+        words = shlex.split(row["command"])
+        curve = json.loads(words[words.index("--curve") + 1])
+        assert curve["algo"] == "crossq" and curve["kwargs"] == mujoco.ZOO_CROSSQ_MUJOCO, row["command"]
 
 
 def test_a_her_sitting_times_each_side_to_the_success_level_and_reports_it(tmp_path, monkeypatch):
