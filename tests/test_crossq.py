@@ -239,18 +239,19 @@ def test_serial_crossq_learns_pendulum(tmp_path):
 
 
 def test_distributed_crossq_learns_pendulum(ray_local, tmp_path):
-    # With the paper's policy_delay of 3, two workers' timing decides whether the actor leaves a
-    # plateau near -210 on these 20 starts within 20k env steps (it did not in 1 of ~8 runs); an
-    # actor update per critic update crosses -200 by 4k env steps in every run we made.
+    # The default configuration, the paper's policy_delay of 3 included. Two workers' timing
+    # decides whether its actor leaves a plateau near -210 on these 20 starts within 20k env
+    # steps (it did not in 1 of ~8 runs): the bar is -300, far above a random policy's -1,200.
     from dsac.runtime.runner import run
 
     config = Config(algo="crossq", env="Pendulum-v1", fcnet_hiddens=[64, 64], critic_hiddens=[128, 128],
-                    policy_delay=1, stop_return=-200.0, eval_every=1000, eval_episodes=20, seed=0,
+                    stop_return=-300.0, eval_every=1000, eval_episodes=20, seed=0,
                     num_workers=2, total_env_steps=20_000, output_dir=str(tmp_path / "run"),
                     tensorboard=False).validate()
+    assert config.algorithm.policy_delay == 3
     summary = run(config)
     returns = [line["eval_return_mean"] for line in progress(tmp_path / "run")]
-    assert returns[0] < -900 and max(returns) >= -200, returns
+    assert returns[0] < -900 and max(returns) >= -300, returns
     assert summary["updates"] > 0 and load_policy(summary["weights_path"]).payload["algo"] == "crossq"
 
 
