@@ -131,14 +131,34 @@ def sitting_of(rec: dict) -> tuple[str, str]:
     return rec["commit"], rec["date"][:10]
 
 
+def read_same_settings(path: str) -> list[dict]:
+    """Declared equivalences (``same_settings.jsonl`` beside the results): runs of a ``commit``,
+    ``side`` and ``algo`` whose typed ``flags`` are what a later commit's defaults became, so
+    they count with the configuration labelled ``as``; each line says ``why``. [] without the file."""
+    if not os.path.exists(path):
+        return []
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
 def load(path: str) -> dict:
-    """The latest record of each (env, budget, seed, row label) in ``path``."""
-    latest: dict = {}
+    """Every record in ``path``, by (env, budget, seed, configuration, k): the k-th run of that
+    seed and configuration, in the file's order. Every run counts: a seed does not fix a
+    distributed run, so a later run of the same seed is another sample, not a replacement. A
+    record's configuration is its row label, or the one a declared equivalence names
+    (:func:`read_same_settings`), which the record then carries as ``same_as``."""
+    same = read_same_settings(os.path.join(os.path.dirname(os.path.abspath(path)), "same_settings.jsonl"))
+    records: dict = {}
     for line in open(path):
         if line.strip():
             rec = json.loads(line)
-            latest[(rec["env"], rec["minutes"], rec["seed"], label_of(rec))] = rec
-    return latest
+            alias = next((a for a in same if (a["commit"], a["side"], a["algo"], a["flags"])
+                          == (rec["commit"], rec["side"], algo_of(rec), rec.get("flags", []))), None)
+            if alias is not None:
+                rec = {**rec, "same_as": alias["as"]}
+            key = (rec["env"], rec["minutes"], rec["seed"], rec.get("same_as") or label_of(rec))
+            k = sum(1 for other in records if other[:4] == key)
+            records[(*key, k)] = rec
+    return records
 
 
 def read_paces(path: str) -> dict:
@@ -177,10 +197,11 @@ def catch_up(rec: dict, latest: dict) -> str:
     if rec["side"] != "dsac" or algo_of(rec) not in PEERS:
         return "—"
     label, name = PEERS[algo_of(rec)]
-    other = latest.get((rec["env"], rec["minutes"], rec["seed"], label))
-    if not other:
+    peers = [other for key, other in latest.items() if key[:4] == (rec["env"], rec["minutes"], rec["seed"], label)]
+    if not peers:
         return "—"
-    if sitting_of(other) != sitting_of(rec):
+    other = next((p for p in peers if sitting_of(p) == sitting_of(rec)), None)
+    if other is None:
         return f"— ({name} ran in another sitting)"  # a ratio counts only from one sitting
     if not other["curve"]:
         return "—"
@@ -198,7 +219,7 @@ def runs_table(latest: dict, paces: dict) -> list[str]:
              + " | best | dsac reached the peer's final return after | rl-zoo SAC (its budget) | pace (updates/s) "
              "| sitting |",
              "|---|---|---|" + "---|" * len(marks) + "---|---|---|---|---|"]
-    for (env, minutes, seed, label), rec in sorted(latest.items(), key=lambda kv: order(kv[0])):
+    for (env, minutes, seed, label, _), rec in sorted(latest.items(), key=lambda kv: order(kv[0])):
         cells = []
         for m in marks:
             s = rec["scores"].get(f"{m:g}")
@@ -206,16 +227,17 @@ def runs_table(latest: dict, paces: dict) -> list[str]:
         budget, zoo = SUITE.get(env, (None, None))
         best = f"{rec['best']:,.0f}" if rec["best"] is not None else "—"
         error = f" ({rec['error']})" if rec.get("error") else ""
-        lines.append(f"| {env} | {minutes:g} min, seed {seed} | {label}{error} | " + " | ".join(cells)
+        typed = f" (typed: {label_of(rec)}, at {rec['commit']})" if rec.get("same_as") else ""
+        lines.append(f"| {env} | {minutes:g} min, seed {seed} | {label}{typed}{error} | " + " | ".join(cells)
                      + f" | {best} | {catch_up(rec, latest)} | {f'{zoo:,.0f} ({budget / 1e6:g}M)' if zoo else '—'} "
                      f"| {fmt_pace(pace_of(rec, paces))} | {' '.join(sitting_of(rec))} |")
     return lines
 
 
 def groups(latest: dict) -> dict:
-    """{(env, budget, row label): [the latest record of each seed]}."""
+    """{(env, budget, row label): [every run of it, by seed]}."""
     out: dict = {}
-    for (env, minutes, _, label), rec in sorted(latest.items(), key=lambda kv: order(kv[0])):
+    for (env, minutes, _, label, _), rec in sorted(latest.items(), key=lambda kv: order(kv[0])):
         out.setdefault((env, minutes, label), []).append(rec)
     return out
 
@@ -224,8 +246,9 @@ def groups_table(latest: dict, paces: dict) -> list[str]:
     """One row per env, budget and side over its seeds: how many, the median and the IQM with its
     95% bootstrap interval of the final score and of the best evaluation, the machine's pace
     (median and range over the runs) and the sittings."""
-    lines = ["| env | budget | side | seeds | final: median | final: IQM [95% CI] | best: median "
-             "| best: IQM [95% CI] | pace (updates/s) | sittings |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| env | budget | side | runs (seeds) | final: median | final: IQM [95% CI], or the runs "
+             "| best: median | best: IQM [95% CI], or the runs | pace (updates/s) | sittings |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for (env, minutes, label), recs in groups(latest).items():
         final = stats.summarize(rec["scores"].get(f"{minutes:g}", {}).get("return") for rec in recs)
         best = stats.summarize(rec["best"] for rec in recs)
@@ -234,7 +257,8 @@ def groups_table(latest: dict, paces: dict) -> list[str]:
         pace = harness.fmt_spread(harness.spread(run_paces)) if missing < len(recs) else "—"
         if 0 < missing < len(recs):
             pace += f", {missing} without"
-        seeds = f"{final['n']}" + (f" ({len(recs) - final['n']} without a score)" if final["n"] < len(recs) else "")
+        seeds = f"{final['n']} ({', '.join(str(rec['seed']) for rec in recs)})" + (
+            f", {len(recs) - final['n']} without a score" if final["n"] < len(recs) else "")
         sittings = "; ".join(sorted({" ".join(sitting_of(rec)) for rec in recs}))
         lines.append(f"| {env} | {minutes:g} min | {label} | {seeds} | " + " | ".join(stats.fmt_summary(final))
                      + " | " + " | ".join(stats.fmt_summary(best)) + f" | {pace} | {sittings} |")
@@ -242,8 +266,8 @@ def groups_table(latest: dict, paces: dict) -> list[str]:
 
 
 def report(path: str, figures: str | None = None) -> str:
-    """The tables of the records in ``path`` (the latest run of each env, side, budget and seed):
-    per run, then per group over seeds. The time dsac took to reach its peer's final return is given
+    """The tables of every record in ``path``: per run, then per configuration (env, side and
+    flags, budget) over all its runs. The time dsac took to reach its peer's final return is given
     only where both ran in one sitting (one snapshot commit, one day). With ``figures`` (a link
     prefix), a link to each env's curves PNG (:func:`plot` writes them)."""
     latest = load(path)
@@ -252,9 +276,10 @@ def report(path: str, figures: str | None = None) -> str:
              "env steps in brackets. Pace: the machine's learner updates/s in the run's sitting "
              "(`python -m benchmarks learner-update --sizes 17x6 --seconds 10 --threads 1 --repeats 1`, plain).", "",
              *runs_table(latest, paces), "",
-             "Over seeds (the latest run of each): the final score (the budget's mark) and the best evaluation, "
-             "median and interquartile mean with its 95% percentile-bootstrap interval (2,000 resamples); "
-             "one seed: its value, n=1, no interval.", "",
+             "Over runs (every run of a configuration counts, a seed's repeats too): the final score (the "
+             "budget's mark) and the best evaluation, the median and, from "
+             f"{stats.MIN_RUNS_FOR_INTERVAL} runs, the interquartile mean with its 95% percentile-bootstrap "
+             "interval (2,000 resamples); with fewer, the runs themselves.", "",
              *groups_table(latest, paces)]
     if figures is not None:
         envs = sorted({env for env, *_ in latest}, key=lambda env: order((env,)))
@@ -270,7 +295,7 @@ def plot(path: str, out_dir: str) -> list[str]:
     where an env has several); the paths written."""
     plt = harness.pyplot()
     by_env: dict = {}
-    for (env, minutes, _, label), rec in sorted(load(path).items(), key=lambda kv: order(kv[0])):
+    for (env, minutes, _, label, _), rec in sorted(load(path).items(), key=lambda kv: order(kv[0])):
         by_env.setdefault(env, []).append((minutes, label, rec))
     written = []
     for env, runs in by_env.items():
@@ -286,7 +311,7 @@ def plot(path: str, out_dir: str) -> list[str]:
                     label=name if seen[name] == 1 else None)
         for line in ax.get_legend_handles_labels()[0]:
             count = seen[line.get_label()]
-            line.set_label(f"{line.get_label()} ({count} seed{'s' if count > 1 else ''})")
+            line.set_label(f"{line.get_label()} ({count} run{'s' if count > 1 else ''})")
         ax.set_xlabel("wall-clock minutes from process start")
         ax.set_ylabel("evaluation return (10 episodes)")
         ax.set_title(f"{env}: each seed's evaluations")

@@ -19,6 +19,9 @@ import numpy as np
 BOOTSTRAP_REPS = 2000
 BOOTSTRAP_SEED = 0
 TRIM = 0.25  # the interquartile mean: a quarter off each end
+# Fewer runs than this get no interval: with 3 the "IQM" is their mean and the percentile
+# bootstrap of it is always [min, max]. A table then shows the runs themselves.
+MIN_RUNS_FOR_INTERVAL = 5
 
 
 def iqm(values, axis: int = -1) -> np.ndarray | float:
@@ -46,21 +49,23 @@ def bootstrap_interval(values, statistic=iqm, reps: int = BOOTSTRAP_REPS, seed: 
 
 
 def summarize(values) -> dict:
-    """{n, median, iqm, ci} of the values that exist (None and NaN left out); ``ci`` is the 95%
-    bootstrap interval of the IQM, None below two values; the figures None without any value."""
+    """{n, values, median, iqm, ci} of the values that exist (None and NaN left out), in their
+    order; ``ci`` is the 95% bootstrap interval of the IQM, None below
+    :data:`MIN_RUNS_FOR_INTERVAL` values; the figures None without any value."""
     x = [float(v) for v in values if v is not None and not np.isnan(v)]
     if not x:
-        return {"n": 0, "median": None, "iqm": None, "ci": None}
-    return {"n": len(x), "median": float(np.median(x)), "iqm": float(iqm(x)), "ci": bootstrap_interval(x)}
+        return {"n": 0, "values": [], "median": None, "iqm": None, "ci": None}
+    ci = bootstrap_interval(x) if len(x) >= MIN_RUNS_FOR_INTERVAL else None
+    return {"n": len(x), "values": x, "median": float(np.median(x)), "iqm": float(iqm(x)), "ci": ci}
 
 
 def fmt_summary(s: dict, spec: str = ",.0f") -> tuple[str, str]:
-    """A :func:`summarize` as two cells: the median, and ``IQM [lo, hi]`` (``value (n=1)`` for one
-    value, which has no interval; ``—`` for none)."""
+    """A :func:`summarize` as two cells: the median, and ``IQM [lo, hi]`` — or, below
+    :data:`MIN_RUNS_FOR_INTERVAL` values, the values themselves (``—`` for none)."""
     if s["n"] == 0:
         return "—", "—"
     median = format(s["median"], spec)
     if s["ci"] is None:
-        return f"{median} (n={s['n']})", f"{format(s['iqm'], spec)} (n={s['n']})"
+        return f"{median} (n={s['n']})", "runs: " + " / ".join(format(v, spec) for v in s["values"])
     lo, hi = s["ci"]
     return median, f"{format(s['iqm'], spec)} [{format(lo, spec)}, {format(hi, spec)}]"

@@ -38,12 +38,13 @@ def test_bootstrap_interval_is_a_seeded_percentile_bootstrap():
     assert stats.bootstrap_interval([5.0]) is None
 
 
-def test_summaries_leave_out_missing_values_and_show_one_seed_without_an_interval():
+def test_summaries_leave_out_missing_values_and_give_an_interval_only_from_five_runs():
     s = stats.summarize([3.0, None, 1.0, float("nan"), 2.0])
-    assert (s["n"], s["median"], s["iqm"]) == (3, 2.0, 2.0) and s["ci"] is not None
-    median, iqm = stats.fmt_summary(stats.summarize([1000.0, 2000.0, 3000.0]))
+    assert (s["n"], s["median"], s["iqm"], s["ci"]) == (3, 2.0, 2.0, None)  # 3 runs: no interval
+    assert stats.fmt_summary(s) == ("2 (n=3)", "runs: 3 / 1 / 2")
+    median, iqm = stats.fmt_summary(stats.summarize([1000.0, 2000.0, 3000.0, 2500.0, 1500.0]))
     assert median == "2,000" and iqm.startswith("2,000 [") and iqm.endswith("]")
-    assert stats.fmt_summary(stats.summarize([5442.4])) == ("5,442 (n=1)", "5,442 (n=1)")
+    assert stats.fmt_summary(stats.summarize([5442.4])) == ("5,442 (n=1)", "runs: 5,442")
     assert stats.fmt_summary(stats.summarize([None])) == ("—", "—")
 
 
@@ -90,14 +91,13 @@ def test_report_groups_seeds_with_statistics_and_pace(tmp_path):
     (tmp_path / "pace.jsonl").write_text(json.dumps({"commit": "bbb", "date": "2026-11-26T04:00:00+00:00",
                                                      "pace_updates_per_s": 228.0, "command": "..."}) + "\n")
     text = mujoco.report(path)
-    groups = table_rows(text, "Over seeds")
+    groups = table_rows(text, "Over runs")
     crossq = groups[("15 min", "dsac crossq")]
-    assert crossq[3:5] == ["3", "2,000"], crossq
-    lo, hi = stats.bootstrap_interval([3000.0, 1000.0, 2000.0])
-    assert crossq[5] == f"2,000 [{lo:,.0f}, {hi:,.0f}]" and crossq[6] == "2,100"
+    assert crossq[3:5] == ["3 (0, 1, 2)", "2,000 (n=3)"], crossq
+    assert crossq[5] == "runs: 3,000 / 1,000 / 2,000" and crossq[6] == "2,100 (n=3)"  # 3 runs: no interval
     assert crossq[8] == "400 (380–420)" and crossq[9] == "aaa 2026-11-27"
-    assert groups[("15 min", "dsac sac")][3:9] == ["1", "1,000 (n=1)", "1,000 (n=1)", "1,000 (n=1)", "1,000 (n=1)",
-                                                   "—"]  # an old record: SAC's, no pace anywhere
+    assert groups[("15 min", "dsac sac")][3:9] == ["1 (0)", "1,000 (n=1)", "runs: 1,000", "1,000 (n=1)",
+                                                   "runs: 1,000", "—"]  # an old record: SAC's, no pace anywhere
     assert groups[("15 min", "sb3 sac")][8] == "228"  # its sitting's pace, from pace.jsonl
     runs = table_rows(text, "env steps in brackets.")
     assert runs[("15 min, seed 1", "dsac crossq")][-2] == "380"
@@ -105,6 +105,20 @@ def test_report_groups_seeds_with_statistics_and_pace(tmp_path):
     # Each dsac algorithm is timed against its own peer, within one sitting only.
     assert "(sb3-contrib: 900 at 905 s)" in runs[("15 min, seed 0", "dsac crossq")][-4]
     assert "SB3 ran in another sitting" in runs[("15 min, seed 0", "dsac sac")][-4]
+
+
+def test_every_run_counts_a_repeated_seed_too(tmp_path):
+    """Two runs of seed 0 with the same settings (a seed does not fix a distributed run) are two
+    rows of the runs table and two runs of the configuration; five runs get an interval."""
+    runs = [record(algo="crossq", final=f, seed=s) for s, f in ((0, 1433.0), (0, 3655.0), (1, 2131.0))]
+    text = mujoco.report(write(tmp_path / "results.jsonl", runs))
+    assert text.count("| Walker2d-v5 | 15 min, seed 0 | dsac crossq |") == 2
+    row = table_rows(text, "Over runs")[("15 min", "dsac crossq")]
+    assert row[3:6] == ["3 (0, 0, 1)", "2,131 (n=3)", "runs: 1,433 / 3,655 / 2,131"], row
+    five = runs + [record(algo="crossq", final=f, seed=s) for s, f in ((2, 2399.0), (3, 2800.0))]
+    row = table_rows(mujoco.report(write(tmp_path / "five.jsonl", five)), "Over runs")[("15 min", "dsac crossq")]
+    lo, hi = stats.bootstrap_interval([1433.0, 3655.0, 2131.0, 2399.0, 2800.0])
+    assert row[3] == "5 (0, 0, 1, 2, 3)" and row[5].endswith(f"[{lo:,.0f}, {hi:,.0f}]"), row
 
 
 def test_report_links_each_envs_curves_and_plot_draws_them(tmp_path):
