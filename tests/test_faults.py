@@ -103,11 +103,12 @@ ROLES = ["rollout_worker_0", "parameter_server", "run_monitor", "replay_shard_0"
 
 
 def test_killed_roles_are_replaced_the_learner_resumes_from_its_checkpoint_and_the_run_learns(tmp_path):
-    """The learner is killed once a checkpoint holds 1,000 updates: its replacement resumes
-    from that checkpoint, not from scratch. Then a rollout worker, the parameter server, the
-    run monitor and a replay shard are killed in turn, each once the previous one's
-    replacement is announced: every one comes back, and the run still learns."""
-    run = Run(tmp_path / "run", *RUN)
+    """With --normalize_obs, the learner is killed once a checkpoint holds 1,000 updates: its
+    replacement resumes from that checkpoint (statistics included), not from scratch. Then a
+    rollout worker, the parameter server, the run monitor and a replay shard are killed in
+    turn, each once the previous one's replacement is announced: every one comes back, and
+    the run still learns."""
+    run = Run(tmp_path / "run", *RUN, "--normalize_obs")  # the statistics go through every restart too
     try:
         pids = {role: run.pid_of(role) for role in ["learner", *ROLES]}
         # Killed as soon as a checkpoint holds 1,000 updates (about 2,000 env steps).
@@ -145,6 +146,12 @@ def test_killed_roles_are_replaced_the_learner_resumes_from_its_checkpoint_and_t
     assert max(line["eval_return_mean"] for line in lines) >= THRESHOLD, lines
     payload = load_weights(str(run.out / "weights.pkl"))
     assert payload["version"] == summary["weights_version"] > 0
+    # The observation statistics survive every restart: the restored learner took its
+    # checkpoint's, and the restarted replay shard's earlier moments were kept, neither dropped
+    # (a count far below the env steps) nor counted twice (near double). Ray retries the calls in
+    # flight when it restarts a shard, so a chunk the old one had stored may be stored again.
+    count = payload["weights"]["obs_norm/count"][0]
+    assert 0.8 * summary["env_steps"] <= count <= 1.15 * summary["env_steps"], (count, summary["env_steps"])
     # The parameter server's versions carried on from before its restart.
     versions = [line["weights_version"] for line in lines]
     assert versions == sorted(versions), versions
