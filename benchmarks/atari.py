@@ -107,12 +107,14 @@ def game_record(game: str, minutes: float, workers: int, seed: int, png: str | N
 
 
 def games_report(path: str) -> str:
-    """The games table of the records in ``path`` (the latest run of each game, budget, seed)."""
+    """The games table of every record in ``path`` (a later run of a game, budget and seed is
+    another row, not a replacement)."""
     latest: dict = {}
     for line in open(path):
         if line.strip():
             rec = json.loads(line)
-            latest[(rec["game"], rec["minutes"], rec["seed"], " ".join(rec.get("flags", [])))] = rec
+            key = (rec["game"], rec["minutes"], rec["seed"], " ".join(rec.get("flags", [])))
+            latest[(*key, sum(1 for other in latest if other[:4] == key))] = rec
     marks = sorted({float(m) for rec in latest.values() for m in rec["scores"]})
 
     def ref(game, key):
@@ -124,7 +126,7 @@ def games_report(path: str) -> str:
              "| game | run | " + " | ".join(f"{m:g} min" for m in marks) + " | at 100k steps | best | random "
              "| DER 100k | DrQ(ε) 100k | rl-zoo DQN 10M | Nature DQN 50M | human | commit |",
              "|---|---|" + "---|" * len(marks) + "---|---|---|---|---|---|---|---|---|"]
-    for (game, minutes, seed, flags), rec in sorted(latest.items()):
+    for (game, minutes, seed, flags, _), rec in sorted(latest.items()):
         cells = []
         for m in marks:
             sc = rec["scores"].get(f"{m:g}")

@@ -88,13 +88,15 @@ def run(task: str, side: str, seed: int, minutes: float, pace: float | None, lev
 
 
 def load(path: str) -> dict:
-    """The latest record of each (task, side, seed) in ``path``."""
-    latest: dict = {}
+    """Every record in ``path``, by (task, side, seed, k): the k-th run of that seed, in the
+    file's order (a later run of a seed is another sample, not a replacement)."""
+    records: dict = {}
     for line in open(path):
         if line.strip():
             rec = json.loads(line)
-            latest[(rec["task"], rec["side"], rec["seed"])] = rec
-    return latest
+            key = (rec["task"], rec["side"], rec["seed"])
+            records[(*key, sum(1 for other in records if other[:3] == key))] = rec
+    return records
 
 
 def _order(key: tuple) -> tuple:
@@ -118,7 +120,7 @@ def report(path: str, figures: str | None = None) -> str:
              "--repeats 1`, plain).", "",
              "| task | side | seed | eval | reached | env steps then | final success | best | env steps done "
              "| pace (updates/s) | sitting |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (task, side, seed), rec in rows:
+    for (task, side, seed, _), rec in rows:
         reached = f"{rec['reached_s']:,.0f} s" if rec["reached_s"] is not None else "not reached"
         steps = f"{rec['reached_env_steps']:,}" if rec["reached_env_steps"] is not None else "—"
         done = f"{rec['curve'][-1][0]:,}" if rec["curve"] else "—"
@@ -132,7 +134,7 @@ def report(path: str, figures: str | None = None) -> str:
               "| task | side | seeds | reached | seconds to success: median (min–max) | env steps then: median "
               "| final success: median | best: median | pace (updates/s) |", "|---|---|---|---|---|---|---|---|---|"]
     by_side: dict = {}
-    for (task, side, _), rec in rows:
+    for (task, side, *_), rec in rows:
         by_side.setdefault((task, side), []).append(rec)
     for (task, side), recs in by_side.items():
         times = [r["reached_s"] for r in recs if r["reached_s"] is not None]
@@ -145,7 +147,7 @@ def report(path: str, figures: str | None = None) -> str:
                      f"| {_rate(best['median'])} "
                      f"| {harness.fmt_spread(harness.spread([r.get('pace_updates_per_s') for r in recs]))} |")
     if figures is not None:
-        tasks = sorted({task for task, _, _ in latest}, key=lambda t: _order((t, "")))
+        tasks = sorted({task for task, *_ in latest}, key=lambda t: _order((t, "")))
         lines += ["", "Curves, each seed's success rate against wall-clock minutes: "
                   + ", ".join(f"[{task}]({figures}{task}.png)" for task in tasks)]
     lines += ["", "Commands: " + "; ".join(sorted({f"`{rec['command']}`" for rec in latest.values()}))]
@@ -157,7 +159,7 @@ def plot(path: str, out_dir: str) -> list[str]:
     minutes from process start, a colour per side; the paths written."""
     plt = harness.pyplot()
     by_task: dict = {}
-    for (task, side, _), rec in sorted(load(path).items(), key=lambda kv: _order(kv[0])):
+    for (task, side, *_), rec in sorted(load(path).items(), key=lambda kv: _order(kv[0])):
         by_task.setdefault(task, []).append((side, rec))
     written = []
     for task, runs in by_task.items():

@@ -230,5 +230,8 @@ def test_a_her_sitting_times_each_side_to_the_success_level_and_reports_it(tmp_p
     text = her.report(str(out), figures="../figs/")
     assert "| FetchReach-v4 | dsac | 2 | 2 of 2 | 30 | 3,000 |" in text and "| sb3 | 2 | 0 of 2 | — |" in text
     assert "[FetchReach-v4](../figs/FetchReach-v4.png)" in text
+    with open(out, "a") as f:  # seed 0 run again: another run, not a replacement
+        f.write(json.dumps(recs[0]) + "\n")
+    assert "| FetchReach-v4 | dsac | 3 | 3 of 3 | 30 | 3,000 |" in her.report(str(out))
     written = her.plot(str(out), str(tmp_path / "figs"))
     assert written == [str(tmp_path / "figs" / "FetchReach-v4.png")] and open(written[0], "rb").read(4) == b"\x89PNG"
