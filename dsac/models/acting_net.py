@@ -24,7 +24,7 @@ import numpy as np
 
 from dsac.errors import DsacError
 from dsac.models.backends import NUMPY, Backend, tf_backend
-from dsac.models.normalization import check_normalizable
+from dsac.models.normalization import COUNT, MEAN, VAR, check_normalizable
 from dsac.models.vision import ObsInput, conv_layer_shapes, conv_output_shape, image_layout
 
 # Bounds of the actor's log standard deviation (as in Stable-Baselines3).
@@ -145,12 +145,12 @@ class Normalize:
     epsilon: float = 1e-8
 
     def shapes(self, shape):
-        return {"obs_norm/count": (1,), "obs_norm/mean": shape, "obs_norm/var": shape}, shape
+        return {COUNT: (1,), MEAN: shape, VAR: shape}, shape
 
     def _affine(self, w):
         """(mean, 1/std), computed once in float32 for every backend and the learner alike."""
-        mean, var = np.asarray(w["obs_norm/mean"], np.float32), np.asarray(w["obs_norm/var"], np.float32)
-        if np.any(var < 0) or np.any(np.asarray(w["obs_norm/count"]) < 0):
+        mean, var = np.asarray(w[MEAN], np.float32), np.asarray(w[VAR], np.float32)
+        if np.any(var < 0) or np.any(np.asarray(w[COUNT]) < 0):
             raise ValueError("obs_norm/var or obs_norm/count holds negative values")
         return mean, (np.float32(1.0) / np.sqrt(var + np.float32(self.epsilon))).astype(np.float32)
 
