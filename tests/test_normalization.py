@@ -3,11 +3,12 @@ weights and the learner's state, used alike by acting, load_policy, the exports 
 run; and a task in raw units that the defaults do not learn, learned with it."""
 
 import json
+import os
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from conftest import launch_here
+from conftest import REPO_ROOT, launch_here
 
 from dsac.config import Config
 from dsac.errors import DsacError
@@ -17,24 +18,8 @@ from dsac.replay.buffer import Replay, ReplayStorage, replay_specs
 from dsac.runtime import build
 from dsac.runtime.messages import Chunk
 
-SCALED_ENVS = '''
-import gymnasium as gym
-import numpy as np
-
-
-class ScaledPendulum(gym.ObservationWrapper):
-    """Pendulum in raw sensor units: observations x1000 and offset."""
-
-    def __init__(self):
-        super().__init__(gym.make("Pendulum-v1"))
-        self.scale, self.offset = 1000.0, np.array([5000.0, -3000.0, 200.0], np.float32)
-        space = self.env.observation_space
-        self.observation_space = gym.spaces.Box(space.low * self.scale + self.offset,
-                                                space.high * self.scale + self.offset, dtype=np.float32)
-
-    def observation(self, obs):
-        return (obs * self.scale + self.offset).astype(np.float32)
-'''
+# The env of benchmarks/results/normalization's runs: Pendulum observed x1000 and offset.
+SCALED_ENVS = os.path.join(REPO_ROOT, "benchmarks", "results", "normalization")
 
 
 def chunk_of(obs: np.ndarray) -> Chunk:
@@ -102,8 +87,7 @@ def test_a_task_in_raw_units_learns_with_normalize_obs_and_every_reader_acts_ali
     with --normalize_obs: it learns. The weights carry the statistics (their count is every env
     step); load_policy, and the ONNX export act alike on them; a resumed run
     counts on from the checkpoint's statistics."""
-    (tmp_path / "scaled_envs.py").write_text(SCALED_ENVS)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(SCALED_ENVS)
     out = tmp_path / "run"
     common = ["--trust_code", "--eval_episodes", "3", "--seed", "0"]
     result = launch_here(["--local", "--env", "scaled_envs:ScaledPendulum", "--normalize_obs", "--total_env_steps",
