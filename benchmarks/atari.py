@@ -31,7 +31,6 @@ frame skip 4):
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shlex
 import subprocess
@@ -109,12 +108,8 @@ def game_record(game: str, minutes: float, workers: int, seed: int, png: str | N
 def games_report(path: str) -> str:
     """The games table of every record in ``path`` (a later run of a game, budget and seed is
     another row, not a replacement)."""
-    latest: dict = {}
-    for line in open(path):
-        if line.strip():
-            rec = json.loads(line)
-            key = (rec["game"], rec["minutes"], rec["seed"], " ".join(rec.get("flags", [])))
-            latest[(*key, sum(1 for other in latest if other[:4] == key))] = rec
+    latest = harness.every_run(
+        path, lambda rec: ((rec["game"], rec["minutes"], rec["seed"], " ".join(rec.get("flags", []))), rec))
     marks = sorted({float(m) for rec in latest.values() for m in rec["scores"]})
 
     def ref(game, key):

@@ -211,6 +211,19 @@ def append_record(path: str, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def every_run(path: str, key_of) -> dict:
+    """Every record of the JSON-lines file ``path`` by ``(*key_of(record), k)``: the k-th run
+    with that key, in the file's order. A later run of a seed is another sample, not a
+    replacement. ``key_of`` may return the record it keys, changed, beside the key."""
+    records, seen = {}, {}
+    for line in open(path):
+        if line.strip():
+            key, rec = key_of(json.loads(line))
+            records[(*key, seen.get(key, 0))] = rec
+            seen[key] = seen.get(key, 0) + 1
+    return records
+
+
 def scores_at_marks(points: list[dict], marks_min: list[float], budget_min: float) -> dict:
     """{minutes: the evaluation that stands at that mark} for a run capped at ``budget_min``
     minutes (``wall_s`` from process start): at an earlier mark, the last evaluation made by

@@ -90,13 +90,7 @@ def run(task: str, side: str, seed: int, minutes: float, pace: float | None, lev
 def load(path: str) -> dict:
     """Every record in ``path``, by (task, side, seed, k): the k-th run of that seed, in the
     file's order (a later run of a seed is another sample, not a replacement)."""
-    records: dict = {}
-    for line in open(path):
-        if line.strip():
-            rec = json.loads(line)
-            key = (rec["task"], rec["side"], rec["seed"])
-            records[(*key, sum(1 for other in records if other[:3] == key))] = rec
-    return records
+    return harness.every_run(path, lambda rec: ((rec["task"], rec["side"], rec["seed"]), rec))
 
 
 def _order(key: tuple) -> tuple:

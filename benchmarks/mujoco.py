@@ -147,18 +147,15 @@ def load(path: str) -> dict:
     record's configuration is its row label, or the one a declared equivalence names
     (:func:`read_same_settings`), which the record then carries as ``same_as``."""
     same = read_same_settings(os.path.join(os.path.dirname(os.path.abspath(path)), "same_settings.jsonl"))
-    records: dict = {}
-    for line in open(path):
-        if line.strip():
-            rec = json.loads(line)
-            alias = next((a for a in same if (a["commit"], a["side"], a["algo"], a["flags"])
-                          == (rec["commit"], rec["side"], algo_of(rec), rec.get("flags", []))), None)
-            if alias is not None:
-                rec = {**rec, "same_as": alias["as"]}
-            key = (rec["env"], rec["minutes"], rec["seed"], rec.get("same_as") or label_of(rec))
-            k = sum(1 for other in records if other[:4] == key)
-            records[(*key, k)] = rec
-    return records
+
+    def key_of(rec):
+        alias = next((a for a in same if (a["commit"], a["side"], a["algo"], a["flags"])
+                      == (rec["commit"], rec["side"], algo_of(rec), rec.get("flags", []))), None)
+        if alias is not None:
+            rec = {**rec, "same_as": alias["as"]}
+        return (rec["env"], rec["minutes"], rec["seed"], rec.get("same_as") or label_of(rec)), rec
+
+    return harness.every_run(path, key_of)
 
 
 def read_paces(path: str) -> dict:
