@@ -243,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     print(f"wall {measured['wall_s']:.0f} s on {cores} cores; the whole machine was busy "
           f"{measured['machine_busy_cpu_s']:.0f} CPU s meanwhile (this run: {result['total_cpu_s']:.0f})")
+    if summary.get("updates") is not None:
+        print(f"{summary['updates']:,} updates and {summary.get('env_steps', 0):,} env steps in "
+              f"{measured['wall_s']:.0f} s: {summary['updates'] / measured['wall_s']:.0f} updates/s")
     typed = ["python", "-m", "benchmarks", "cpu-share", *(sys.argv[1:] if argv is None else argv)]
     record = {**harness.provenance(typed),
               "launch": shlex.join(command[1:-2]), **measured, **result, "inside": summary.get("cpu"),
