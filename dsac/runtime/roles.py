@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable
 
@@ -65,13 +66,17 @@ def env_crash_handler(reports, role: str, limit: int) -> Callable[[BaseException
     return allowed
 
 
-def learner_loop(config, observation_space, action_space, seed: int, num_gpus: float, num_cpus: float,
+def learner_loop(config, observation_space, action_space, seed: int, num_gpus: float, num_cpus: float | None,
                  callbacks=None, initial_weights: dict | None = None, initial_state: dict | None = None):
     """TensorFlow set up for this process before any model (GPU memory growth, thread pools),
     then the learner's :class:`dsac.runtime.learning.UpdateLoop` (:func:`dsac.runtime.build.learner_loop`);
-    returns ``(loop, device, warning)`` (the device used; a GPU given but not seen)."""
+    returns ``(loop, device, warning)`` (the device used; a GPU given but not seen). ``num_cpus``
+    None: a process whose updates run while nothing else of the run does (the serial runner),
+    whose TF threads may use the machine's cores, up to 4."""
     from dsac.runtime.tf_setup import configure_tensorflow
 
+    if num_cpus is None:
+        num_cpus = min(4, len(os.sched_getaffinity(0)))
     device, warning = configure_tensorflow(num_gpus, num_cpus, config.resources.learner_threads, config.output.verbose)
     return build.learner_loop(config, observation_space, action_space, seed, callbacks, initial_weights,
                               initial_state), device, warning

@@ -36,8 +36,8 @@ class SerialRun:
         meta = (checkpoint or {}).get("meta", {})
         seeds = role_seeds(config.run.seed, 1)  # those of rollout worker 0 and the evaluator of a distributed run
         self.callbacks = callbacks_for(config.run)
-        # No Ray to give it a GPU: TensorFlow set up as for a learner given one (no warning without).
-        self.loop, device, _ = roles.learner_loop(config, *spaces, seeds.learner, 1, 1, self.callbacks,
+        # No Ray to give it a GPU: TensorFlow set up as for a learner given one (no warning without), and all cores.
+        self.loop, device, _ = roles.learner_loop(config, *spaces, seeds.learner, 1, None, self.callbacks,
                                                   prepared.initial_weights, checkpoint["state"] if checkpoint else None)
         self.replay = build.local_replay(config, *spaces, checkpoint)
         self.set_insert_limit(insert_limit)

@@ -188,11 +188,11 @@ def configure_tensorflow(num_gpus: float, num_cpus: float, threads: int | None =
                          verbose: bool = False) -> tuple[str, str | None]:
     """Call before building any model. Hides GPUs the process was not given (Ray does not
     always do it for ``num_gpus=0``), lets TF grow GPU memory instead of grabbing it all,
-    and sizes TF's thread pools: ``threads``, else the CPUs the process asked for or, more,
-    its node's cores up to 4 (rollout workers mostly wait for the learner under the rate
-    limiter, so its matrix products may use the cores they leave idle: 1.5x the updates/s of
-    one thread on 2 cores). Returns the device used, described (:func:`learner_device`; with
-    TF's threads), and the warning of a GPU given but not seen, if any."""
+    and sizes TF's thread pools: ``threads``, else the CPUs the process asked for (as Ray sizes
+    a task's OpenMP threads). A small network's update is a chain of small ops: spread over
+    more threads than the process has cores of its own, each op waits for a core the run's
+    other roles hold, and the update slows down instead. Returns the device used, described
+    (:func:`learner_device`; with TF's threads), and the warning of a GPU given but not seen, if any."""
     if num_gpus <= 0:
         # Not given a GPU: keep CUDA from even probing for one (and logging that it failed).
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
@@ -208,7 +208,7 @@ def configure_tensorflow(num_gpus: float, num_cpus: float, threads: int | None =
             else:
                 for gpu in gpus:
                     tf.config.experimental.set_memory_growth(gpu, True)
-            count = threads or max(1, math.ceil(num_cpus), min(4, len(os.sched_getaffinity(0))))
+            count = threads or max(1, math.ceil(num_cpus))
             tf.config.threading.set_intra_op_parallelism_threads(count)
             tf.config.threading.set_inter_op_parallelism_threads(count)
         except RuntimeError:

@@ -129,8 +129,8 @@ class ResourceSettings:
     worker_cpus: float | None = setting(None, "CPUs requested per rollout worker (default: fit the cluster)")
     learner_gpus: float | None = setting(None, "GPUs for the learner (default: 1 if the cluster has one, else 0)")
     learner_threads: int | None = setting(
-        None, "TensorFlow threads of a learner (default: its node's cores, at most 4: rollout workers mostly "
-        "wait for the learner, so it may use the cores they leave idle)"
+        None, "TensorFlow threads of a learner (default: the CPUs it asks for; more threads than its own cores "
+        "wait for cores the other roles hold)"
     )
     learner_xla: bool | None = setting(
         None, "compile the learner's update loop with XLA: more updates/s for small networks (~1.5x a 2x64 SAC on 17 "
