@@ -17,6 +17,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 
+from dsac.algorithms import LONG_RUN_ENV_STEPS
 from dsac.envs.atari import FrameSettings, is_atari_id
 from dsac.errors import DsacError, did_you_mean
 from dsac.formats.redaction import redact_uri, redact_value
@@ -272,6 +273,9 @@ class Config:
         run, resources, model = self.run, self.resources, self.model
         spec = algorithm(run.algo)
         defaults = {**spec.defaults, **(spec.atari_defaults if is_atari_id(run.env) else {})}
+        budget = run.total_env_steps if run.total_env_steps is not None else defaults.get("total_env_steps", 0)
+        if budget >= LONG_RUN_ENV_STEPS:
+            defaults.update(spec.long_run_defaults)
         if run.her:  # relabeled goals score one-step transitions: n-step sums would mix goals
             defaults["n_step"] = 1
         fills = {key: value for key, value in defaults.items()

@@ -92,7 +92,9 @@ def test_a_submitted_job_uses_both_nodes_writes_on_the_driver_side_and_ray_job_s
 
     address, node_ids = cluster
     out = tmp_path / "run"
-    submit(address, "dsac-test-stop", *SMALL, "--total_env_steps", "1000000", "--output_dir", str(out))
+    # A budget it never reaches (the job is stopped), without the long run's XLA compile.
+    submit(address, "dsac-test-stop", *SMALL, "--total_env_steps", "1000000", "--learner_xla", "false",
+           "--output_dir", str(out))
     client = JobSubmissionClient(address)
     deadline = time.monotonic() + 240
     while not (out / "weights.pkl").exists():  # the first evaluation has saved weights

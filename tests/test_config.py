@@ -165,3 +165,24 @@ def test_a_run_ships_only_the_custom_model_it_names():
     assert named.custom_models == {"test_config_linear": linear}
     with pytest.raises(DsacError, match="test_config_linear"):  # a near miss is still named
         Config.from_dict({"env": "Pendulum-v1", "custom_model": "test_config_linea"}).validate()
+
+
+@pytest.mark.parametrize("flags, xla", [
+    ({}, False),  # SAC's default budget, 20,000 env steps: the compile would not pay back
+    ({"total_env_steps": 100_000}, True),
+    ({"total_env_steps": 1_000_000, "learner_xla": False}, False),  # a flag wins
+    ({"total_env_steps": 1_000_000, "algo": "dqn"}, False),  # only SAC's long runs
+    ({"total_env_steps": 1_000, "algo": "crossq"}, True),  # CrossQ's default, whatever the budget
+])
+def test_sac_compiles_its_update_with_xla_by_default_only_in_a_long_run(flags, xla):
+    config = Config.from_dict({"env": "Pendulum-v1", **flags}).validate().resolved()
+    assert config.resources.learner_xla is xla
+
+
+def test_a_long_sac_run_on_large_images_keeps_the_plain_update():
+    from dsac.runtime.preparation import image_fills
+
+    config = Config.from_dict({"env": "CarRacing-v3", "total_env_steps": 1_000_000}).validate().resolved()
+    assert config.resources.learner_xla is True and image_fills(config, (96, 96, 3))["learner_xla"] is False
+    given = Config.from_dict({"env": "CarRacing-v3", "learner_xla": True}).validate().resolved()
+    assert "learner_xla" not in image_fills(given, (96, 96, 3))

@@ -12,6 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+# A run of at least this many env steps takes its algorithm's long_run_defaults: minutes of
+# training, against which a start-up cost of seconds is small.
+LONG_RUN_ENV_STEPS = 100_000
+
 
 @dataclass(frozen=True)
 class Algorithm:
@@ -33,6 +37,9 @@ class Algorithm:
             images of side >= ``LARGE_IMAGE_SIDE`` (a conv encoder a CPU learner pays tens of
             milliseconds an update for); applied by :func:`dsac.runtime.preparation.prepare`, which
             knows the observation space, to the fields no flag set.
+        long_run_defaults: what differs from ``defaults`` for a budget of at least
+            :data:`LONG_RUN_ENV_STEPS` env steps (a cost paid once at start, such as XLA's
+            compile, that only a long run earns back).
     """
 
     name: str
@@ -43,3 +50,4 @@ class Algorithm:
     model_keys: tuple[str, ...] = field(default_factory=tuple)
     atari_defaults: dict = field(default_factory=dict)
     image_defaults: dict = field(default_factory=dict)
+    long_run_defaults: dict = field(default_factory=dict)

@@ -135,7 +135,8 @@ class ResourceSettings:
     learner_xla: bool | None = setting(
         None, "compile the learner's update loop with XLA: more updates/s for small networks (~1.5x a 2x64 SAC on 17 "
         "observations, 1.4-2x CrossQ's batch-renormalized critics), ~7-10 s more at start (algorithm default: on "
-        "for crossq; docs/benchmarks.md)"
+        "for crossq, and for sac with flat observations and --total_env_steps of 100,000 or more; "
+        "docs/benchmarks.md)"
     )
     max_restarts: int = setting(
         10, "times each role (rollout worker, learner, evaluator, replay shard, parameter server) is restarted "

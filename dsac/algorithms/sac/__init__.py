@@ -45,6 +45,10 @@ ALGORITHM = Algorithm(
     image_defaults={
         "fcnet_hiddens": [256, 256], "lr": 3e-4, "batch_size": 64, "learning_starts": 1_000, "start_steps": 1_000,
         "updates_per_step": 0.25, "total_env_steps": 500_000, "eval_every": 10_000, "eval_episodes": 5,
+        "learner_xla": False,  # the long-run XLA default was measured on flat observations only
     },
+    # XLA's compile costs seconds at start and pays them back only over a long run (docs/benchmarks.md,
+    # "Where a run's CPU goes").
+    long_run_defaults={"learner_xla": True},
     check_spaces=check_spaces,
 )
