@@ -211,17 +211,27 @@ def append_record(path: str, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
+def read_records(path: str) -> list[dict]:
+    """The records of the JSON-lines file ``path``, in its order."""
+    return [json.loads(line) for line in open(path) if line.strip()]
+
+
 def every_run(path: str, key_of) -> dict:
     """Every record of the JSON-lines file ``path`` by ``(*key_of(record), k)``: the k-th run
-    with that key, in the file's order. A later run of a seed is another sample, not a
-    replacement. ``key_of`` may return the record it keys, changed, beside the key."""
-    records, seen = {}, {}
-    for line in open(path):
-        if line.strip():
-            key, rec = key_of(json.loads(line))
-            records[(*key, seen.get(key, 0))] = rec
-            seen[key] = seen.get(key, 0) + 1
-    return records
+    with that key, in the file's order (:func:`keyed_runs`)."""
+    return keyed_runs(read_records(path), key_of)
+
+
+def keyed_runs(records: list[dict], key_of) -> dict:
+    """``records`` by ``(*key_of(record), k)``: the k-th run with that key, in their order. A
+    later run of a seed is another sample, not a replacement. ``key_of`` may return the record it
+    keys, changed, beside the key."""
+    out, seen = {}, {}
+    for record in records:
+        key, rec = key_of(record)
+        out[(*key, seen.get(key, 0))] = rec
+        seen[key] = seen.get(key, 0) + 1
+    return out
 
 
 def scores_at_marks(points: list[dict], marks_min: list[float], budget_min: float) -> dict:

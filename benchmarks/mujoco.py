@@ -34,12 +34,14 @@ the weights the run stopped with. Before its runs an invocation measures the mac
 plain update's rate), so that sittings on different days can be compared. One JSON line per run in
 ``--out`` (command, commit, date, machine, algo, pace, scores at the marks, the curve);
 ``--report`` prints the per-run table, with rl-zoo's published SAC score after its full budget
-(``benchmark.md``, the v3 envs) beside it, and the per-group table over seeds: the median, the
-interquartile mean with its 95% bootstrap interval (``benchmarks/stats.py``) of the final score
-and of the best evaluation. Records written before the pace was measured take it from
-``pace.jsonl`` beside ``--out`` (lines ``{"commit", "date", "pace_updates_per_s", "command"}``),
-matched by sitting; records without an ``algo`` are SAC's. The SB3 sides need
-``requirements-bench.txt`` (a run of a missing side is recorded as an error).
+(``benchmark.md``, the v3 envs) beside it, the per-configuration table over runs (a
+configuration: the settings a run ran, ``benchmarks/settings.py``, not the flags typed): the
+median, the interquartile mean with its 95% bootstrap interval (``benchmarks/stats.py``) of the
+final score and of the best evaluation, and the same across envs, each score over rl-zoo's.
+Records written before the pace was measured take it from ``pace.jsonl`` beside ``--out`` (lines
+``{"commit", "date", "pace_updates_per_s", "command"}``), matched by sitting; records without an
+``algo`` are SAC's. The SB3 sides need ``requirements-bench.txt`` (a run of a missing side is
+recorded as an error).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ import os
 import shlex
 import sys
 
-from benchmarks import harness, stats
+from benchmarks import harness, settings, stats
 
 # env -> rl-zoo's SAC budget (env steps) and its published score after it (benchmark.md, v3).
 SUITE = {
@@ -84,14 +86,16 @@ def run(env: str, side: str, seed: int, minutes: float, extra: list[str] | None 
     launch.py flags, a candidate change): its result record, carrying the machine's ``pace``."""
     budget, _ = SUITE[env]
     cap = 60.0 * minutes
-    _, peer_algo, settings, package = SIDES[side]
+    _, peer_algo, peer_settings, package = SIDES[side]
+    ran: dict = {}
     if side == "dsac":
         flags = ["--algo", algo, "--max_seconds", f"{cap:g}", *(extra or [])]
-        result = harness.run_dsac(flags, env, seed, budget, None, timeout=cap + 1800, as_typed=True)
+        result = harness.run_dsac(flags, env, seed, budget, None, timeout=cap + 1800, as_typed=True,
+                                  use_output=lambda out: ran.update(settings=settings.of_run(out)))
         command = result["command"]
     else:
         algo = peer_algo
-        result = harness.run_sb3(algo, env, settings, seed, budget, SB3_EVAL_EVERY, timeout=cap + 1800,
+        result = harness.run_sb3(algo, env, peer_settings, seed, budget, SB3_EVAL_EVERY, timeout=cap + 1800,
                                  max_seconds=cap)
         if result is None:
             result = {"points": [], "error": f"{package} is not installed (requirements-bench.txt)"}
@@ -100,6 +104,7 @@ def run(env: str, side: str, seed: int, minutes: float, extra: list[str] | None 
     return {
         "suite": "mujoco", "env": env, "side": side, "algo": algo, "seed": seed, "minutes": minutes,
         "flags": list(extra or []) if side == "dsac" else [], **harness.provenance(command),
+        "settings": ran.get("settings"),  # dsac's: what its config.json says it ran (benchmarks/settings.py)
         "pace_updates_per_s": pace,
         "scores": harness.scores_at_marks(points, sorted({*(m for m in MARKS_MIN if m < minutes), minutes}), minutes),
         "best": max((p["return"] for p in points), default=None),
@@ -131,31 +136,63 @@ def sitting_of(rec: dict) -> tuple[str, str]:
     return rec["commit"], rec["date"][:10]
 
 
-def read_same_settings(path: str) -> list[dict]:
-    """Declared equivalences (``same_settings.jsonl`` beside the results): runs of a ``commit``,
-    ``side`` and ``algo`` whose typed ``flags`` are what a later commit's defaults became, so
-    they count with the configuration labelled ``as``; each line says ``why``. [] without the file."""
-    if not os.path.exists(path):
-        return []
-    return [json.loads(line) for line in open(path) if line.strip()]
+def configuration_names(records: list[dict], known: dict) -> list[tuple[str, str]]:
+    """Each record's configuration, the row it counts in, and its identity: runs of one env and budget whose
+    effective settings (:mod:`benchmarks.settings`: the record's own, else ``known``'s line for
+    its commit and command) are equal are one configuration, whatever flags were typed. It is
+    named by the row label of its run with the fewest typed flags (the first of those); where two
+    configurations would share a name, each adds its values of the settings they differ in. A
+    record with no settings (a peer's) is its label's."""
+    identities = []
+    for rec in records:
+        found = rec.get("settings")
+        if found is None and rec["side"] == "dsac":
+            found = known.get(settings.backfill_key(rec["commit"], rec["command"]))
+        identities.append(settings.identity(found, algo_of(rec), rec["env"]) if found is not None
+                          else "label:" + label_of(rec))
+    first: dict = {}  # (env, budget, identity) -> the label of its run with the fewest typed flags
+    for rec, identity in zip(records, identities, strict=True):
+        key, label = (rec["env"], rec["minutes"], identity), label_of(rec)
+        if key not in first or len(rec.get("flags", [])) < len(first[key][1]):
+            first[key] = (label, rec.get("flags", []))
+    first = {key: label for key, (label, _) in first.items()}
+    shared: dict = {}  # (env, budget, label) -> its identities
+    for (env, minutes, identity), label in first.items():
+        shared.setdefault((env, minutes, label), []).append(identity)
+    names = {}
+    for (env, minutes, label), found in shared.items():
+        measured = [i for i in found if not i.startswith("label:")]
+        diffs = dict(zip(measured, settings.differences(measured), strict=True))
+        for identity in found:
+            diff = diffs.get(identity)
+            if len(found) > 1 and diff is None:
+                names[(env, minutes, identity)] = f"{label} [settings unknown]"
+            elif len(found) > 1 and diff:
+                names[(env, minutes, identity)] = f"{label} [{', '.join(f'{k} {v}' for k, v in diff.items())}]"
+            else:
+                names[(env, minutes, identity)] = label
+    return [(names[(rec["env"], rec["minutes"], identity)], identity)
+            for rec, identity in zip(records, identities, strict=True)]
 
 
 def load(path: str) -> dict:
     """Every record in ``path``, by (env, budget, seed, configuration, k): the k-th run of that
-    seed and configuration, in the file's order. Every run counts: a seed does not fix a
-    distributed run, so a later run of the same seed is another sample, not a replacement. A
-    record's configuration is its row label, or the one a declared equivalence names
-    (:func:`read_same_settings`), which the record then carries as ``same_as``."""
-    same = read_same_settings(os.path.join(os.path.dirname(os.path.abspath(path)), "same_settings.jsonl"))
+    seed and configuration (:func:`configuration_names`), in the file's order. Every run counts:
+    a seed does not fix a distributed run, so a later run of the same seed is another sample, not
+    a replacement. Each record carries its configuration's ``identity``, and one named otherwise
+    than its own row label carries the name as ``same_as``."""
+    records = harness.read_records(path)
+    known = settings.read_backfill(os.path.join(os.path.dirname(os.path.abspath(path)), "settings.jsonl"))
+    names = iter(configuration_names(records, known))
 
     def key_of(rec):
-        alias = next((a for a in same if (a["commit"], a["side"], a["algo"], a["flags"])
-                      == (rec["commit"], rec["side"], algo_of(rec), rec.get("flags", []))), None)
-        if alias is not None:
-            rec = {**rec, "same_as": alias["as"]}
-        return (rec["env"], rec["minutes"], rec["seed"], rec.get("same_as") or label_of(rec)), rec
+        name, identity = next(names)
+        rec = {**rec, "identity": identity}
+        if name != label_of(rec):
+            rec["same_as"] = name
+        return (rec["env"], rec["minutes"], rec["seed"], name), rec
 
-    return harness.every_run(path, key_of)
+    return harness.keyed_runs(records, key_of)
 
 
 def read_paces(path: str) -> dict:
@@ -262,6 +299,27 @@ def groups_table(latest: dict, paces: dict) -> list[str]:
     return lines
 
 
+def aggregate_table(latest: dict) -> list[str]:
+    """One row per budget and configuration that ran on two envs or more: each run's final score
+    over rl-zoo's published SAC score on its env (:data:`SUITE`), pooled over those envs. Runs
+    pool across envs only with equal settings (an env of its own settings is a row of its own)."""
+    pooled: dict = {}  # (budget, configuration, identity) -> {env: [normalized final scores]}
+    for (env, minutes, _, label, _), rec in sorted(latest.items(), key=lambda kv: order(kv[0])):
+        final = rec["scores"].get(f"{minutes:g}", {}).get("return")
+        if env in SUITE and final is not None:
+            key = (minutes, label, rec.get("identity"))
+            pooled.setdefault(key, {}).setdefault(env, []).append(final / SUITE[env][1])
+    lines = ["| budget | side | envs (runs) | normalized final: median | normalized final: IQM [95% CI], or the runs |",
+             "|---|---|---|---|---|"]
+    for (minutes, label, _), by_env in sorted(pooled.items(), key=lambda kv: kv[0][:2]):
+        if len(by_env) < 2:
+            continue
+        summary = stats.summarize_tasks(list(by_env.values()))
+        envs = ", ".join(f"{env} ({len(v)})" for env, v in by_env.items())
+        lines.append(f"| {minutes:g} min | {label} | {envs} | " + " | ".join(stats.fmt_summary(summary, ".2f")) + " |")
+    return lines
+
+
 def report(path: str, figures: str | None = None) -> str:
     """The tables of every record in ``path``: per run, then per configuration (env, side and
     flags, budget) over all its runs. The time dsac took to reach its peer's final return is given
@@ -277,7 +335,13 @@ def report(path: str, figures: str | None = None) -> str:
              "budget's mark) and the best evaluation, the median and, from "
              f"{stats.MIN_RUNS_FOR_INTERVAL} runs, the interquartile mean with its 95% percentile-bootstrap "
              "interval (2,000 resamples); with fewer, the runs themselves.", "",
-             *groups_table(latest, paces)]
+             *groups_table(latest, paces), "",
+             "Across envs (a configuration that ran on two or more at one budget): each run's final score "
+             "divided by rl-zoo's published SAC score on its env after its full budget (the table above), "
+             "pooled; the median and, from 5 runs with 2 on every env, the IQM with its 95% stratified "
+             "bootstrap interval (each env's runs resampled among themselves, as rliable does). A row speaks "
+             "for the envs it names only: rows over different envs do not compare.", "",
+             *aggregate_table(latest)]
     if figures is not None:
         envs = sorted({env for env, *_ in latest}, key=lambda env: order((env,)))
         lines += ["", "Curves, each seed's evaluation return against wall-clock minutes: "

@@ -59,6 +59,32 @@ def summarize(values) -> dict:
     return {"n": len(x), "values": x, "median": float(np.median(x)), "iqm": float(iqm(x)), "ci": ci}
 
 
+def stratified_interval(tasks: list, statistic=iqm, reps: int = BOOTSTRAP_REPS, seed: int = BOOTSTRAP_SEED,
+                        level: float = 0.95) -> tuple[float, float] | None:
+    """rliable's stratified bootstrap over several tasks: each resample draws every task's runs
+    with replacement from that task's own, pools them and takes ``statistic``; the ``level``
+    percentile interval of that. None where a task has fewer than two runs."""
+    arrays = [np.asarray(t, dtype=float) for t in tasks]
+    if not arrays or any(len(a) < 2 for a in arrays):
+        return None
+    rng = np.random.default_rng(seed)
+    pooled = np.concatenate([a[rng.integers(0, len(a), size=(reps, len(a)))] for a in arrays], axis=1)
+    tail = 100 * (1 - level) / 2
+    lo, hi = np.percentile(statistic(pooled, axis=-1), [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def summarize_tasks(tasks: list) -> dict:
+    """:func:`summarize` of runs pooled over tasks (lists of scores, None and NaN left out), its
+    interval from :func:`stratified_interval`, given only where the pool has
+    :data:`MIN_RUNS_FOR_INTERVAL` runs and every task two."""
+    kept = [[float(v) for v in t if v is not None and not np.isnan(v)] for t in tasks]
+    kept = [t for t in kept if t]
+    pooled = summarize([v for t in kept for v in t])
+    pooled["ci"] = stratified_interval(kept) if pooled["n"] >= MIN_RUNS_FOR_INTERVAL else None
+    return pooled
+
+
 def fmt_summary(s: dict, spec: str = ",.0f") -> tuple[str, str]:
     """A :func:`summarize` as two cells: the median, and ``IQM [lo, hi]`` — or, below
     :data:`MIN_RUNS_FOR_INTERVAL` values, the values themselves (``—`` for none)."""

@@ -121,6 +121,64 @@ def test_every_run_counts_a_repeated_seed_too(tmp_path):
     assert row[3] == "5 (0, 0, 1, 2, 3)" and row[5].endswith(f"[{lo:,.0f}, {hi:,.0f}]"), row
 
 
+def sac_settings(**changed):
+    """What a run of SAC on Walker2d-v5 with nothing typed ran, as the present code builds it."""
+    from benchmarks import settings
+
+    return {**settings.baseline("sac", "Walker2d-v5"), **changed}
+
+
+def test_runs_group_by_the_settings_they_ran_not_the_flags_they_typed(tmp_path):
+    """--learner_xla typed where it is what ran anyway joins the runs that typed nothing; the same
+    empty command line at a commit whose defaults differ is another configuration, named by the
+    setting it differs in; a record made before records carried settings takes them from
+    settings.jsonl by its commit and command; peers keep their labels."""
+    plain, xla = sac_settings(learner_xla=False), sac_settings(learner_xla=True)
+    old = record(seed=2, final=1500.0, commit="old")  # no settings of its own
+    runs = [record(seed=0, final=1000.0, commit="c1") | {"settings": plain},
+            record(seed=1, final=3000.0, commit="c2", flags=["--learner_xla", "false"]) | {"settings": plain},
+            old, record(seed=0, final=5000.0, commit="c3") | {"settings": xla},
+            record(side="sb3", final=400.0)]
+    path = write(tmp_path / "results.jsonl", runs)
+    (tmp_path / "settings.jsonl").write_text(json.dumps(
+        {"commit": "old", "command": old["command"], "settings": {k: v for k, v in plain.items() if k != "lr"}}) + "\n")
+    groups = table_rows(mujoco.report(path), "Over runs")
+    assert groups[("15 min", "dsac sac [learner_xla False]")][3:5] == ["3 (0, 1, 2)", "1,500 (n=3)"]
+    assert groups[("15 min", "dsac sac [learner_xla True]")][3] == "1 (0)"
+    assert groups[("15 min", "sb3 sac")][3] == "1 (0)"
+    rows = table_rows(mujoco.report(path), "env steps in brackets.")
+    assert ("15 min, seed 1", "dsac sac [learner_xla False] (typed: dsac sac --learner_xla false, at c2)") in rows
+    (tmp_path / "settings.jsonl").unlink()  # the old record's settings unknown: a row of its own
+    groups = table_rows(mujoco.report(path), "Over runs")
+    assert groups[("15 min", "dsac sac [settings unknown]")][3] == "1 (2)"
+    assert groups[("15 min", "dsac sac [learner_xla False]")][3] == "2 (0, 1)"
+
+
+def test_an_aggregate_pools_normalized_scores_over_envs_with_a_stratified_interval(tmp_path):
+    walker, ant = mujoco.SUITE["Walker2d-v5"][1], mujoco.SUITE["Ant-v5"][1]
+    runs = [record(algo="crossq", env=env, seed=s, final=f * score) for env, score in
+            (("Walker2d-v5", walker), ("Ant-v5", ant)) for s, f in ((0, 0.5), (1, 1.0), (2, 1.5))]
+    runs += [record(env="Ant-v5", final=ant)]  # dsac sac on one env: no row
+    text = mujoco.report(write(tmp_path / "results.jsonl", runs))
+    table = text.split("rows over different envs do not compare.", 1)[1].split("\n\n", 2)[1]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    lo, hi = stats.stratified_interval([[0.5, 1.0, 1.5], [0.5, 1.0, 1.5]])
+    assert rows == [["15 min", "dsac crossq", "Walker2d-v5 (3), Ant-v5 (3)", "1.00",
+                     f"1.00 [{lo:.2f}, {hi:.2f}]"]], rows
+
+
+def test_a_stratified_bootstrap_resamples_each_task_among_its_own_runs():
+    tasks = [[0.0, 1.0], [10.0, 11.0, 12.0]]
+    lo, hi = stats.stratified_interval(tasks, statistic=np.mean, reps=500)
+    # every resample holds two runs of the first task and three of the second: a mean of
+    # [0, 2] * 2/5 + [10, 12] * 3/5 lies in [6, 7.6]; an unstratified one could reach 0 or 12
+    assert 6.0 <= lo <= hi <= 7.6
+    assert stats.stratified_interval([[1.0, 2.0], [3.0]]) is None  # one run says nothing of its task's spread
+    s = stats.summarize_tasks([[1.0, 2.0], [3.0, None, 4.0]])
+    assert (s["n"], s["ci"]) == (4, None)  # fewer than five runs: no interval
+    assert stats.summarize_tasks([[1.0, 2.0, 3.0], [3.0, 4.0]])["ci"] is not None
+
+
 def test_report_links_each_envs_curves_and_plot_draws_them(tmp_path):
     path = write(tmp_path / "results.jsonl", [record(), record(algo="crossq", seed=1), record(env="Ant-v5")])
     text = mujoco.report(path, figures="../figs/")
@@ -140,8 +198,12 @@ def test_pace_is_the_plain_rows_first_round():
 def test_a_sitting_runs_each_dsac_algorithm_and_each_peer_with_the_machines_pace(tmp_path, monkeypatch):
     calls = []
 
-    def fake_dsac(flags, env, seed, budget, eval_every, timeout=None, as_typed=False):
+    def fake_dsac(flags, env, seed, budget, eval_every, timeout=None, as_typed=False, use_output=None):
         calls.append(("dsac", flags))
+        run_dir = tmp_path / f"run{len(calls)}"
+        run_dir.mkdir()
+        (run_dir / "config.json").write_text(json.dumps({"algo": flags[1], "lr": 3e-4, "seed": seed, "env": env}))
+        use_output(str(run_dir))
         return {"points": [{"env_steps": 1000, "updates": 900, "wall_s": 30.0, "return": 5.0}], "error": None,
                 "command": ["python", "launch.py", *flags]}
 
@@ -160,6 +222,8 @@ def test_a_sitting_runs_each_dsac_algorithm_and_each_peer_with_the_machines_pace
         ("dsac", "sac", ["--lr", "3e-4"]), ("dsac", "crossq", ["--lr", "3e-4"]), ("sb3", "sac", []),
         ("sb3-crossq", "crossq", [])]
     assert all(r["pace_updates_per_s"] == 321.0 and r["seed"] == 3 for r in recs)
+    # dsac's records carry what their config.json says ran, less where and which seed
+    assert [r["settings"] for r in recs] == [{"algo": "sac", "lr": 3e-4}, {"algo": "crossq", "lr": 3e-4}, None, None]
     assert calls[1] == ("dsac", ["--algo", "crossq", "--max_seconds", "60", "--lr", "3e-4"])
     assert calls[3] == ("crossq", mujoco.ZOO_CROSSQ_MUJOCO)
     assert recs[3]["error"] == "sb3_contrib is not installed (requirements-bench.txt)"
