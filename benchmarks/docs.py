@@ -84,6 +84,12 @@ def mujoco_table() -> str:
     return _report_with_figures(MUJOCO_RESULTS, mujoco.report)
 
 
+def mujoco_headline() -> str:
+    from benchmarks import mujoco
+
+    return _from_file(MUJOCO_RESULTS, mujoco.headline)
+
+
 def mujoco_figures() -> list[str]:
     """Each env's curves PNG, beside the MuJoCo result file."""
     from benchmarks import mujoco
@@ -168,10 +174,11 @@ def scale_delivery_table() -> str:
 
 
 # block name -> what renders it
-BLOCKS = {"flags": flags_table, "mujoco": mujoco_table, "her": her_table, "atari": atari_table,
-          "stability": stability_table, "parity": parity_table, "speed": speed_table, "sweep-dqn": sweep_dqn_table,
-          "scale-collection": scale_collection_table, "scale-capacity": scale_capacity_table,
-          "scale-board": scale_board_table, "scale-delivery": scale_delivery_table}
+BLOCKS = {"flags": flags_table, "mujoco": mujoco_table, "mujoco-headline": mujoco_headline, "her": her_table,
+          "atari": atari_table, "stability": stability_table, "parity": parity_table, "speed": speed_table,
+          "sweep-dqn": sweep_dqn_table, "scale-collection": scale_collection_table,
+          "scale-capacity": scale_capacity_table, "scale-board": scale_board_table,
+          "scale-delivery": scale_delivery_table}
 # block name -> what draws the figures it links (rewritten by ``docs``, not read by ``--check``)
 FIGURES = {"mujoco": mujoco_figures, "her": her_figures}
 MARKERS = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",

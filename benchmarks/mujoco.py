@@ -320,6 +320,25 @@ def aggregate_table(latest: dict) -> list[str]:
     return lines
 
 
+def headline(path: str) -> str:
+    """The README's MuJoCo table: every configuration of every env at its budget, each with all
+    its runs' final scores (their median, and the runs), their commits; then the aggregate across
+    envs. No "best": dsac evaluates ten times as often as the SB3 sides, so a maximum over
+    evaluations favours it. Generated like :func:`report`, from every record in ``path``."""
+    latest = load(path)
+    lines = ["| env, budget | side | final return: median; the runs (or IQM [95% CI]) | rl-zoo SAC (its budget) "
+             "| commits |", "|---|---|---|---|---|"]
+    for (env, minutes, label), recs in groups(latest).items():
+        final = stats.summarize(rec["scores"].get(f"{minutes:g}", {}).get("return") for rec in recs)
+        median, spread = stats.fmt_summary(final)
+        budget, zoo = SUITE.get(env, (None, None))
+        commits = ", ".join(sorted({rec["commit"] for rec in recs}))
+        lines.append(f"| {env}, {minutes:g} min | {label} | {median}; {spread} | "
+                     f"{f'{zoo:,.0f} ({budget / 1e6:g}M)' if zoo else '—'} | {commits} |")
+    return "\n".join([*lines, "", "Across envs, each run's final score over rl-zoo's SAC score:", "",
+                      *aggregate_table(latest)])
+
+
 def report(path: str, figures: str | None = None) -> str:
     """The tables of every record in ``path``: per run, then per configuration (env, side and
     flags, budget) over all its runs. The time dsac took to reach its peer's final return is given

@@ -167,6 +167,22 @@ def test_an_aggregate_pools_normalized_scores_over_envs_with_a_stratified_interv
                      f"1.00 [{lo:.2f}, {hi:.2f}]"]], rows
 
 
+def test_the_readme_headline_shows_every_run_and_no_best(tmp_path):
+    runs = [record(algo="crossq", seed=s, final=f) for s, f in ((0, 1433.0), (0, 3655.0), (1, 2131.0))]
+    runs += [record(side="sb3", final=504.0, best=900.0)]
+    text = mujoco.headline(write(tmp_path / "results.jsonl", runs))
+    assert "| Walker2d-v5, 15 min | dsac crossq | 2,131 (n=3); runs: 1,433 / 3,655 / 2,131 | 3,863 (1M) | aaa |" in text
+    assert "| Walker2d-v5, 15 min | sb3 sac | 504 (n=1); runs: 504 |" in text and "900" not in text
+    # the real records: every run of each configuration is in the README
+    import os
+
+    real = os.path.join(os.path.dirname(mujoco.__file__), "results", "mujoco", "results.jsonl")
+    readme = open(os.path.join(os.path.dirname(real), "..", "..", "..", "README.md")).read()
+    for rec in mujoco.load(real).values():
+        final = rec["scores"].get(f"{rec['minutes']:g}", {}).get("return")
+        assert final is None or f"{final:,.0f}" in readme, rec["command"]
+
+
 def test_a_stratified_bootstrap_resamples_each_task_among_its_own_runs():
     tasks = [[0.0, 1.0], [10.0, 11.0, 12.0]]
     lo, hi = stats.stratified_interval(tasks, statistic=np.mean, reps=500)
