@@ -245,8 +245,13 @@ def catch_up(rec: dict, latest: dict) -> str:
         f"not reached ({name}: {level:,.0f})"
 
 
+def best_note() -> str:
+    return ("The best evaluation only for dsac's runs: a maximum over evaluations grows with their number, "
+            f"and dsac evaluates every 1,000 env steps where the SB3 sides evaluate every {SB3_EVAL_EVERY:,}.")
+
+
 def runs_table(latest: dict, paces: dict) -> list[str]:
-    """One row per run: the score at each mark, the best, the time to the peer's final return,
+    """One row per run: the score at each mark, the best (dsac's only), the time to the peer's final return,
     rl-zoo's SAC score, the machine's pace and the sitting."""
     marks = sorted({float(m) for rec in latest.values() for m in rec["scores"]})
     lines = ["| env | budget | side | " + " | ".join(f"{m:g} min" for m in marks)
@@ -259,7 +264,7 @@ def runs_table(latest: dict, paces: dict) -> list[str]:
             s = rec["scores"].get(f"{m:g}")
             cells.append(f"{s['return']:,.0f} ({s['env_steps'] / 1000:,.0f}k)" if s else "—")
         budget, zoo = SUITE.get(env, (None, None))
-        best = f"{rec['best']:,.0f}" if rec["best"] is not None else "—"
+        best = f"{rec['best']:,.0f}" if rec["best"] is not None and rec["side"] == "dsac" else "—"
         error = f" ({rec['error']})" if rec.get("error") else ""
         typed = f" (typed: {label_of(rec)}, at {rec['commit']})" if rec.get("same_as") else ""
         lines.append(f"| {env} | {minutes:g} min, seed {seed} | {label}{typed}{error} | " + " | ".join(cells)
@@ -285,7 +290,7 @@ def groups_table(latest: dict, paces: dict) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for (env, minutes, label), recs in groups(latest).items():
         final = stats.summarize(rec["scores"].get(f"{minutes:g}", {}).get("return") for rec in recs)
-        best = stats.summarize(rec["best"] for rec in recs)
+        best = stats.summarize(rec["best"] if rec["side"] == "dsac" else None for rec in recs)
         run_paces = [pace_of(rec, paces) for rec in recs]
         missing = sum(p is None for p in run_paces)
         pace = harness.fmt_spread(harness.spread(run_paces)) if missing < len(recs) else "—"
@@ -349,7 +354,7 @@ def report(path: str, figures: str | None = None) -> str:
     lines = ["Evaluation return (mean of 10 deterministic episodes) at each mark, minutes from process start; "
              "env steps in brackets. Pace: the machine's learner updates/s in the run's sitting "
              "(`python -m benchmarks learner-update --sizes 17x6 --seconds 10 --threads 1 --repeats 1`, plain).", "",
-             *runs_table(latest, paces), "",
+             best_note(), "", *runs_table(latest, paces), "",
              "Over runs (every run of a configuration counts, a seed's repeats too): the final score (the "
              "budget's mark) and the best evaluation, the median and, from "
              f"{stats.MIN_RUNS_FOR_INTERVAL} runs, the interquartile mean with its 95% percentile-bootstrap "

@@ -99,9 +99,12 @@ def test_report_groups_seeds_with_statistics_and_pace(tmp_path):
     assert groups[("15 min", "dsac sac")][3:9] == ["1 (0)", "1,000 (n=1)", "runs: 1,000", "1,000 (n=1)",
                                                    "runs: 1,000", "—"]  # an old record: SAC's, no pace anywhere
     assert groups[("15 min", "sb3 sac")][8] == "228"  # its sitting's pace, from pace.jsonl
-    runs = table_rows(text, "env steps in brackets.")
+    runs = table_rows(text, "the SB3 sides evaluate every 10,000.")
     assert runs[("15 min, seed 1", "dsac crossq")][-2] == "380"
     assert runs[("15 min, seed 0", "dsac sac")][-2] == "—"
+    # a best evaluation for dsac's runs only: SB3 evaluates a tenth as often
+    assert runs[("15 min, seed 0", "dsac sac")][5] == "1,000" and runs[("15 min, seed 0", "sb3 sac")][5] == "—"
+    assert groups[("15 min", "sb3 sac")][6:8] == ["—", "—"]
     # Each dsac algorithm is timed against its own peer, within one sitting only.
     assert "(sb3-contrib: 900 at 905 s)" in runs[("15 min, seed 0", "dsac crossq")][-4]
     assert "SB3 ran in another sitting" in runs[("15 min, seed 0", "dsac sac")][-4]
@@ -146,7 +149,7 @@ def test_runs_group_by_the_settings_they_ran_not_the_flags_they_typed(tmp_path):
     assert groups[("15 min", "dsac sac [learner_xla False]")][3:5] == ["3 (0, 1, 2)", "1,500 (n=3)"]
     assert groups[("15 min", "dsac sac [learner_xla True]")][3] == "1 (0)"
     assert groups[("15 min", "sb3 sac")][3] == "1 (0)"
-    rows = table_rows(mujoco.report(path), "env steps in brackets.")
+    rows = table_rows(mujoco.report(path), "the SB3 sides evaluate every 10,000.")
     assert ("15 min, seed 1", "dsac sac [learner_xla False] (typed: dsac sac --learner_xla false, at c2)") in rows
     (tmp_path / "settings.jsonl").unlink()  # the old record's settings unknown: a row of its own
     groups = table_rows(mujoco.report(path), "Over runs")
