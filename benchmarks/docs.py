@@ -138,6 +138,51 @@ def speed_table() -> str:
     return _from_file("benchmarks/results/speed/2026-11-26.json", render)
 
 
+SPEED_RESULTS = "benchmarks/results/speed/2026-11-26.json"
+ATARI_RESULTS = "benchmarks/results/atari/results.jsonl"
+STABILITY_RESULTS = "benchmarks/results/stability/dqn-cartpole.jsonl"
+
+
+def headline_table() -> str:
+    """The README's headline rows besides MuJoCo's, each from its result file: the time to
+    solve against SB3 (the speed file), each Atari game's runs at the budget's mark, and how
+    many DQN CartPole runs held what they learned."""
+    rows = ["| what | result | reproduce | measured |", "|---|---|---|---|"]
+    speed = json.load(open(os.path.join(REPO_ROOT, SPEED_RESULTS)))
+    tasks = {"sac": "SAC Pendulum-v1 to −200", "dqn": "DQN CartPole-v1 to 475"}
+    for algo, solved in speed["solve"].items():
+        sb3 = speed["sb3"][algo]
+        runs = " / ".join(f"{r['wall_s']:.1f}" for r in solved["runs"])
+        peer = " / ".join(f"{r['wall_s']:.1f}" for r in sb3["runs"])
+        rows.append(f"| {tasks[algo]}, seconds from process start, median of {len(solved['runs'])} seeds "
+                    f"| dsac {speed['solve_settings']} {solved['median_wall_s']:.1f} s ({runs}), SB3 with rl-zoo's "
+                    f"settings {sb3['median_wall_s']:.1f} s ({peer}): "
+                    f"**{solved['median_wall_s'] / sb3['median_wall_s']:.2f}×** | `python -m benchmarks speed --quick "
+                    "--skip collection naive learner sync equal --num_seeds 3` (with `requirements-bench.txt`) "
+                    f"| `{SPEED_RESULTS}` |")
+    by_game: dict = {}
+    for line in open(os.path.join(REPO_ROOT, ATARI_RESULTS)):
+        if line.strip():
+            rec = json.loads(line)
+            by_game.setdefault((rec["game"], rec["minutes"], rec["workers"]), []).append(rec)
+    for (game, minutes, workers), recs in sorted(by_game.items()):
+        marks = " / ".join(f"{m:g}" for m in sorted(float(m) for m in recs[0]["scores"]))
+        scores = "; ".join(" / ".join(f"{sc['return']:,.1f}" for _, sc in sorted(
+            rec["scores"].items(), key=lambda kv: float(kv[0]))) + f" (seed {rec['seed']})" for rec in recs)
+        rows.append(f"| DQN on ALE/{game}-v5, {minutes:g} min, {workers} workers, every run | {scores} at {marks} min "
+                    f"| `python -m benchmarks atari --games {game} --minutes {minutes:g}` "
+                    f"| {', '.join(sorted({rec['date'][:10] + ' ' + rec['commit'] for rec in recs}))} |")
+    runs = [json.loads(line) for line in open(os.path.join(REPO_ROOT, STABILITY_RESULTS)) if line.strip()]
+    for variant in ("serial", "w2"):
+        group = [r for r in runs if r["settings"] == "defaults" and r["variant"] == variant]
+        held = sum((r["final"] or 0) >= 475 for r in group)
+        rows.append(f"| DQN CartPole-v1 to {group[0]['budget']:,} env steps, defaults, {variant}: does it hold what "
+                    f"it learned? | final return ≥ 475 on {held} of {len(group)} seeds | `python -m benchmarks "
+                    f"stability --settings defaults --variants {variant} --num_seeds {len(group)}` "
+                    f"| {', '.join(sorted({r['commit'] for r in group}))} |")
+    return "\n".join(rows)
+
+
 def sweep_dqn_table() -> str:
     from benchmarks import sweep
 
@@ -174,7 +219,8 @@ def scale_delivery_table() -> str:
 
 
 # block name -> what renders it
-BLOCKS = {"flags": flags_table, "mujoco": mujoco_table, "mujoco-headline": mujoco_headline, "her": her_table,
+BLOCKS = {"flags": flags_table, "headline": headline_table, "mujoco": mujoco_table,
+          "mujoco-headline": mujoco_headline, "her": her_table,
           "atari": atari_table, "stability": stability_table, "parity": parity_table, "speed": speed_table,
           "sweep-dqn": sweep_dqn_table, "scale-collection": scale_collection_table,
           "scale-capacity": scale_capacity_table, "scale-board": scale_board_table,

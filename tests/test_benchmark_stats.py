@@ -318,3 +318,24 @@ def test_a_her_sitting_times_each_side_to_the_success_level_and_reports_it(tmp_p
     assert "| FetchReach-v4 | dsac | 3 | 3 of 3 | 30 | 3,000 |" in her.report(str(out))
     written = her.plot(str(out), str(tmp_path / "figs"))
     assert written == [str(tmp_path / "figs" / "FetchReach-v4.png")] and open(written[0], "rb").read(4) == b"\x89PNG"
+
+
+def test_the_readme_headline_rows_hold_every_atari_and_stability_run():
+    """The README's headline block (benchmarks/docs.py headline_table) comes from the result
+    files: every Atari record's score at its budget and every stability run are counted."""
+    import os
+
+    from benchmarks import docs
+
+    readme = open(os.path.join(docs.REPO_ROOT, "README.md")).read()
+    block = readme.split("<!-- generated: headline -->", 1)[1].split("<!-- end generated: headline -->", 1)[0]
+    atari = [json.loads(line) for line in open(os.path.join(docs.REPO_ROOT, docs.ATARI_RESULTS)) if line.strip()]
+    for rec in atari:
+        final = rec["scores"][format(rec["minutes"], "g")]["return"]
+        assert f"{final:,.1f} (seed {rec['seed']})" in block, rec["command"]
+    runs = [json.loads(line) for line in open(os.path.join(docs.REPO_ROOT, docs.STABILITY_RESULTS)) if line.strip()]
+    for variant in ("serial", "w2"):
+        group = [r for r in runs if r["settings"] == "defaults" and r["variant"] == variant]
+        held = sum((r["final"] or 0) >= 475 for r in group)
+        assert f"defaults, {variant}: does it hold what it learned? | final return ≥ 475 on {held} of {len(group)}" \
+            in block
