@@ -90,6 +90,12 @@ def mujoco_headline() -> str:
     return _from_file(MUJOCO_RESULTS, mujoco.headline)
 
 
+def mujoco_choice() -> str:
+    from benchmarks import mujoco
+
+    return _from_file(MUJOCO_RESULTS, mujoco.choice_table)
+
+
 def mujoco_figures() -> list[str]:
     """Each env's curves PNG, beside the MuJoCo result file."""
     from benchmarks import mujoco
@@ -220,7 +226,7 @@ def scale_delivery_table() -> str:
 
 # block name -> what renders it
 BLOCKS = {"flags": flags_table, "headline": headline_table, "mujoco": mujoco_table,
-          "mujoco-headline": mujoco_headline, "her": her_table,
+          "mujoco-headline": mujoco_headline, "mujoco-choice": mujoco_choice, "her": her_table,
           "atari": atari_table, "stability": stability_table, "parity": parity_table, "speed": speed_table,
           "sweep-dqn": sweep_dqn_table, "scale-collection": scale_collection_table,
           "scale-capacity": scale_capacity_table, "scale-board": scale_board_table,

@@ -68,6 +68,7 @@ ZOO_CROSSQ_MUJOCO = {  # rl-zoo hyperparams/crossq.yml: mujoco-defaults (n_times
     "policy_kwargs": {"net_arch": {"pi": [256, 256], "qf": [2048, 2048]}},
 }
 SB3_EVAL_EVERY = 10_000
+SUITE_MINUTES = (15.0, 60.0)  # the budgets of the suite's rows (Humanoid-v5's is 60), as opposed to A/Bs
 MARKS_MIN = (5, 15, 30, 60)
 ALGOS = ("sac", "crossq")  # dsac's continuous-action algorithms
 # side -> (name in the tables, the algorithm of a peer side, its settings, the package it needs)
@@ -342,6 +343,31 @@ def headline(path: str) -> str:
                      f"{f'{zoo:,.0f} ({budget / 1e6:g}M)' if zoo else '—'} | {commits} |")
     return "\n".join([*lines, "", "Across envs, each run's final score over rl-zoo's SAC score:", "",
                       *aggregate_table(latest)])
+
+
+def choice_table(path: str, labels: tuple[str, ...] = ("dsac crossq", "dsac sac")) -> str:
+    """The guide's "which algorithm" table: per env at the suite's budgets, each of ``labels``' final
+    score over all its runs (median, range, runs) and the commits they ran."""
+    found = groups(load(path))
+    lines = ["| env, budget | " + " | ".join(f"{label}: median (range; runs, commits)" for label in labels) + " |",
+             "|---|" + "---|" * len(labels)]
+    for env in SUITE:
+        for minutes in sorted({m for e, m, _ in found if e == env and m in SUITE_MINUTES}):
+            cells = []
+            for label in labels:
+                recs = found.get((env, minutes, label), [])
+                final = [r["scores"].get(f"{minutes:g}", {}).get("return") for r in recs]
+                final = [f for f in final if f is not None]
+                if not final:
+                    cells.append("—")
+                    continue
+                commits = ", ".join(sorted({r["commit"] for r in recs}))
+                lo, mid, hi = min(final), stats.summarize(final)["median"], max(final)
+                cells.append(f"{mid:,.0f} ({lo:,.0f}–{hi:,.0f}; {len(final)}, {commits})" if len(final) > 1
+                             else f"{mid:,.0f} (1 run, {commits})")
+            if any(c != "—" for c in cells):
+                lines.append(f"| {env}, {minutes:g} min | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def report(path: str, figures: str | None = None) -> str:
