@@ -138,12 +138,12 @@ def sitting_of(rec: dict) -> tuple[str, str]:
 
 
 def configuration_names(records: list[dict], known: dict) -> list[tuple[str, str]]:
-    """Each record's configuration, the row it counts in, and its identity: runs of one env and budget whose
-    effective settings (:mod:`benchmarks.settings`: the record's own, else ``known``'s line for
-    its commit and command) are equal are one configuration, whatever flags were typed. It is
-    named by the row label of its run with the fewest typed flags (the first of those); where two
-    configurations would share a name, each adds its values of the settings they differ in. A
-    record with no settings (a peer's) is its label's."""
+    """Each record's configuration, the row it counts in, and its identity: runs whose effective
+    settings (:mod:`benchmarks.settings`: the record's own, else ``known``'s line for its commit
+    and command) are equal are one configuration, whatever flags were typed, on every env and
+    budget. It is named by the row label of its run with the fewest typed flags (the first of
+    those); where two configurations would share a name, each adds its values of the settings
+    they differ in. A record with no settings (a peer's) is its label's."""
     identities = []
     for rec in records:
         found = rec.get("settings")
@@ -151,29 +151,26 @@ def configuration_names(records: list[dict], known: dict) -> list[tuple[str, str
             found = known.get(settings.backfill_key(rec["commit"], rec["command"]))
         identities.append(settings.identity(found, algo_of(rec), rec["env"]) if found is not None
                           else "label:" + label_of(rec))
-    first: dict = {}  # (env, budget, identity) -> the label of its run with the fewest typed flags
+    first: dict = {}  # identity -> (the label of its run with the fewest typed flags, those flags)
     for rec, identity in zip(records, identities, strict=True):
-        key, label = (rec["env"], rec["minutes"], identity), label_of(rec)
-        if key not in first or len(rec.get("flags", [])) < len(first[key][1]):
-            first[key] = (label, rec.get("flags", []))
-    first = {key: label for key, (label, _) in first.items()}
-    shared: dict = {}  # (env, budget, label) -> its identities
-    for (env, minutes, identity), label in first.items():
-        shared.setdefault((env, minutes, label), []).append(identity)
+        if identity not in first or len(rec.get("flags", [])) < len(first[identity][1]):
+            first[identity] = (label_of(rec), rec.get("flags", []))
+    shared: dict = {}  # label -> its identities
+    for identity, (label, _) in first.items():
+        shared.setdefault(label, []).append(identity)
     names = {}
-    for (env, minutes, label), found in shared.items():
+    for label, found in shared.items():
         measured = [i for i in found if not i.startswith("label:")]
         diffs = dict(zip(measured, settings.differences(measured), strict=True))
         for identity in found:
             diff = diffs.get(identity)
             if len(found) > 1 and diff is None:
-                names[(env, minutes, identity)] = f"{label} [settings unknown]"
+                names[identity] = f"{label} [settings unknown]"
             elif len(found) > 1 and diff:
-                names[(env, minutes, identity)] = f"{label} [{', '.join(f'{k} {v}' for k, v in diff.items())}]"
+                names[identity] = f"{label} [{', '.join(f'{k} {v}' for k, v in diff.items())}]"
             else:
-                names[(env, minutes, identity)] = label
-    return [(names[(rec["env"], rec["minutes"], identity)], identity)
-            for rec, identity in zip(records, identities, strict=True)]
+                names[identity] = label
+    return [(names[identity], identity) for identity in identities]
 
 
 def load(path: str) -> dict:
@@ -346,28 +343,34 @@ def headline(path: str) -> str:
 
 
 def choice_table(path: str, labels: tuple[str, ...] = ("dsac crossq", "dsac sac")) -> str:
-    """The guide's "which algorithm" table: per env at the suite's budgets, each of ``labels``' final
-    score over all its runs (median, range, runs) and the commits they ran."""
+    """The guide's "which algorithm" table: per env at the suite's budgets, the final score of
+    every configuration named ``label`` or ``label [...]`` (the same typed flags, other
+    settings), over all its runs: median, range, runs and the commits they ran."""
     found = groups(load(path))
     lines = ["| env, budget | " + " | ".join(f"{label}: median (range; runs, commits)" for label in labels) + " |",
              "|---|" + "---|" * len(labels)]
     for env in SUITE:
         for minutes in sorted({m for e, m, _ in found if e == env and m in SUITE_MINUTES}):
-            cells = []
-            for label in labels:
-                recs = found.get((env, minutes, label), [])
-                final = [r["scores"].get(f"{minutes:g}", {}).get("return") for r in recs]
-                final = [f for f in final if f is not None]
-                if not final:
-                    cells.append("—")
-                    continue
-                commits = ", ".join(sorted({r["commit"] for r in recs}))
-                lo, mid, hi = min(final), stats.summarize(final)["median"], max(final)
-                cells.append(f"{mid:,.0f} ({lo:,.0f}–{hi:,.0f}; {len(final)}, {commits})" if len(final) > 1
-                             else f"{mid:,.0f} (1 run, {commits})")
+            cells = [_choice_cell(found, env, minutes, label) for label in labels]
             if any(c != "—" for c in cells):
                 lines.append(f"| {env}, {minutes:g} min | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _choice_cell(found: dict, env: str, minutes: float, label: str) -> str:
+    parts = []
+    for (e, m, name), recs in found.items():
+        if (e, m) != (env, minutes) or not (name == label or name.startswith(label + " [")):
+            continue
+        final = [f for f in (r["scores"].get(f"{minutes:g}", {}).get("return") for r in recs) if f is not None]
+        if not final:
+            continue
+        commits = ", ".join(sorted({r["commit"] for r in recs}))
+        which = name[len(label):].strip() + " " if name != label else ""
+        mid = stats.summarize(final)["median"]
+        parts.append(f"{which}{mid:,.0f} ({min(final):,.0f}–{max(final):,.0f}; {len(final)}, {commits})"
+                     if len(final) > 1 else f"{which}{mid:,.0f} (1 run, {commits})")
+    return "; ".join(parts) or "—"
 
 
 def report(path: str, figures: str | None = None) -> str:
