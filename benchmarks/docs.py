@@ -64,6 +64,9 @@ def _from_file(path: str, render) -> str:
 
 MUJOCO_RESULTS = "benchmarks/results/mujoco/results.jsonl"
 HER_RESULTS = "benchmarks/results/her/results.jsonl"
+SPEED_RESULTS = "benchmarks/results/speed/2026-11-26.json"
+ATARI_RESULTS = "benchmarks/results/atari/results.jsonl"
+STABILITY_RESULTS = "benchmarks/results/stability/dqn-cartpole.jsonl"
 
 
 def _report_with_figures(path: str, report) -> str:
@@ -141,18 +144,15 @@ def speed_table() -> str:
         report = json.load(open(path))
         return speed.markdown(report, report["machine"]["cpus"])
 
-    return _from_file("benchmarks/results/speed/2026-11-26.json", render)
-
-
-SPEED_RESULTS = "benchmarks/results/speed/2026-11-26.json"
-ATARI_RESULTS = "benchmarks/results/atari/results.jsonl"
-STABILITY_RESULTS = "benchmarks/results/stability/dqn-cartpole.jsonl"
+    return _from_file(SPEED_RESULTS, render)
 
 
 def headline_table() -> str:
     """The README's headline rows besides MuJoCo's, each from its result file: the time to
     solve against SB3 (the speed file), each Atari game's runs at the budget's mark, and how
     many DQN CartPole runs held what they learned."""
+    from benchmarks import harness, stability
+
     rows = ["| what | result | reproduce | measured |", "|---|---|---|---|"]
     speed = json.load(open(os.path.join(REPO_ROOT, SPEED_RESULTS)))
     tasks = {"sac": "SAC Pendulum-v1 to −200", "dqn": "DQN CartPole-v1 to 475"}
@@ -167,10 +167,8 @@ def headline_table() -> str:
                     "--skip collection naive learner sync equal --num_seeds 3` (with `requirements-bench.txt`) "
                     f"| `{SPEED_RESULTS}` |")
     by_game: dict = {}
-    for line in open(os.path.join(REPO_ROOT, ATARI_RESULTS)):
-        if line.strip():
-            rec = json.loads(line)
-            by_game.setdefault((rec["game"], rec["minutes"], rec["workers"]), []).append(rec)
+    for rec in harness.read_records(os.path.join(REPO_ROOT, ATARI_RESULTS)):
+        by_game.setdefault((rec["game"], rec["minutes"], rec["workers"]), []).append(rec)
     for (game, minutes, workers), recs in sorted(by_game.items()):
         marks = " / ".join(f"{m:g}" for m in sorted(float(m) for m in recs[0]["scores"]))
         scores = "; ".join(" / ".join(f"{sc['return']:,.1f}" for _, sc in sorted(
@@ -178,13 +176,15 @@ def headline_table() -> str:
         rows.append(f"| DQN on ALE/{game}-v5, {minutes:g} min, {workers} workers, every run | {scores} at {marks} min "
                     f"| `python -m benchmarks atari --games {game} --minutes {minutes:g}` "
                     f"| {', '.join(sorted({rec['date'][:10] + ' ' + rec['commit'] for rec in recs}))} |")
-    runs = [json.loads(line) for line in open(os.path.join(REPO_ROOT, STABILITY_RESULTS)) if line.strip()]
+    runs = harness.read_records(os.path.join(REPO_ROOT, STABILITY_RESULTS))
+    threshold = stability.TASK["threshold"]
     for variant in ("serial", "w2"):
         group = [r for r in runs if r["settings"] == "defaults" and r["variant"] == variant]
-        held = sum((r["final"] or 0) >= 475 for r in group)
+        held = sum((r["final"] or 0) >= threshold for r in group)
         rows.append(f"| DQN CartPole-v1 to {group[0]['budget']:,} env steps, defaults, {variant}: does it hold what "
-                    f"it learned? | final return ≥ 475 on {held} of {len(group)} seeds | `python -m benchmarks "
-                    f"stability --settings defaults --variants {variant} --num_seeds {len(group)}` "
+                    f"it learned? | final return ≥ {threshold:g} on {held} of {len(group)} seeds "
+                    f"| `python -m benchmarks stability --settings defaults --variants {variant} "
+                    f"--num_seeds {len(group)}` "
                     f"| {', '.join(sorted({r['commit'] for r in group}))} |")
     return "\n".join(rows)
 

@@ -26,13 +26,15 @@ import subprocess
 import sys
 import tempfile
 
-# Where a run went, what it reported to and how long it ran: not what it ran. The budget is
-# a table's own column (minutes), and every side of a table gets the same env-step budget.
-LEFT_OUT = frozenset({
-    "seed", "env", "output_dir", "resume", "init_weights", "address", "storage_path", "wandb", "mlflow",
-    "log_every", "progress_bar", "tensorboard", "dsac_record", "max_seconds", "total_env_steps", "stop_timeout",
-    "checkpoint_every", "video_every", "verbose",
-})
+from dsac.output.curves import NOT_THE_EXPERIMENT
+from dsac.settings.records import RECORD_EXCLUDED_KEYS
+
+# Where a run went, what it reported to and how long it ran: not what it ran. dsac-plot's keys
+# that do not make two runs different experiments, and a record's keys that only the user sets;
+# besides them the env (a table's row) and the budget (a table's column: every side of a table
+# gets the same env-step budget).
+LEFT_OUT = NOT_THE_EXPERIMENT.union(RECORD_EXCLUDED_KEYS, {
+    "env", "max_seconds", "total_env_steps", "stop_timeout", "checkpoint_every", "video_every", "verbose"})
 
 
 def trim(config: dict) -> dict:
@@ -85,14 +87,11 @@ def backfill_key(commit: str, command: str) -> str:
 
 def read_backfill(path: str) -> dict:
     """{backfill_key: settings} of ``settings.jsonl``; {} without the file."""
+    from benchmarks.harness import read_records
+
     if not os.path.exists(path):
         return {}
-    out = {}
-    for line in open(path):
-        if line.strip():
-            row = json.loads(line)
-            out[backfill_key(row["commit"], row["command"])] = row["settings"]
-    return out
+    return {backfill_key(row["commit"], row["command"]): row["settings"] for row in read_records(path)}
 
 
 # Run inside a checkout of the commit: launch.py's flags parsed as dsac.cli.main parses them.
@@ -122,13 +121,12 @@ def settings_at(commit: str, flags: list[str], repo: str) -> dict:
 def backfill(results: str) -> int:
     """Append to ``settings.jsonl`` beside ``results`` the settings of every dsac record there
     that has none and no line yet."""
-    from benchmarks.harness import REPO_ROOT, append_record
+    from benchmarks.harness import REPO_ROOT, append_record, read_records
 
     path = os.path.join(os.path.dirname(os.path.abspath(results)), "settings.jsonl")
     known = read_backfill(path)
-    for line in open(results):
-        rec = json.loads(line) if line.strip() else None
-        if rec is None or rec["side"] != "dsac" or rec.get("settings") is not None:
+    for rec in read_records(results):
+        if rec["side"] != "dsac" or rec.get("settings") is not None:
             continue
         key = backfill_key(rec["commit"], rec["command"])
         if key in known:
