@@ -33,8 +33,10 @@ from dsac.settings.records import RECORD_EXCLUDED_KEYS
 # that do not make two runs different experiments, and a record's keys that only the user sets;
 # besides them the env (a table's row) and the budget (a table's column: every side of a table
 # gets the same env-step budget).
+# The preset is where settings came from, not a setting: the hyperparameters it set are compared
+# (and a commit before an env had one would otherwise get today's).
 LEFT_OUT = NOT_THE_EXPERIMENT.union(RECORD_EXCLUDED_KEYS, {
-    "env", "max_seconds", "total_env_steps", "stop_timeout", "checkpoint_every", "video_every", "verbose"})
+    "env", "max_seconds", "total_env_steps", "stop_timeout", "checkpoint_every", "video_every", "verbose", "preset"})
 
 
 def trim(config: dict) -> dict:

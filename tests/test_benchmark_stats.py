@@ -149,8 +149,10 @@ def test_runs_group_by_the_settings_they_ran_not_the_flags_they_typed(tmp_path):
     assert groups[("15 min", "dsac sac [learner_xla False]")][3:5] == ["3 (0, 1, 2)", "1,500 (n=3)"]
     assert groups[("15 min", "dsac sac [learner_xla True]")][3] == "1 (0)"
     assert groups[("15 min", "sb3 sac")][3] == "1 (0)"
-    # one name for one configuration on every env: the aggregate pools it across them
-    ant = write(tmp_path / "ant.jsonl", [*runs, record(env="Ant-v5", final=700.0, commit="c1") | {"settings": plain}])
+    # one name for one configuration on every env: the aggregate pools it across them; the preset
+    # that chose a run's settings is not itself a setting
+    ant = write(tmp_path / "ant.jsonl", [*runs, record(env="Ant-v5", final=700.0, commit="c1") | {
+        "settings": {**plain, "preset": "Ant-v5"}}])
     assert "| Ant-v5 | 15 min | dsac sac [learner_xla False] | 1 (0) |" in mujoco.report(ant)
     rows = table_rows(mujoco.report(path), "the SB3 sides evaluate every 10,000.")
     assert ("15 min, seed 1", "dsac sac [learner_xla False] (typed: dsac sac --learner_xla false, at c2)") in rows
