@@ -41,14 +41,20 @@ def same(recorded, value) -> bool:
 def test_every_preset_names_the_runs_that_chose_it_and_they_ran_with_it(env, algo, entry):
     record = entry["record"]
     rows = [json.loads(line) for line in open(os.path.join(REPO_ROOT, record["file"]))]
+    settings = {**entry["set"], **(entry.get("when") or {})}
+
+    def ran_with_it(row) -> bool:
+        given = flag_values(row["command"])
+        return all(flag in given and same(given[flag], value) for flag, value in settings.items())
+
+    # The runs of that commit on the env with the entry's settings (a sitting may also hold
+    # runs of other candidates): exactly the seeds named, each whole, at the budget named.
     runs = [row for row in rows if row.get("side") == "dsac" and row.get("commit") == record["commit"]
-            and env_name(row.get("env")) == env and row.get("algo", "sac") == algo]
+            and env_name(row.get("env")) == env and row.get("algo", "sac") == algo and ran_with_it(row)]
     assert sorted(row["seed"] for row in runs) == sorted(record["seeds"]), (env, algo, record)
     for row in runs:
-        assert row["budget"] == record["budget"] and not row.get("error"), row
-        given = flag_values(row["command"])
-        for flag, value in {**entry["set"], **(entry.get("when") or {})}.items():
-            assert flag in given and same(given[flag], value), (flag, value, row["command"])
+        budget = row["budget"] if "budget" in row else f"{row['minutes']:g} minutes"  # env steps, or a wall clock
+        assert budget == record["budget"] and not row.get("error"), row
     assert entry["why"].strip()
 
 
