@@ -118,10 +118,8 @@ def main(argv=None) -> int:
             config = resume_config(args.resume, {k: v for k, v in given.items() if k != "resume"}).validate()
         elif args.config:  # the user's own file, typed: trusted; a run's config.json (a record) repeats it as data
             config = Config.load(args.config, given, source=f"--config {args.config}", trusted=True).validate()
-        else:
-            values = vars(args)
-            values.pop("config")
-            config = Config.from_dict(values).validate()
+        else:  # the typed flags only: a preset fills what was not typed, and Config has the defaults
+            config = Config.from_dict(given).validate()
         if config.resources.local:  # --local --num_workers 2 typed: refused though 2 is the default
             config.resources.check_local(workers_typed="num_workers" in given)
 

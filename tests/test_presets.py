@@ -93,3 +93,15 @@ def test_a_preset_fills_what_is_not_given_and_says_so(caplog):
 def test_a_preset_that_does_not_fit_is_one_line(values, refusal):
     with pytest.raises(DsacError, match=re.escape(refusal)):
         Config.from_dict(values)
+
+
+def test_the_command_line_fills_a_preset_into_the_flags_not_typed(caplog):
+    """launch.py builds its config from the flags typed: a parser default (--gamma's 0.99,
+    --lr's "the algorithm's") is not a flag given, so the preset fills it."""
+    from dsac.cli import main
+
+    with caplog.at_level(logging.INFO, logger="dsac"):
+        code = main(["--env", "Pendulum-v1", "--her", "--preset", "FetchReach-v4", "--gamma", "0.97"])
+    assert code == 2  # Pendulum is no goal task: refused once the config is built, before Ray starts
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("preset FetchReach-v4")]
+    assert len(logged) == 1 and "--lr 0.001, --learning_starts 1000;" in logged[0] and "--gamma" not in logged[0]
