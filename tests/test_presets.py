@@ -19,16 +19,20 @@ ENTRIES = [(env, algo, entry) for env, algos in presets().items() for algo, entr
 
 
 def flag_values(command: str) -> dict:
-    """``--flag value`` pairs of a recorded command (a bare ``--flag``: True)."""
-    words, values = shlex.split(command), {}
-    for i, word in enumerate(words):
+    """``--flag value`` pairs of a recorded command (a bare ``--flag``: True; ``--flag a b``: a list)."""
+    words, values, flag = shlex.split(command), {}, None
+    for word in words:
         if word.startswith("--"):
-            following = words[i + 1] if i + 1 < len(words) else "--"
-            values[word[2:]] = True if following.startswith("--") else following
-    return values
+            flag = word[2:]
+            values[flag] = []
+        elif flag is not None:
+            values[flag].append(word)
+    return {flag: True if not got else got[0] if len(got) == 1 else got for flag, got in values.items()}
 
 
 def same(recorded, value) -> bool:
+    if isinstance(value, list):
+        return isinstance(recorded, list) and len(recorded) == len(value) and all(map(same, recorded, value))
     if isinstance(value, bool):
         return recorded is value
     try:

@@ -69,6 +69,7 @@ def apply_preset(values: dict, default_env: str, default_algo: str) -> dict:
         record = entry["record"]
         log.info("preset %s (dsac/settings/presets.yaml): %s; chosen from %s at %s, seeds %s: %s. "
                  "A flag overrides it; --preset none turns it off", name,
-                 ", ".join(f"--{flag} {value}" for flag, value in applied.items()), record["file"],
+                 ", ".join(f"--{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+                           for flag, value in applied.items()), record["file"],
                  record["commit"], ", ".join(map(str, record["seeds"])), entry["why"])
     return {**values, **applied, "preset": name}
