@@ -357,10 +357,29 @@ def choice_table(path: str, labels: tuple[str, ...] = ("dsac crossq", "dsac sac"
     return "\n".join(lines)
 
 
+def _runs_its_preset(recs: list[dict], env: str, label: str) -> bool:
+    """Whether these runs (one configuration) are what dsac's preset for ``env`` and ``label``'s
+    algorithm (dsac/settings/presets.yaml) gives: its settings, and no other flag typed."""
+    from dsac.settings.presets import presets
+
+    entry = presets().get(env, {}).get(label.split()[-1])
+    ran = json.loads(recs[0]["identity"]) if isinstance(recs[0].get("identity"), str) else None
+    if not entry or not isinstance(ran, dict):
+        return False
+    wanted = {**entry["set"], **(entry.get("when") or {})}
+    typed = {flag[2:] for rec in recs for flag in rec.get("flags", []) if flag.startswith("--")}
+    return typed <= set(wanted) and all(ran.get(flag) == value for flag, value in wanted.items())
+
+
 def _choice_cell(found: dict, env: str, minutes: float, label: str) -> str:
+    """``label``'s configurations (``label`` or ``label [...]``), and the one that ran with the
+    env's preset, as ``launch.py --env <env>`` gives it, marked "preset"."""
     parts = []
     for (e, m, name), recs in found.items():
-        if (e, m) != (env, minutes) or not (name == label or name.startswith(label + " [")):
+        preset = (e, m) == (env, minutes) and name.startswith(label + " --") and _runs_its_preset(recs, env, label)
+        if preset:
+            name = label + " [preset]"
+        elif (e, m) != (env, minutes) or not (name == label or name.startswith(label + " [")):
             continue
         final = [f for f in (r["scores"].get(f"{minutes:g}", {}).get("return") for r in recs) if f is not None]
         if not final:

@@ -344,3 +344,23 @@ def test_the_readme_headline_rows_hold_every_atari_and_stability_run():
         held = sum((r["final"] or 0) >= 475 for r in group)
         assert f"defaults, {variant}: does it hold what it learned? | final return ≥ 475 on {held} of {len(group)}" \
             in block
+
+
+def test_the_guides_choice_table_marks_the_runs_of_an_envs_preset(tmp_path, monkeypatch):
+    """Beside an algorithm's defaults, the "which algorithm" table shows the configuration that
+    ran with the env's preset (its settings, no other flag typed): what `launch.py --env` gives.
+    A run that typed more than the preset is not it."""
+    import dsac.settings.presets
+
+    monkeypatch.setattr(dsac.settings.presets, "presets", lambda: {"Ant-v5": {"sac": {
+        "set": {"lr": 0.0003}, "why": "-", "record": {"file": "-", "commit": "aaa", "seeds": [0, 1], "budget": "-"}}}})
+
+    def run(seed, final, flags=(), **settings):
+        return {**record(algo="sac", env="Ant-v5", seed=seed, final=final, flags=flags),
+                "settings": {"algo": "sac", "lr": 0.001, "batch_size": 256, **settings}}
+
+    path = write(tmp_path / "results.jsonl", [
+        run(0, 20.0), run(0, 1300.0, ["--lr", "3e-4"], lr=0.0003), run(1, 1400.0, ["--lr", "3e-4"], lr=0.0003),
+        run(2, 900.0, ["--lr", "3e-4", "--batch_size", "512"], lr=0.0003, batch_size=512)])
+    row = next(line for line in mujoco.choice_table(path).splitlines() if line.startswith("| Ant-v5"))
+    assert "[preset] 1,350 (1,300–1,400; 2, aaa)" in row and "| 20 (1 run, aaa)" in row and "900" not in row, row
