@@ -32,6 +32,7 @@ from dsac.output.trackers import check_trackers
 from dsac.policy import check_policy_weights
 from dsac.replay.buffer import check_fits_in_memory, replay_specs, storage_bytes
 from dsac.runtime import build
+from dsac.settings.coercion import flags_as_typed
 from dsac.settings.registry import algorithm, refuse_untrusted_code
 
 log = logging.getLogger("dsac")
@@ -209,8 +210,7 @@ def image_fills(config: Config, shape) -> dict:
     if fills:
         log.info("image observations %s: %s's defaults for large images %s (flags override them)",
                  "x".join(map(str, shape)), run.algo,
-                 ", ".join(f"--{key} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-                           for key, v in fills.items()))
+                 flags_as_typed(fills))
     return fills
 
 

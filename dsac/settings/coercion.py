@@ -126,6 +126,13 @@ def coerce_field(name: str, annotation: str, value):
     return value
 
 
+def flags_as_typed(values: dict) -> str:
+    """``--flag value`` for each setting, as a user types it on the command line (a list as
+    its words: ``--fcnet_hiddens 128 128``), for log lines that say what was set."""
+    return ", ".join(f"--{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+                     for flag, value in values.items())
+
+
 def framestack_value(value) -> int:
     """``--framestack``: a frame count, or RLlib's ``true`` (4 frames) / ``false`` (1)."""
     if isinstance(value, bool) or (isinstance(value, str) and value.strip().lower() in ("true", "false")):

@@ -9,6 +9,7 @@ import logging
 import os
 
 from dsac.errors import DsacError, did_you_mean
+from dsac.settings.coercion import flags_as_typed
 
 log = logging.getLogger("dsac")
 
@@ -69,7 +70,6 @@ def apply_preset(values: dict, default_env: str, default_algo: str) -> dict:
         record = entry["record"]
         log.info("preset %s (dsac/settings/presets.yaml): %s; chosen from %s at %s, seeds %s: %s. "
                  "A flag overrides it; --preset none turns it off", name,
-                 ", ".join(f"--{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
-                           for flag, value in applied.items()), record["file"],
-                 record["commit"], ", ".join(map(str, record["seeds"])), entry["why"])
+                 flags_as_typed(applied), record["file"], record["commit"], ", ".join(map(str, record["seeds"])),
+                 entry["why"])
     return {**values, **applied, "preset": name}
