@@ -11,6 +11,7 @@ import shlex
 import pytest
 from conftest import REPO_ROOT
 
+from dsac.cli import build_parser
 from dsac.config import SECTION_OF, Config
 from dsac.errors import DsacError
 from dsac.settings.presets import PRESET_SECTIONS, env_name, presets
@@ -18,27 +19,10 @@ from dsac.settings.presets import PRESET_SECTIONS, env_name, presets
 ENTRIES = [(env, algo, entry) for env, algos in presets().items() for algo, entry in algos.items()]
 
 
-def flag_values(command: str) -> dict:
-    """``--flag value`` pairs of a recorded command (a bare ``--flag``: True; ``--flag a b``: a list)."""
-    words, values, flag = shlex.split(command), {}, None
-    for word in words:
-        if word.startswith("--"):
-            flag = word[2:]
-            values[flag] = []
-        elif flag is not None:
-            values[flag].append(word)
-    return {flag: True if not got else got[0] if len(got) == 1 else got for flag, got in values.items()}
-
-
-def same(recorded, value) -> bool:
-    if isinstance(value, list):
-        return isinstance(recorded, list) and len(recorded) == len(value) and all(map(same, recorded, value))
-    if isinstance(value, bool):
-        return recorded is value
-    try:
-        return float(recorded) == float(value)
-    except (TypeError, ValueError):
-        return str(recorded) == str(value)
+def typed_flags(command: str) -> dict:
+    """The flags a recorded ``python launch.py ...`` command typed, read by launch.py's own parser."""
+    words = shlex.split(command)
+    return vars(build_parser(suppress_defaults=True).parse_args(words[words.index("launch.py") + 1:]))
 
 
 @pytest.mark.parametrize("env, algo, entry", ENTRIES, ids=[f"{env}-{algo}" for env, algo, _ in ENTRIES])
@@ -48,8 +32,9 @@ def test_every_preset_names_the_runs_that_chose_it_and_they_ran_with_it(env, alg
     settings = {**entry["set"], **(entry.get("when") or {})}
 
     def ran_with_it(row) -> bool:
-        given = flag_values(row["command"])
-        return all(flag in given and same(given[flag], value) for flag, value in settings.items())
+        given = typed_flags(row["command"])
+        ran = Config.from_dict({**given, "preset": "none"}).validate()  # the values a run got from them
+        return all(flag in given and getattr(ran, flag) == value for flag, value in settings.items())
 
     # The runs of that commit on the env with the entry's settings (a sitting may also hold
     # runs of other candidates): exactly the seeds named, each whole, at the budget named.
