@@ -25,6 +25,7 @@ import os
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -173,6 +174,83 @@ def table(result: dict) -> str:
     lines.append("useful share (learner updates + rollout workers' env steps) / all CPU of the run: "
                  + ("n/a (no cpu section in summary.json)" if share is None
                     else f"{result['useful_cpu_s']:.1f} / {result['total_cpu_s']:.1f} s = {100 * share:.1f}%"))
+    return "\n".join(lines)
+
+
+def records(directory: str = RESULTS) -> list[dict]:
+    """Every record in ``directory``, in the order they were run, each with its ``name``."""
+    found = []
+    for entry in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+        if entry.endswith(".json"):
+            with open(os.path.join(directory, entry)) as f:
+                found.append({**json.load(f), "name": entry[: -len(".json")]})
+    return sorted(found, key=lambda r: r["date"])
+
+
+def _flags(record: dict) -> str:
+    """What a record's command added to ``launch.py``'s own (env, workers, seconds, seed)."""
+    words, kept, skip = shlex.split(record["launch"])[1:], [], 0
+    for word in words:
+        if skip:
+            skip -= 1
+        elif word in ("--env", "--num_workers", "--max_seconds", "--seed"):
+            skip = 1
+        else:
+            kept.append(word)
+    head = {w: words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--env", "--num_workers", "--max_seconds")}
+    return (f"{head.get('--env', '?')}, {head.get('--num_workers', '?')} workers, {head.get('--max_seconds', '?')} s"
+            + (f", `{' '.join(kept)}`" if kept else ""))
+
+
+def configurations(found: list[dict]) -> dict[str, list[dict]]:
+    """The records by configuration (their flags at their commit), in the order first run."""
+    groups: dict[str, list[dict]] = {}
+    for r in found:
+        groups.setdefault(f"{_flags(r)} at {r['commit']}", []).append(r)
+    return groups
+
+
+def runs_markdown(found: list[dict]) -> str:
+    """The configurations (numbered), then one row per record in the order run: its
+    configuration's number, its counts and its useful share."""
+    groups = configurations(found)
+    number = {id(r): i for i, rs in enumerate(groups.values(), 1) for r in rs}
+    lines = ["| # | configuration | runs |", "|---:|---|---:|"]
+    lines += [f"| {i} | {name} | {len(rs)} |" for i, (name, rs) in enumerate(groups.items(), 1)]
+    lines += ["", "| record | run at (UTC) | # | env steps | updates | updates/s | learner CPU s | all CPU s "
+              "| useful share |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in found:
+        share = "n/a" if r.get("useful_share") is None else f"{100 * r['useful_share']:.1f}%"
+        per_s = "" if r.get("updates") is None else f"{r['updates'] / r['wall_s']:.0f}"
+        lines.append(f"| {r['name']} | {r['date'][:16].replace('T', ' ')} | {number[id(r)]} | "
+                     f"{r.get('env_steps') or 0:,} | {r.get('updates') or 0:,} | {per_s} | "
+                     f"{r['roles'].get('learner', 0.0):.1f} | {r['total_cpu_s']:.1f} | {share} |")
+    return "\n".join(lines)
+
+
+def roles_markdown(found: list[dict]) -> str:
+    """CPU seconds by role and part (rows), the median of each configuration's records (columns,
+    numbered as in :func:`runs_markdown`)."""
+    groups = list(configurations(found).values())
+    parts = [(role, part) for role in ROLES for part in ("all", *INSIDE.get(role, (None, ()))[1], "rest")
+             if part != "rest" or role in INSIDE]
+
+    def median_of(rs: list[dict], role: str, part: str) -> str:
+        values = [row["cpu_s"] for r in rs for row in r["rows"] if (row["role"], row["part"]) == (role, part)]
+        return f"{statistics.median(values):.1f}" if values else ""
+
+    lines = ["| role | " + " | ".join(str(i) for i in range(1, len(groups) + 1)) + " |",
+             "|---|" + "---:|" * len(groups)]
+    for role, part in parts:
+        cells = [median_of(rs, role, part) for rs in groups]
+        if any(cells) and any(c not in ("", "0.0") for c in cells):
+            label = role if part == "all" else f"&nbsp;&nbsp;{part.replace('_', ' ')}"
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("| **all** | " + " | ".join(f"{statistics.median(r['total_cpu_s'] for r in rs):.1f}"
+                                           for rs in groups) + " |")
+    useful = [[r["useful_share"] for r in rs if r.get("useful_share") is not None] for rs in groups]
+    lines.append("| **useful share** | " + " | ".join(f"{100 * statistics.median(u):.1f}%" if u else "n/a"
+                                                     for u in useful) + " |")
     return "\n".join(lines)
 
 

@@ -224,13 +224,26 @@ def scale_delivery_table() -> str:
     return _scale("board.json", lambda runs: scale.capacity_markdown(runs["delivery alone"]["capacity"]))
 
 
+def cpu_share_runs_table() -> str:
+    from benchmarks import cpu_share
+
+    return cpu_share.runs_markdown(cpu_share.records())
+
+
+def cpu_share_roles_table() -> str:
+    from benchmarks import cpu_share
+
+    return cpu_share.roles_markdown(cpu_share.records())
+
+
 # block name -> what renders it
 BLOCKS = {"flags": flags_table, "headline": headline_table, "mujoco": mujoco_table,
           "mujoco-headline": mujoco_headline, "mujoco-choice": mujoco_choice, "her": her_table,
           "atari": atari_table, "stability": stability_table, "parity": parity_table, "speed": speed_table,
           "sweep-dqn": sweep_dqn_table, "scale-collection": scale_collection_table,
           "scale-capacity": scale_capacity_table, "scale-board": scale_board_table,
-          "scale-delivery": scale_delivery_table}
+          "scale-delivery": scale_delivery_table, "cpu-share-runs": cpu_share_runs_table,
+          "cpu-share-roles": cpu_share_roles_table}
 # block name -> what draws the figures it links (rewritten by ``docs``, not read by ``--check``)
 FIGURES = {"mujoco": mujoco_figures, "her": her_figures}
 MARKERS = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",

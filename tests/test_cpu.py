@@ -107,6 +107,34 @@ def test_the_benchmark_splits_roles_by_the_summarys_parts_and_computes_the_usefu
     assert shares(roles, None, 2, 100.0)["useful_share"] is None  # a run that wrote no cpu section
 
 
+def test_the_cpu_share_tables_show_every_record_and_each_configurations_median(tmp_path):
+    from benchmarks.cpu_share import records, roles_markdown, runs_markdown, shares
+
+    def record(name, date, flags, learner, commit="c1"):
+        inside = {"learner": {"update": learner - 10.0}, "rollout_workers": {"env_step": 5.0}}
+        result = shares({"learner": learner, "rollout workers": 20.0, "Ray": 10.0}, inside, cores=2, wall_s=100.0)
+        launch = f"launch.py --env HalfCheetah-v5 --num_workers 2 --max_seconds 180 --seed 0 {flags}".strip()
+        (tmp_path / f"{name}.json").write_text(json.dumps(
+            {"date": date, "commit": commit, "launch": launch, "wall_s": 100.0, "roles": {"learner": learner},
+             "env_steps": 1000, "updates": 900, **result}))
+
+    record("b-2", "2026-01-01T00:03", "--learner_xla", 70.0)
+    record("a-1", "2026-01-01T00:00", "", 50.0)
+    record("b-1", "2026-01-01T00:01", "--learner_xla", 60.0)
+    record("a-2", "2026-01-01T00:02", "", 40.0, commit="c2")  # another commit: another configuration
+    found = records(str(tmp_path))
+    assert [r["name"] for r in found] == ["a-1", "b-1", "a-2", "b-2"]  # the order run, not the file names'
+    runs = runs_markdown(found)
+    assert "| 1 | HalfCheetah-v5, 2 workers, 180 s at c1 | 1 |" in runs
+    assert "| 2 | HalfCheetah-v5, 2 workers, 180 s, `--learner_xla` at c1 | 2 |" in runs
+    rows = [line.split(" | ") for line in runs.splitlines() if line.startswith(("| a-", "| b-"))]
+    assert [row[2] for row in rows] == ["1", "2", "3", "2"]  # every record a row, with its configuration's number
+    roles = roles_markdown(found)
+    assert "| learner | 50.0 | 65.0 | 40.0 |" in roles  # the median of configuration 2's 60 and 70
+    # Configuration 2's share is the median of its runs' (55/90 and 65/100), not one of medians.
+    assert "| **useful share** | 56.2% | 63.1% | 50.0% |" in roles, roles
+
+
 def test_the_sampler_keeps_the_cpu_of_processes_that_exited(tmp_path):
     from benchmarks.cpu_share import RunSampler
 
