@@ -224,6 +224,18 @@ def scale_delivery_table() -> str:
     return _scale("board.json", lambda runs: scale.capacity_markdown(runs["delivery alone"]["capacity"]))
 
 
+def races_table() -> str:
+    """Every sitting of races between commits (``benchmarks/results/speed/races-*/``), a table each."""
+    from benchmarks import speed
+
+    root = os.path.join(REPO_ROOT, "benchmarks", "results", "speed")
+    parts = []
+    for name in sorted(n for n in os.listdir(root) if n.startswith("races-")):
+        parts.append(f"[{name}](../benchmarks/results/speed/{name}/README.md):\n\n"
+                     + speed.races_markdown(os.path.join(root, name)))
+    return "\n\n".join(parts)
+
+
 def cpu_share_runs_table() -> str:
     from benchmarks import cpu_share
 
@@ -242,7 +254,7 @@ BLOCKS = {"flags": flags_table, "headline": headline_table, "mujoco": mujoco_tab
           "atari": atari_table, "stability": stability_table, "parity": parity_table, "speed": speed_table,
           "sweep-dqn": sweep_dqn_table, "scale-collection": scale_collection_table,
           "scale-capacity": scale_capacity_table, "scale-board": scale_board_table,
-          "scale-delivery": scale_delivery_table, "cpu-share-runs": cpu_share_runs_table,
+          "scale-delivery": scale_delivery_table, "races": races_table, "cpu-share-runs": cpu_share_runs_table,
           "cpu-share-roles": cpu_share_roles_table}
 # block name -> what draws the figures it links (rewritten by ``docs``, not read by ``--check``)
 FIGURES = {"mujoco": mujoco_figures, "her": her_figures}

@@ -38,6 +38,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -483,6 +484,46 @@ def main(argv=None) -> int:
         json.dump(report, f, indent=2, default=float)
     print(markdown(report, cores))
     return 0
+
+
+# --- races across commits ------------------------------------------------------------------
+RACE_FILE = re.compile(r"^(?P<order>\d+)-(?P<side>[A-Z])-(?P<commit>[0-9a-f]{7,40})\.json$")
+RACES = (("solve", "sac", "SAC Pendulum-v1 to -200"), ("solve", "dqn", "DQN CartPole-v1 to 475"),
+         ("lunar", "dsac", "SAC LunarLanderContinuous-v3 to 200"))
+
+
+def race_runs(report: dict, part: str, key: str) -> list[dict]:
+    """The dsac runs a report holds for one race (none if it did not run it)."""
+    section = (report.get(part) or {}).get(key)
+    return list(section.get("runs", []) if isinstance(section, dict) else section or [])
+
+
+def races_markdown(directory: str) -> str:
+    """A sitting of time-to-solve races between commits: every ``<order>-<side>-<commit>.json``
+    in ``directory`` (a ``python -m benchmarks speed`` report each, run in that order), one row
+    per race and side with every run (seed: seconds, or "not in" the cap) and the median of the
+    side's runs; a run that did not solve counts at its last time, so a median is no better than
+    the truth."""
+    files = sorted((int(m["order"]), m["side"], m["commit"], name) for name in os.listdir(directory)
+                   if (m := RACE_FILE.match(name)))
+    lines = ["| race | side, commit | runs, in order (seed: seconds to the threshold) | median s | n | vs A |",
+             "|---|---|---|---:|---:|---:|"]
+    for part, key, title in RACES:
+        sides: dict[tuple[str, str], list[dict]] = {}
+        for _, side, commit, name in files:
+            with open(os.path.join(directory, name)) as f:
+                runs = race_runs(json.load(f), part, key)
+            if runs:
+                sides.setdefault((side, commit), []).extend(runs)
+        medians = {side: statistics.median(r["wall_s"] for r in runs) for side, runs in sides.items()}
+        first = next((m for (side, _), m in medians.items() if side == "A"), None)
+        for (side, commit), runs in sides.items():
+            cells = "; ".join(f"{r['seed']}: {r['wall_s']:.0f}" + ("" if r.get("solved") else " (not solved)")
+                              for r in runs)
+            ratio = medians[(side, commit)] / first if first else None
+            lines.append(f"| {title} | {side}, {commit} | {cells} | {medians[(side, commit)]:.1f} | {len(runs)} | "
+                         f"{'' if ratio is None else f'{ratio:.2f}x'} |")
+    return "\n".join(lines)
 
 
 def markdown(r: dict, cores: float) -> str:

@@ -364,3 +364,22 @@ def test_the_guides_choice_table_marks_the_runs_of_an_envs_preset(tmp_path, monk
         run(2, 900.0, ["--lr", "3e-4", "--batch_size", "512"], lr=0.0003, batch_size=512)])
     row = next(line for line in mujoco.choice_table(path).splitlines() if line.startswith("| Ant-v5"))
     assert "[preset] 1,350 (1,300–1,400; 2, aaa)" in row and "| 20 (1 run, aaa)" in row and "900" not in row, row
+
+
+def test_a_race_sitting_shows_every_run_of_each_side_and_its_median_against_a(tmp_path):
+    from benchmarks.speed import races_markdown
+
+    def report(runs, lunar=()):
+        return {"solve": {"sac": {"runs": [{"seed": s, "solved": True, "wall_s": w} for s, w in runs]}},
+                "lunar": {"dsac": [{"seed": s, "solved": ok, "wall_s": w} for s, w, ok in lunar]}}
+
+    (tmp_path / "1-A-aaaaaaa.json").write_text(json.dumps(report([(0, 30.0), (1, 40.0)])))
+    (tmp_path / "2-B-bbbbbbb.json").write_text(json.dumps(report([(0, 20.0), (1, 26.0)], [(0, 900.0, False)])))
+    (tmp_path / "3-A-aaaaaaa.json").write_text(json.dumps(report([(0, 20.0)], [(0, 300.0, True)])))
+    (tmp_path / "README.md").write_text("not a report")
+    table = races_markdown(str(tmp_path))
+    assert "| SAC Pendulum-v1 to -200 | A, aaaaaaa | 0: 30; 1: 40; 0: 20 | 30.0 | 3 | 1.00x |" in table, table
+    assert "| SAC Pendulum-v1 to -200 | B, bbbbbbb | 0: 20; 1: 26 | 23.0 | 2 | 0.77x |" in table, table
+    # An unsolved run counts at the time it stopped, marked: it can only make its side slower.
+    assert "| B, bbbbbbb | 0: 900 (not solved) | 900.0 | 1 | 3.00x |" in table, table
+    assert "CartPole" not in table  # a race no file ran has no row
