@@ -501,9 +501,9 @@ def race_runs(report: dict, part: str, key: str) -> list[dict]:
 def races_markdown(directory: str) -> str:
     """A sitting of time-to-solve races between commits: every ``<order>-<side>-<commit>.json``
     in ``directory`` (a ``python -m benchmarks speed`` report each, run in that order), one row
-    per race and side with every run (seed: seconds, or "not in" the cap) and the median of the
-    side's runs; a run that did not solve counts at its last time, so a median is no better than
-    the truth."""
+    per race and side with every run (seed: seconds) and the median of the side's runs. A run
+    that did not solve counts at the time it stopped, marked, so a median is no better than the
+    truth; one that ended without any evaluation is shown and left out of the median and n."""
     files = sorted((int(m["order"]), m["side"], m["commit"], name) for name in os.listdir(directory)
                    if (m := RACE_FILE.match(name)))
     lines = ["| race | side, commit | runs, in order (seed: seconds to the threshold) | median s | n | vs A |",
@@ -515,14 +515,17 @@ def races_markdown(directory: str) -> str:
                 runs = race_runs(json.load(f), part, key)
             if runs:
                 sides.setdefault((side, commit), []).extend(runs)
-        medians = {side: statistics.median(r["wall_s"] for r in runs) for side, runs in sides.items()}
+        timed = {side: [r["wall_s"] for r in runs if r.get("wall_s") is not None] for side, runs in sides.items()}
+        medians = {side: statistics.median(times) if times else None for side, times in timed.items()}
         first = next((m for (side, _), m in medians.items() if side == "A"), None)
         for (side, commit), runs in sides.items():
-            cells = "; ".join(f"{r['seed']}: {r['wall_s']:.0f}" + ("" if r.get("solved") else " (not solved)")
+            cells = "; ".join(f"{r['seed']}: no evaluation" if r.get("wall_s") is None else
+                              f"{r['seed']}: {r['wall_s']:.0f}" + ("" if r.get("solved") else " (not solved)")
                               for r in runs)
-            ratio = medians[(side, commit)] / first if first else None
-            lines.append(f"| {title} | {side}, {commit} | {cells} | {medians[(side, commit)]:.1f} | {len(runs)} | "
-                         f"{'' if ratio is None else f'{ratio:.2f}x'} |")
+            median_s = medians[(side, commit)]
+            ratio = f"{median_s / first:.2f}x" if first and median_s is not None else ""
+            lines.append(f"| {title} | {side}, {commit} | {cells} | "
+                         f"{'' if median_s is None else f'{median_s:.1f}'} | {len(timed[(side, commit)])} | {ratio} |")
     return "\n".join(lines)
 
 

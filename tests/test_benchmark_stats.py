@@ -375,11 +375,13 @@ def test_a_race_sitting_shows_every_run_of_each_side_and_its_median_against_a(tm
 
     (tmp_path / "1-A-aaaaaaa.json").write_text(json.dumps(report([(0, 30.0), (1, 40.0)])))
     (tmp_path / "2-B-bbbbbbb.json").write_text(json.dumps(report([(0, 20.0), (1, 26.0)], [(0, 900.0, False)])))
-    (tmp_path / "3-A-aaaaaaa.json").write_text(json.dumps(report([(0, 20.0)], [(0, 300.0, True)])))
+    (tmp_path / "3-A-aaaaaaa.json").write_text(json.dumps(report([(0, 20.0)], [(0, 300.0, True), (1, None, False)])))
     (tmp_path / "README.md").write_text("not a report")
     table = races_markdown(str(tmp_path))
     assert "| SAC Pendulum-v1 to -200 | A, aaaaaaa | 0: 30; 1: 40; 0: 20 | 30.0 | 3 | 1.00x |" in table, table
     assert "| SAC Pendulum-v1 to -200 | B, bbbbbbb | 0: 20; 1: 26 | 23.0 | 2 | 0.77x |" in table, table
     # An unsolved run counts at the time it stopped, marked: it can only make its side slower.
     assert "| B, bbbbbbb | 0: 900 (not solved) | 900.0 | 1 | 3.00x |" in table, table
+    # A run that ended before any evaluation is shown, outside the median and n.
+    assert "| A, aaaaaaa | 0: 300; 1: no evaluation | 300.0 | 1 | 1.00x |" in table, table
     assert "CartPole" not in table  # a race no file ran has no row
