@@ -13,7 +13,8 @@ samples goes to the role its title names then (``ray::learner``, ``ray::ReplayBu
 ``ray::IDLE`` ...). The run's ``summary.json`` ``cpu`` section splits the learner, the rollout
 workers and the evaluator inside (update, sampling, pushing; env steps, acting); their
 ``rest`` is what their processes used beyond those parts (start-up included). The table and a
-JSON record go to ``benchmarks/results/cpu_share/<name>.json``.
+JSON record go to ``benchmarks/results/cpu_share/<name>.json``, with the machine's pace measured
+just before the run (``python -m benchmarks learner-update``'s plain row, as the MuJoCo records).
 """
 
 from __future__ import annotations
@@ -217,12 +218,13 @@ def runs_markdown(found: list[dict]) -> str:
     number = {id(r): i for i, rs in enumerate(groups.values(), 1) for r in rs}
     lines = ["| # | configuration | runs |", "|---:|---|---:|"]
     lines += [f"| {i} | {name} | {len(rs)} |" for i, (name, rs) in enumerate(groups.items(), 1)]
-    lines += ["", "| record | run at (UTC) | # | env steps | updates | updates/s | learner CPU s | all CPU s "
-              "| useful share |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += ["", "| record | run at (UTC) | # | machine pace | env steps | updates | updates/s | learner CPU s "
+              "| all CPU s | useful share |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in found:
         share = "n/a" if r.get("useful_share") is None else f"{100 * r['useful_share']:.1f}%"
         per_s = "" if r.get("updates") is None else f"{r['updates'] / r['wall_s']:.0f}"
-        lines.append(f"| {r['name']} | {r['date'][:16].replace('T', ' ')} | {number[id(r)]} | "
+        pace = "—" if r.get("pace_updates_per_s") is None else f"{r['pace_updates_per_s']:,.0f}"
+        lines.append(f"| {r['name']} | {r['date'][:16].replace('T', ' ')} | {number[id(r)]} | {pace} | "
                      f"{r.get('env_steps') or 0:,} | {r.get('updates') or 0:,} | {per_s} | "
                      f"{r['roles'].get('learner', 0.0):.1f} | {r['total_cpu_s']:.1f} | {share} |")
     return "\n".join(lines)
@@ -298,6 +300,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    from benchmarks.learner_update import sitting_pace
+
+    pace = sitting_pace()  # before the run, which the measurement would otherwise share the cores with
     tmp = tempfile.mkdtemp(prefix="dsac-cpu-share-")
     run_dir = os.path.join(tmp, "run")
     command = [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--env", args.env, "--num_workers",
@@ -328,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {**harness.provenance(typed),
               "launch": shlex.join(command[1:-2]), **measured, **result, "inside": summary.get("cpu"),
               "env_steps": summary.get("env_steps"), "updates": summary.get("updates"),
-              "best_eval_return": summary.get("best_eval_return"), "cores": cores}
+              "best_eval_return": summary.get("best_eval_return"), "cores": cores, "pace_updates_per_s": pace}
     if not args.no_record:
         name = args.name or f"{args.env}-{args.num_workers}w-{datetime.date.today().isoformat()}"
         os.makedirs(RESULTS, exist_ok=True)

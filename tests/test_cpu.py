@@ -110,17 +110,17 @@ def test_the_benchmark_splits_roles_by_the_summarys_parts_and_computes_the_usefu
 def test_the_cpu_share_tables_show_every_record_and_each_configurations_median(tmp_path):
     from benchmarks.cpu_share import records, roles_markdown, runs_markdown, shares
 
-    def record(name, date, flags, learner, commit="c1"):
+    def record(name, date, flags, learner, commit="c1", pace=None):
         inside = {"learner": {"update": learner - 10.0}, "rollout_workers": {"env_step": 5.0}}
         result = shares({"learner": learner, "rollout workers": 20.0, "Ray": 10.0}, inside, cores=2, wall_s=100.0)
         launch = f"launch.py --env HalfCheetah-v5 --num_workers 2 --max_seconds 180 --seed 0 {flags}".strip()
         (tmp_path / f"{name}.json").write_text(json.dumps(
             {"date": date, "commit": commit, "launch": launch, "wall_s": 100.0, "roles": {"learner": learner},
-             "env_steps": 1000, "updates": 900, **result}))
+             "env_steps": 1000, "updates": 900, "pace_updates_per_s": pace, **result}))
 
     record("b-2", "2026-01-01T00:03", "--learner_xla", 70.0)
     record("a-1", "2026-01-01T00:00", "", 50.0)
-    record("b-1", "2026-01-01T00:01", "--learner_xla", 60.0)
+    record("b-1", "2026-01-01T00:01", "--learner_xla", 60.0, pace=512.4)
     record("a-2", "2026-01-01T00:02", "", 40.0, commit="c2")  # another commit: another configuration
     found = records(str(tmp_path))
     assert [r["name"] for r in found] == ["a-1", "b-1", "a-2", "b-2"]  # the order run, not the file names'
@@ -129,6 +129,7 @@ def test_the_cpu_share_tables_show_every_record_and_each_configurations_median(t
     assert "| 2 | HalfCheetah-v5, 2 workers, 180 s, `--learner_xla` at c1 | 2 |" in runs
     rows = [line.split(" | ") for line in runs.splitlines() if line.startswith(("| a-", "| b-"))]
     assert [row[2] for row in rows] == ["1", "2", "3", "2"]  # every record a row, with its configuration's number
+    assert [row[3] for row in rows] == ["—", "512", "—", "—"]  # the pace a record measured; older ones have none
     roles = roles_markdown(found)
     assert "| learner | 50.0 | 65.0 | 40.0 |" in roles  # the median of configuration 2's 60 and 70
     # Configuration 2's share is the median of its runs' (55/90 and 65/100), not one of medians.
