@@ -53,6 +53,7 @@ import shlex
 import sys
 
 from benchmarks import harness, settings, stats
+from dsac.settings.presets import presets
 
 # env -> rl-zoo's SAC budget (env steps) and its published score after it (benchmark.md, v3).
 SUITE = {
@@ -360,8 +361,6 @@ def choice_table(path: str, labels: tuple[str, ...] = ("dsac crossq", "dsac sac"
 def _runs_its_preset(recs: list[dict], env: str, label: str) -> bool:
     """Whether these runs (one configuration) are what dsac's preset for ``env`` and ``label``'s
     algorithm (dsac/settings/presets.yaml) gives: its settings, and no other flag typed."""
-    from dsac.settings.presets import presets
-
     entry = presets().get(env, {}).get(label.split()[-1])
     ran = json.loads(recs[0]["identity"]) if isinstance(recs[0].get("identity"), str) else None
     if not entry or not isinstance(ran, dict):

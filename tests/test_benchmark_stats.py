@@ -350,9 +350,7 @@ def test_the_guides_choice_table_marks_the_runs_of_an_envs_preset(tmp_path, monk
     """Beside an algorithm's defaults, the "which algorithm" table shows the configuration that
     ran with the env's preset (its settings, no other flag typed): what `launch.py --env` gives.
     A run that typed more than the preset is not it."""
-    import dsac.settings.presets
-
-    monkeypatch.setattr(dsac.settings.presets, "presets", lambda: {"Ant-v5": {"sac": {
+    monkeypatch.setattr(mujoco, "presets", lambda: {"Ant-v5": {"sac": {
         "set": {"lr": 0.0003}, "why": "-", "record": {"file": "-", "commit": "aaa", "seeds": [0, 1], "budget": "-"}}}})
 
     def run(seed, final, flags=(), **settings):
