@@ -190,16 +190,13 @@ def records(directory: str = RESULTS) -> list[dict]:
 
 def _flags(record: dict) -> str:
     """What a record's command added to ``launch.py``'s own (env, workers, seconds, seed)."""
-    words, kept, skip = shlex.split(record["launch"])[1:], [], 0
+    words, kept, own = iter(shlex.split(record["launch"])[1:]), [], {}
     for word in words:
-        if skip:
-            skip -= 1
-        elif word in ("--env", "--num_workers", "--max_seconds", "--seed"):
-            skip = 1
+        if word in ("--env", "--num_workers", "--max_seconds", "--seed"):
+            own[word] = next(words, "?")
         else:
             kept.append(word)
-    head = {w: words[i + 1] for i, w in enumerate(words[:-1]) if w in ("--env", "--num_workers", "--max_seconds")}
-    return (f"{head.get('--env', '?')}, {head.get('--num_workers', '?')} workers, {head.get('--max_seconds', '?')} s"
+    return (f"{own.get('--env', '?')}, {own.get('--num_workers', '?')} workers, {own.get('--max_seconds', '?')} s"
             + (f", `{' '.join(kept)}`" if kept else ""))
 
 
@@ -245,7 +242,7 @@ def roles_markdown(found: list[dict]) -> str:
              "|---|" + "---:|" * len(groups)]
     for role, part in parts:
         cells = [median_of(rs, role, part) for rs in groups]
-        if any(cells) and any(c not in ("", "0.0") for c in cells):
+        if any(c not in ("", "0.0") for c in cells):
             label = role if part == "all" else f"&nbsp;&nbsp;{part.replace('_', ' ')}"
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("| **all** | " + " | ".join(f"{statistics.median(r['total_cpu_s'] for r in rs):.1f}"

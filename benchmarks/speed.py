@@ -506,13 +506,16 @@ def races_markdown(directory: str) -> str:
     truth; one that ended without any evaluation is shown and left out of the median and n."""
     files = sorted((int(m["order"]), m["side"], m["commit"], name) for name in os.listdir(directory)
                    if (m := RACE_FILE.match(name)))
+    reports = []
+    for _, side, commit, name in files:
+        with open(os.path.join(directory, name)) as f:
+            reports.append((side, commit, json.load(f)))
     lines = ["| race | side, commit | runs, in order (seed: seconds to the threshold) | median s | n | vs A |",
              "|---|---|---|---:|---:|---:|"]
     for part, key, title in RACES:
         sides: dict[tuple[str, str], list[dict]] = {}
-        for _, side, commit, name in files:
-            with open(os.path.join(directory, name)) as f:
-                runs = race_runs(json.load(f), part, key)
+        for side, commit, report in reports:
+            runs = race_runs(report, part, key)
             if runs:
                 sides.setdefault((side, commit), []).extend(runs)
         timed = {side: [r["wall_s"] for r in runs if r.get("wall_s") is not None] for side, runs in sides.items()}
