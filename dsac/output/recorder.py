@@ -153,9 +153,10 @@ class Recorder:
         return line
 
     def video(self, ev: Evaluation) -> None:
-        """An evaluation's video as ``videos/<env_steps>.mp4``, and as ``videos/best.mp4`` when
-        its return is the best of the recorded ones; a video that could not be made is one
-        warning, once."""
+        """An evaluation's video as ``videos/<env_steps>.mp4`` (``<env_steps>-v<weights version>.mp4``
+        when an evaluation of other weights at the same env step has one: the final evaluation of
+        weights updated after the last env step), and as ``videos/best.mp4`` when its return is the
+        best of the recorded ones; a video that could not be made is one warning, once."""
         if ev.video_error and not self.video_warned:
             self.video_warned = True
             log.warning("no evaluation video: %s (%s); the run goes on", ev.video_error, self.config.run.env)
@@ -165,6 +166,8 @@ class Recorder:
         try:
             real_dir(folder)  # never a symlink's target (docs/safety.md)
             path = os.path.join(folder, f"{ev.env_steps}.mp4")
+            if os.path.lexists(path):
+                path = os.path.join(folder, f"{ev.env_steps}-v{ev.weights_version}.mp4")
             atomic_write_bytes(path, ev.video)
             if ev.eval_return_mean > self.best_video_return:
                 atomic_write_bytes(os.path.join(folder, "best.mp4"), ev.video)
