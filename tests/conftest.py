@@ -44,9 +44,9 @@ def ray_local():
 
     Its head node is started as ``ray start --head --include-log-monitor=false --no-monitor``
     starts one (``ray.cluster_utils.Cluster``, which also stops exactly its own processes): the
-    tests read no worker's output through the driver, and the log monitor, polling the session's
-    hundreds of worker log files every 0.1 s, cost about 20 CPU-s over the suite; an autoscaler
-    has nothing to scale on one machine."""
+    tests read no worker's output through the driver, while a log monitor would poll the
+    session's hundreds of worker log files every 0.1 s; an autoscaler has nothing to scale on
+    one machine."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -70,7 +70,7 @@ def ray_local():
 
 
 # The trained run's budget: SAC with its defaults reaches -600 on Pendulum in ~3,000-4,000 env
-# steps (serial runs, seeds 0 and 1: -308 and -935 at 3,064, -285 and -240 at 4,024).
+# steps, so the budget leaves room for a slower seed or schedule.
 PENDULUM_RUN_STEPS = 4_500
 
 

@@ -42,8 +42,8 @@ def test_distributed_sac_learns_pendulum(trained_pendulum_run):
     # with the library that wrote them: a frame per step and the reset's, at Pendulum's 500x500.
     videos = sorted(os.listdir(out / "videos"))
     assert "best.mp4" in videos and len(videos) >= 2, videos
-    steps = {name: int(name.removesuffix(".mp4").split("-v")[0]) for name in videos if name != "best.mp4"}
-    assert set(steps.values()) <= {line["env_steps"] for line in lines}, (videos, lines)
+    steps = [int(name.removesuffix(".mp4").split("-v")[0]) for name in videos if name != "best.mp4"]
+    assert set(steps) <= {line["env_steps"] for line in lines}, (videos, lines)
     reader = imageio.get_reader(str(out / "videos" / "best.mp4"))
     shapes = [frame.shape for frame in reader]
     reader.close()
@@ -54,7 +54,7 @@ def test_distributed_sac_learns_pendulum(trained_pendulum_run):
     board = EventAccumulator(str(out / "tb"), size_guidance={IMAGES: 0})
     board.Reload()
     gifs = board.Images("eval/video")
-    assert sorted(g.step for g in gifs) == sorted(steps.values())
+    assert sorted(g.step for g in gifs) == sorted(steps)
     frames = imageio.mimread(gifs[0].encoded_image_string, format="GIF")
     # Pillow merges identical consecutive frames, so up to its 201 (a pendulum at rest repeats).
     assert 2 <= len(frames) <= 201 and frames[0].shape[:2] == (gifs[0].height, gifs[0].width) == (125, 125)

@@ -35,8 +35,8 @@ def test_pendulum_evaluations_are_recorded_at_the_envs_render_size(tmp_path, cap
     names = sorted(os.listdir(videos))
     # The 2nd evaluation (1,000 env steps) and the final one when it is another; the best of them.
     assert "1000.mp4" in names and "best.mp4" in names and "500.mp4" not in names, names
-    # The final evaluation (of weights updated after the last env step) lands on the 2nd one's
-    # step: each keeps its own video, the later named by its weights version.
+    # Were the final evaluation (of weights updated after the last env step) to land on the 2nd
+    # one's step, each would keep its own video, the later named by its weights version.
     lines = [json.loads(line) for line in (tmp_path / "run" / "progress.jsonl").read_text().splitlines()]
     assert [line["env_steps"] for line in lines[1:]] in ([1000], [1000, 1000]), lines
     expected = {"best.mp4", "1000.mp4"} | {f"1000-v{line['weights_version']}.mp4" for line in lines[2:]}
