@@ -1,4 +1,4 @@
-"""dsac as Ray Tune trials: a real Tune experiment of local DQN trials on a real local Ray,
+"""dsac as Ray Tune trials: a real Tune experiment of DQN trials on a real local Ray,
 through the ``python -m dsac.tune`` command; and its one-line errors."""
 
 import json
@@ -18,22 +18,28 @@ def tune_command(args, tmp_path, timeout=600, **extra_env):
                           timeout=timeout, env=env, cwd=str(tmp_path))
 
 
-def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weights(tmp_path):
-    """Two local trials (2 seeds) of DQN on CartPole: every trial reports
-    results with the metric in each; the best config is a file launch.py --config takes; the
-    best weights load with dsac.load_policy. A grid point dsac refuses (a negative learning
-    rate) fails its trials alone, each with dsac's one-line message."""
+def test_a_grid_of_distributed_trials_waits_for_room_reports_and_names_its_best_config_and_weights(tmp_path):
+    """A grid of distributed DQN trials on CartPole (1 rollout worker each) on a local Ray of 4
+    logical CPUs. Each asks Tune for its driver, learner, worker and evaluator at once (3.1
+    CPUs), so the second waits for the first instead of oversubscribing, and each run places
+    its roles inside its trial's placement group. Every trial reports results with the metric
+    in each; the best config is a file launch.py --config takes; the best weights load with
+    dsac.load_policy. A grid point dsac refuses (a negative learning rate) fails its trials
+    alone, each with dsac's one-line message. A trial larger than the cluster is one line,
+    exit 2."""
     space = tmp_path / "space.yaml"
-    space.write_text(yaml.safe_dump({
-        "env": "CartPole-v1", "algo": "dqn", "local": True, "lr": {"grid": [1e-3, -1.0]},
-        "seed": {"grid": [0, 1]},
-        "steps_per_iteration": 500, "eval_every": 500, "eval_episodes": 2, "learning_starts": 250,
-        "fcnet_hiddens": [32, 32], "updates_per_step": 0.25,  # these test Tune's wiring, not learning
-    }))
+    flags = {"env": "CartPole-v1", "algo": "dqn", "num_workers": 1, "lr": {"grid": [1e-3, -1.0]},
+             "seed": {"grid": [0, 1]}, "steps_per_iteration": 500, "eval_every": 500, "eval_episodes": 2,
+             "learning_starts": 200, "fcnet_hiddens": [32, 32], "updates_per_step": 0.25}  # Tune's wiring, not learning
+    space.write_text(yaml.safe_dump(flags))
     mlflow_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = tune_command(["--space", str(space), "--total_env_steps", "1000", "--storage_path", str(tmp_path / "tr"),
-                         "--mlflow", mlflow_uri, "--wandb", "dsac-test"], tmp_path, WANDB_MODE="offline")
+    proc = tune_command(["--space", str(space), "--total_env_steps", "500", "--num_cpus", "4",
+                         "--storage_path", str(tmp_path / "tr"), "--mlflow", mlflow_uri, "--wandb", "dsac-test"],
+                        tmp_path, WANDB_MODE="offline")
+    out = proc.stdout + proc.stderr
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert "each trial asks for 3.1 CPU(s) (a distributed trial, 4 bundles)" in out, out[-3000:]
+    assert "so 1 at once" in out, out[-3000:]
     last = proc.stdout.strip().splitlines()[-2:]
     assert last[0].startswith("best config: /") and last[1].startswith("best weights: /"), last
     config_path, weights_path = (line.split(": ", 1)[1] for line in last)
@@ -42,21 +48,28 @@ def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weight
     assert len(failed) == 2 and all(line.endswith(refused) for line in failed)
     trials = [d for d in (tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*") if (d / "result.json").exists()]
     assert len(trials) == 2
-    seen = set()
+    seen, spans = set(), []
     for trial in trials:
         rows = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
         assert rows and all("eval_return_mean" in r and r["timesteps_total"] == r["env_steps"] for r in rows)
-        assert rows[-1]["env_steps"] >= 1000 and rows[-1]["done"] is True
+        assert rows[-1]["env_steps"] >= 500 and rows[-1]["done"] is True
         assert (trial / "dsac" / "weights.pkl").exists()  # the trial's dsac output inside its directory
         seen.add((rows[-1]["config"]["lr"], rows[-1]["config"]["seed"]))
+        # Its run placed everything in the trial's group (outside it, the learner's CPU would
+        # not fit in the 0.9 left beside the group: the trial would never end).
+        summary = json.loads((trial / "dsac" / "summary.json").read_text())
+        assert summary["placement"].startswith("Tune trial's placement group of 3.1 CPUs"), summary["placement"]
+        spans.append((rows[0]["timestamp"] - rows[0]["time_total_s"], rows[-1]["timestamp"]))
     assert seen == {(1e-3, 0), (1e-3, 1)}
+    (_, first_end), (second_start, _) = sorted(spans)
+    assert second_start >= first_end - 1, spans  # one after the other (timestamps in s)
     # Every trial is a run of the trackers (Tune's logger callbacks), with its results.
     import mlflow
 
     mlflow.set_tracking_uri(mlflow_uri)
     runs = mlflow.search_runs(experiment_names=["dsac"])
     finished = runs[runs.status == "FINISHED"]
-    assert len(finished) == 2 and (finished["metrics.env_steps"] >= 1000).all(), runs
+    assert len(finished) == 2 and (finished["metrics.env_steps"] >= 500).all(), runs
     logged = zip(finished["params.lr"].astype(float), finished["params.seed"].astype(int), strict=True)
     assert sorted(logged) == sorted(seen)
     assert len(list((tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*/wandb/offline-run-*/run-*.wandb"))) >= 2
@@ -70,6 +83,11 @@ def test_a_grid_of_local_dqn_trials_reports_and_names_its_best_config_and_weight
     policy = load_policy(weights_path)
     action = policy(policy.make_env().reset(seed=0)[0])
     assert int(action) in (0, 1)
+
+    space.write_text(yaml.safe_dump({**flags, "lr": 1e-3, "num_workers": 3}))  # 5.1 CPUs: never fits 4
+    proc = tune_command(["--space", str(space), "--num_cpus", "4", "--storage_path", str(tmp_path / "tr2")], tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (proc.stdout[-2000:], proc.stderr)
+    assert "one trial asks for 5.1 CPUs, more than the cluster has (4 CPUs)" in proc.stderr  # before Ray starts
 
 
 BAD_SPACES = [
@@ -205,37 +223,3 @@ def test_a_trials_process_ends_at_sigterm_without_a_traceback_even_inside_a_call
         assert proc.returncode == 0 and "carried on" in proc.stdout and "SystemExit" in proc.stderr, proc
     else:
         assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", ""), proc
-
-
-def test_distributed_trials_ask_for_all_their_roles_and_wait_when_the_cluster_is_full(tmp_path):
-    """Two distributed trials (1 rollout worker each) on a local Ray of 4 logical CPUs: each
-    asks Tune for its driver, learner, worker and evaluator at once (3.1 CPUs), so the second
-    waits for the first instead of oversubscribing, and each run places its roles inside its
-    trial's placement group. A trial larger than the cluster is one line, exit 2."""
-    space = tmp_path / "space.yaml"
-    flags = {"env": "CartPole-v1", "algo": "dqn", "num_workers": 1, "seed": {"grid": [0, 1]},
-             "steps_per_iteration": 500, "eval_every": 500, "eval_episodes": 1, "learning_starts": 200,
-             "fcnet_hiddens": [32, 32], "updates_per_step": 0.25}
-    space.write_text(yaml.safe_dump(flags))
-    proc = tune_command(["--space", str(space), "--total_env_steps", "500", "--num_cpus", "4",
-                         "--storage_path", str(tmp_path / "tr")], tmp_path)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
-    assert "each trial asks for 3.1 CPU(s) (a distributed trial, 4 bundles)" in out, out[-3000:]
-    assert "so 1 at once" in out, out[-3000:]
-    spans = []
-    for result_file in (tmp_path / "tr" / "dsac_tune").glob("DsacTrainable*/result.json"):
-        rows = [json.loads(line) for line in result_file.read_text().splitlines()]
-        assert rows and rows[-1]["env_steps"] >= 500
-        # Its run placed everything in the trial's group (outside it, the learner's CPU would
-        # not fit in the 0.9 left beside the group: the trial would never end).
-        summary = json.loads((result_file.parent / "dsac" / "summary.json").read_text())
-        assert summary["placement"].startswith("Tune trial's placement group of 3.1 CPUs"), summary["placement"]
-        spans.append((rows[0]["timestamp"] - rows[0]["time_total_s"], rows[-1]["timestamp"]))
-    (_, first_end), (second_start, _) = sorted(spans)
-    assert len(spans) == 2 and second_start >= first_end - 1, spans  # one after the other (timestamps in s)
-
-    space.write_text(yaml.safe_dump({**flags, "num_workers": 3}))  # 5.1 CPUs: never fits 4
-    proc = tune_command(["--space", str(space), "--num_cpus", "4", "--storage_path", str(tmp_path / "tr2")], tmp_path)
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (proc.stdout[-2000:], proc.stderr)
-    assert "one trial asks for 5.1 CPUs, more than the cluster has (4 CPUs)" in proc.stderr  # before Ray starts
