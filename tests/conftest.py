@@ -34,6 +34,10 @@ def pytest_collection_modifyitems(config, items):
                         if defs[-1].baseid and defs[-1].scope in ("module", "session"))
         if shared and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(shared[0][1]))  # a session-scoped one first
+    # The slow tests first: xdist hands out the rest as processes free up, so the two end
+    # together instead of one running a slow test alone at the end (a stable sort: the
+    # order within each part is the files').
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")

@@ -97,6 +97,7 @@ def test_atari_flags_and_rllib_model_keys():
         FrameSettings.from_dict({"framestack": "4"})
 
 
+@pytest.mark.slow
 def test_a_short_breakout_run_records_game_lengths_and_a_policy_that_never_fires_ends_its_games(tmp_path):
     """launch.py as a user runs it on an ALE id with Atari defaults, shortened; then its weights
     made to prefer NOOP everywhere (the greedy policy never presses FIRE) play whole Breakout

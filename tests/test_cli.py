@@ -151,6 +151,7 @@ def test_more_bad_input_before_ray(tmp_path):
 SMALL = ["--num_workers", "2", "--fcnet_hiddens", "32", "32", "--eval_every", "500", "--eval_episodes", "2"]
 
 
+@pytest.mark.slow
 def test_stop_before_the_first_weights_is_clean(tmp_path):
     # --max_seconds shorter than TensorFlow's start-up: workers stop while still waiting.
     result = launch(*SMALL, "--max_seconds", "2", "--output_dir", str(tmp_path / "run"), timeout=120)
@@ -160,6 +161,7 @@ def test_stop_before_the_first_weights_is_clean(tmp_path):
 
 
 # SIGTERM to the driver (`kill <pid>`, `ray job stop`): test_faults' two-learner run ends so.
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130)])
 def test_interrupt_and_terminate_save_weights(sig, code, tmp_path):
     out = tmp_path / "run"

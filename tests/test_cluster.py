@@ -116,6 +116,7 @@ def test_a_submitted_job_uses_both_nodes_writes_on_the_driver_side_and_ray_job_s
     assert payload["version"] == summary["weights_version"] > 0  # the final weights, not only an early save
 
 
+@pytest.mark.slow
 def test_replay_beside_its_writers_and_losing_a_weights_cache_and_a_node(tmp_path):
     """Two nodes: each node's rollout workers write to a replay shard on their own node and read
     weights from their node's cache. The worker node's cache is SIGKILLed (Ray restarts it; the

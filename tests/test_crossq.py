@@ -222,6 +222,7 @@ PENDULUM = ["--algo", "crossq", "--env", "Pendulum-v1", "--fcnet_hiddens", "64",
             "--stop_return", "-200", "--eval_every", "1000", "--eval_episodes", "20", "--seed", "0"]
 
 
+@pytest.mark.slow
 def test_serial_crossq_learns_pendulum(tmp_path):
     # A process of its own: in a test process that other tests' TensorFlow work has set up
     # (threads, compiled functions), the same seed learns a different run.

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO_ROOT
 
 FAKE_GPU = {"RAY_OVERRIDE_RESOURCES": json.dumps({"GPU": 1})}
@@ -46,6 +47,7 @@ def test_doctor_names_a_gpu_tensorflow_cannot_use_and_its_fix():
     assert any("TensorFlow sees none" in p and "dsac[gpu]" in p for p in found["problems"]), found["problems"]
 
 
+@pytest.mark.slow
 def test_a_learner_given_a_gpu_tensorflow_cannot_see_warns_once_and_learns_on_the_cpu(tmp_path):
     out = tmp_path / "run"
     result = subprocess.run(

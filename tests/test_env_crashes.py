@@ -117,6 +117,7 @@ def launch(tmp_path, *args, tf_log_level: str | None = None) -> tuple[subprocess
 @pytest.mark.parametrize("runner, tf_log_level, budget", [(["--local"], None, 0), (["--local"], "3", 0),
                                                           (["--num_workers", "2"], None, 2)],
                          ids=["serial", "serial-TF_CPP_MIN_LOG_LEVEL=3", "distributed"])
+@pytest.mark.slow
 def test_a_crash_past_the_budget_ends_the_run_with_one_line_and_the_weights_saved(runner, tf_log_level, budget,
                                                                                    tmp_path):
     result, summary = launch(tmp_path, *runner, "--total_env_steps", "5000", "--env_restarts", str(budget),

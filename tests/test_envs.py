@@ -81,6 +81,7 @@ def test_module_class_and_module_id_with_flattening(user_module):
         make_env("reach_envs:Rech")
 
 
+@pytest.mark.slow
 def test_custom_env_module_trains_in_every_worker(user_module):
     """The module is only in the driver's current directory: rollout workers and the
     evaluator must import it too. A policy that stays put scores about -13; learning must do

@@ -16,6 +16,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 from conftest import REPO_ROOT
 
 from dsac.formats.inference import load_weights
@@ -102,6 +103,7 @@ def checkpoint_with_updates_at_least(updates: int):
 ROLES = ["rollout_worker_0", "parameter_server", "run_monitor", "replay_shard_0"]
 
 
+@pytest.mark.slow
 def test_killed_roles_are_replaced_the_learner_resumes_from_its_checkpoint_and_the_run_learns(tmp_path):
     """With --normalize_obs, the learner is killed once a checkpoint holds 1,000 updates: its
     replacement resumes from that checkpoint (statistics included), not from scratch. Then a
@@ -178,6 +180,7 @@ class NaNPendulum(gym.Wrapper):
 '''
 
 
+@pytest.mark.slow
 def test_non_finite_updates_are_skipped_then_stop_the_run_with_good_weights(tmp_path):
     (tmp_path / "nan_envs.py").write_text(NAN_MODULE)
     run = Run(
@@ -199,6 +202,7 @@ def test_non_finite_updates_are_skipped_then_stop_the_run_with_good_weights(tmp_
     assert all(np.all(np.isfinite(w)) for w in weights.values())
 
 
+@pytest.mark.slow
 def test_every_role_of_a_two_learner_run_survives_a_kill(tmp_path):
     """Learner 1 and then the gradient averager are SIGKILLed: the learner is restarted and the
     group re-forms from the survivor's state, Ray restarts the averager and the learners form
@@ -277,6 +281,7 @@ class SlowToEvaluate(gym.Wrapper):
 '''
 
 
+@pytest.mark.slow
 def test_a_stop_keeps_a_final_evaluation_longer_than_the_shutdown_timeout(tmp_path):
     """The evaluator says every few seconds that it is still playing; the stop waits for it
     rather than cancelling it after --stop_timeout, so the final weights' evaluation reaches

@@ -175,6 +175,7 @@ def test_an_env_without_compute_reward_is_refused():
         GoalObservation(NoReward())
 
 
+@pytest.mark.slow
 def test_dqn_learns_bit_flipping_with_her_and_not_without(tmp_path, capfd, caplog):
     """n=15 bits (the HER paper's pair): without relabeling a random policy meets its goal about
     once in 2^15 / 15 episodes, so every reward is -1 and nothing is learned; with it, the goals

@@ -126,6 +126,7 @@ def test_infer_script_runs_episodes(tmp_path):
     ("crossq", "Pendulum-v1", {"fcnet_hiddens": [16], "critic_hiddens": [8]}),
     ("dqn", "CartPole-v1", {"fcnet_hiddens": [16], "num_atoms": 5, "v_min": 0.0, "v_max": 10.0}),
 ])
+@pytest.mark.slow
 def test_savedmodel_export_matches_the_numpy_policy(algo, env_id, model, tmp_path):
     import tensorflow as tf
 

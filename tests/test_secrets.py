@@ -150,6 +150,7 @@ def proxy(request):
     server.server_close()
 
 
+@pytest.mark.slow
 def test_credentials_in_the_mlflow_uri_authenticate_and_appear_nowhere(tmp_path, proxy, caplog):
     """A run logging to an MLflow server that needs Basic auth, with the user and token in the
     --mlflow URI, and to W&B (offline): the health check, the metrics and the artifacts all get

@@ -72,6 +72,7 @@ def wandb_history(records) -> list[dict]:
     return rows
 
 
+@pytest.mark.slow
 def test_a_run_and_its_resumption_log_config_rows_videos_and_weights_to_wandb_and_mlflow(tmp_path):
     """One run logs to W&B (offline) and to a SQLite MLflow store at once: the config, one
     metrics row per progress row (at its env step), the evaluation videos, the final weights;

@@ -18,6 +18,7 @@ def tune_command(args, tmp_path, timeout=600, **extra_env):
                           timeout=timeout, env=env, cwd=str(tmp_path))
 
 
+@pytest.mark.slow
 def test_a_grid_of_distributed_trials_waits_for_room_reports_and_names_its_best_config_and_weights(tmp_path):
     """A grid of distributed DQN trials on CartPole (1 rollout worker each) on a local Ray of 4
     logical CPUs. Each asks Tune for its driver, learner, worker and evaluator at once (3.1
@@ -144,6 +145,7 @@ def test_a_bad_space_is_one_line_and_exit_2_before_ray_starts(case, bad_space_re
     assert "Started a local Ray" not in proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_pbt_continues_the_donors_training_state(tmp_path):
     """Population Based Training over two local trials (side by side on a local Ray of 2
     logical CPUs): when a trial exploits the other, it is restored from the donor's checkpoint

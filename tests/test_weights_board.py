@@ -374,6 +374,7 @@ def test_a_reader_whose_board_is_refused_pulls_the_server(ray_local, name):
     ray.kill(ps)
 
 
+@pytest.mark.slow
 def test_a_run_whose_board_folder_is_not_ours_pulls_the_server_and_finishes(tmp_path):
     """launch.py, CartPole DQN, with this user's folder of boards pre-created by another user:
     the server says it made no board, each reader says once that it uses none (at once: no
