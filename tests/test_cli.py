@@ -509,6 +509,40 @@ class _Port:
             connection.close()
 
 
+# A sitecustomize: the first Ray dashboard agent started with it on its path sleeps past the
+# 15 s its raylet waits for the agent's port (ray-project/ray#65983), as an agent starved of CPU
+# on a busy machine does; the raylet exits and ray.init() fails about 30 s after it began.
+SLOW_FIRST_DASHBOARD_AGENT = """
+import os, sys, time
+if sys.argv and sys.argv[0].endswith(os.path.join("dashboard", "agent.py")):
+    marker = os.environ["DSAC_TEST_SLOW_AGENT_MARKER"]
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        time.sleep(20)
+"""
+
+
+@pytest.mark.slow
+def test_a_local_ray_that_does_not_come_up_in_time_is_started_again(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SLOW_FIRST_DASHBOARD_AGENT)
+    marker, out = tmp_path / "slow-agent-started", tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), REPO_ROOT]), "TF_CPP_MIN_LOG_LEVEL": "3",
+           "DSAC_TEST_SLOW_AGENT_MARKER": str(marker)}
+    result = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "launch.py"), "--num_workers", "1", "--total_env_steps", "300",
+         "--learning_starts", "100", "--start_steps", "100", "--eval_every", "300", "--eval_episodes", "1",
+         "--fcnet_hiddens", "16", "--output_dir", str(out)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=REPO_ROOT)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-3000:]
+    assert marker.exists() and "Traceback" not in log, log[-3000:]  # the first start was the slow one
+    assert "the local Ray did not start in time" in log and "starting it again" in log, log[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["failure"] is None and summary["env_steps"] >= 300
+
+
 def test_doctor_address_where_no_ray_head_answers_is_one_line_and_exit_2(tmp_path):
     """A dashboard's HTTP port, a port that accepts and says nothing, a closed port and no port:
     each refused in one line before any other check, the four in well under the 40 s that

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -9,6 +10,7 @@ import socket
 import sys
 import time
 
+import psutil
 import ray
 
 import dsac
@@ -80,22 +82,55 @@ def quiet_ray_death_notices() -> None:
     ray_private.wrap_console_printer(quiet)
 
 
+# Ray's raylet exits when its dashboard agent has not written its port within a fixed 15 s
+# (ray-project/ray#65983), which on a busy machine (the agent's imports starved of CPU) ends
+# ray.init() with a plain Exception some 30 s later. A second start usually finds the CPU.
+STARTUP_TIMED_OUT = "timed out during startup"
+
+
 def start_local_ray(pythonpath: str) -> None:
     """A local Ray whose processes import dsac (and the user's env package) from ``pythonpath``.
     The path travels in the environment the local Ray inherits, not in a job ``runtime_env``:
     with one, Ray could not use the worker processes it starts ahead of time (one per CPU) and
-    would start new ones, a few seconds more before the learner's first update on 2 cores."""
+    would start new ones, a few seconds more before the learner's first update on 2 cores.
+    A start that times out (:data:`STARTUP_TIMED_OUT`) is stopped and tried once more; a
+    failure of Ray's own is raised as a RuntimeError (one line for the user)."""
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = pythonpath
     try:
-        # "local": a new Ray of its own, even where `ray start` (or another program) left a
-        # cluster's address in Ray's temp dir, which ray.init() would otherwise join.
-        ray.init(address="local", include_dashboard=False)
+        for attempt in (1, 2):
+            ours = set(psutil.Process().children())
+            try:
+                # "local": a new Ray of its own, even where `ray start` (or another program) left
+                # a cluster's address in Ray's temp dir, which ray.init() would otherwise join.
+                ray.init(address="local", include_dashboard=False)
+                return
+            except (ConnectionError, TimeoutError, ValueError, RuntimeError):
+                raise
+            except Exception as exc:  # what Ray raises when its node does not come up
+                if STARTUP_TIMED_OUT not in str(exc):
+                    raise RuntimeError(str(exc)) from None
+                if attempt == 2:
+                    raise RuntimeError(f"{exc} (tried twice)") from None
+                log.warning("the local Ray did not start in time (Ray's raylet waits 15 s for its dashboard agent; a "
+                            "busy machine?): starting it again")
+                stop_processes(set(psutil.Process().children()) - ours)  # what the failed start left
     finally:  # the raylet has it; this process's own environment is left as it was
         if before is None:
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = before
+
+
+def stop_processes(processes, timeout_s: float = 5.0) -> None:
+    """SIGTERM ``processes`` (psutil), then SIGKILL those still alive after ``timeout_s``."""
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            process.terminate()
+    _, alive = psutil.wait_procs(list(processes), timeout=timeout_s)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            process.kill()
 
 
 def code_for_the_cluster(env: str) -> dict | None:
