@@ -99,7 +99,7 @@ def start_local_ray(pythonpath: str) -> None:
     os.environ["PYTHONPATH"] = pythonpath
     try:
         for attempt in (1, 2):
-            ours = set(psutil.Process().children())
+            ours = set(psutil.Process().children(recursive=True))
             try:
                 # "local": a new Ray of its own, even where `ray start` (or another program) left
                 # a cluster's address in Ray's temp dir, which ray.init() would otherwise join.
@@ -114,7 +114,7 @@ def start_local_ray(pythonpath: str) -> None:
                     raise RuntimeError(f"{exc} (tried twice)") from None
                 log.warning("the local Ray did not start in time (Ray's raylet waits 15 s for its dashboard agent; a "
                             "busy machine?): starting it again")
-                stop_processes(set(psutil.Process().children()) - ours)  # what the failed start left
+                stop_processes(set(psutil.Process().children(recursive=True)) - ours)  # what the failed start left
     finally:  # the raylet has it; this process's own environment is left as it was
         if before is None:
             del os.environ["PYTHONPATH"]
