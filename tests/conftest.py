@@ -25,18 +25,17 @@ if "ShortPendulum-v0" not in gym.envs.registry:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """The README's command runs the tests in three processes on 2 cores (pytest-xdist, ``-n 3
-    --dist loadgroup``): a test that waits (for a process to start, a signal, a cluster) leaves
-    its core to the others. The tests that share one of this suite's module- or session-scoped
-    fixtures (``ray_local``, a run, a batch of commands, a cluster) are sent to one process,
-    which makes it once: one local Ray serves them all, one run at a time."""
+    """The README's command runs the tests in two processes (pytest-xdist, ``-n 2 --dist
+    loadgroup``): the tests that share one of this suite's module- or session-scoped fixtures
+    (``ray_local``, a run, a batch of commands, a cluster) are sent to one process, which makes
+    it once. So one local Ray serves them all, and no two of its runs share the 2 cores."""
     for item in items:
         shared = sorted((defs[-1].scope != "session", name) for name, defs in item._fixtureinfo.name2fixturedefs.items()
                         if defs[-1].baseid and defs[-1].scope in ("module", "session"))
         if shared and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(shared[0][1]))  # a session-scoped one first
-    # The slow tests first: xdist hands out the rest as processes free up, so the two end
-    # together instead of one running a slow test alone at the end (a stable sort: the
+    # The slow tests first: xdist hands out the rest as processes free up, so the processes
+    # end together instead of one running a slow test alone at the end (a stable sort: the
     # order within each part is the files').
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
