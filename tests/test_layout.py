@@ -294,3 +294,16 @@ def test_no_class_in_dsac_has_more_than_twelve_public_methods():
                 if len(methods) > MAX_CLASS_PUBLIC_METHODS:
                     wide.append(f"{path.relative_to(ROOT)} {node.name}: {len(methods)} {methods}")
     assert not wide, "\n".join(wide)
+
+
+def test_every_command_starts_or_joins_ray_through_one_function():
+    """``connect_ray`` is where a local Ray that did not come up is started again and where
+    Ray's start and join errors become one line; a second ``ray.init`` would miss both. The
+    doctor's timed join probe is the one exception: what it raises is its finding."""
+    calls = {}
+    for path in sorted((ROOT / "dsac").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "ray.init":
+                calls.setdefault(str(path.relative_to(ROOT)), []).append(ast.unparse(node))
+    assert set(calls) == {"dsac/distributed/cluster.py", "dsac/doctor.py"}, calls
+    assert all("address=address" in call and "local" not in call for call in calls["dsac/doctor.py"]), calls

@@ -32,10 +32,10 @@ RAY_DEATH_NOTICE = re.compile(
     r"killed due to the node running low on memory|The actor died|actor is dead", re.IGNORECASE)
 
 
-def connect_ray(address: str | None, env: str, verbose: bool = False) -> bool:
+def connect_ray(address: str | None, env: str, verbose: bool = False, num_cpus: int | None = None) -> bool:
     """Join the cluster at ``address`` (``--address``) or ``RAY_ADDRESS``, else start a local
-    Ray; the user's ``env`` module reaches its workers. Returns whether this call started Ray
-    (and so should shut it down)."""
+    Ray of ``num_cpus`` CPUs (None: the machine's); the user's ``env`` module reaches its
+    workers. Returns whether this call started Ray (and so should shut it down)."""
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
@@ -49,7 +49,7 @@ def connect_ray(address: str | None, env: str, verbose: bool = False) -> bool:
         else:
             roots = [REPO_ROOT, *(package_root(m) for m in user_env_modules(env)), os.environ.get("PYTHONPATH")]
             pythonpath = os.pathsep.join(p for p in roots if p)
-            start_local_ray(pythonpath)
+            start_local_ray(pythonpath, num_cpus)
     except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:
         where = f"join a Ray cluster at {redact_uri(address)}" if address else "start a local Ray"
         why = redact_text(ray_error_line(exc), address) if address else ray_error_line(exc)
@@ -88,8 +88,9 @@ def quiet_ray_death_notices() -> None:
 STARTUP_TIMED_OUT = "timed out during startup"
 
 
-def start_local_ray(pythonpath: str) -> None:
-    """A local Ray whose processes import dsac (and the user's env package) from ``pythonpath``.
+def start_local_ray(pythonpath: str, num_cpus: int | None = None) -> None:
+    """A local Ray of ``num_cpus`` CPUs (None: the machine's) whose processes import dsac (and
+    the user's env package) from ``pythonpath``.
     The path travels in the environment the local Ray inherits, not in a job ``runtime_env``:
     with one, Ray could not use the worker processes it starts ahead of time (one per CPU) and
     would start new ones, a few seconds more before the learner's first update on 2 cores.
@@ -103,7 +104,7 @@ def start_local_ray(pythonpath: str) -> None:
             try:
                 # "local": a new Ray of its own, even where `ray start` (or another program) left
                 # a cluster's address in Ray's temp dir, which ray.init() would otherwise join.
-                ray.init(address="local", include_dashboard=False)
+                ray.init(address="local", include_dashboard=False, num_cpus=num_cpus)
                 return
             except (ConnectionError, TimeoutError, ValueError, RuntimeError):
                 raise

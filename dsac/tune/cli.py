@@ -154,11 +154,11 @@ def scheduler_for(name: str, space: dict, time_attr: str = "training_iteration",
 
 def run(args) -> tuple[str, str]:
     """The search; returns the best config file's path and the best weights' path."""
-    import ray
-
+    from dsac.config import Config
+    from dsac.distributed.cluster import connect_ray
     from dsac.formats.files import check_writable_dir
     from dsac.formats.redaction import redact_text
-    from dsac.tune.space import read_space
+    from dsac.tune.space import first_values, read_space
 
     check_options(args)
     budget = {k: v for k, v in (("max_seconds", args.max_seconds), ("total_env_steps", args.total_env_steps))
@@ -173,17 +173,11 @@ def run(args) -> tuple[str, str]:
         raise DsacError(redact_text(str(exc), args.storage_path)) from None
     callbacks = tracker_callbacks(args.wandb, args.mlflow)
     address = args.address or os.environ.get("RAY_ADDRESS")
-    runtime_env = None
     if not address:  # a local Ray: its size is known before it starts
         trial_fits(space, {"CPU": args.num_cpus or os.cpu_count() or 1})  # its GPUs: once it runs
-    else:  # dsac and the user's env module reach every node, as for a lone run
-        from dsac.config import Config
-        from dsac.distributed.cluster import check_reachable, code_for_the_cluster
-        from dsac.tune.space import first_values
-
-        check_reachable(address)
-        runtime_env = code_for_the_cluster(Config.from_dict(first_values(space)).run.env)
-    ray.init(address=address or "local", include_dashboard=False, num_cpus=args.num_cpus, runtime_env=runtime_env)
+    # As a lone run joins or starts Ray: dsac and the user's env module reach every worker, and
+    # a local Ray that does not come up is started again or named in one line.
+    connect_ray(address, Config.from_dict(first_values(space)).run.env, verbose=True, num_cpus=args.num_cpus)
     results = search(space, scheduler=scheduler, metric=args.metric, num_samples=args.num_samples,
                      storage_path=args.storage_path, name=args.name, max_concurrent=args.max_concurrent,
                      callbacks=callbacks)
