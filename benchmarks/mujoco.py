@@ -24,15 +24,21 @@ same start states (``dsac.runtime.evaluation.evaluation_seed``):
               buffer 1M, actor 2x256 and critics 2x2048; sb3-contrib's defaults otherwise). Its
               ``n_timesteps`` (5M) is not used: the lr is constant, so the budget only caps the run,
               and the wall clock caps it first.
+  sb3-matched, sb3-crossq-matched
+              the same peers at dsac's settings: rl-zoo's, but with the network widths, batch size
+              and updates per env step of dsac's side on that env (its defaults and the env's
+              preset; ``matched_settings``), so that a row compares implementations, not settings.
 SB3's SAC runs torch at 1 thread (two were no faster); sb3-contrib's CrossQ at torch's default,
-one per core (its 2x2048 critics update 2x faster at two threads on 2 cores). Both evaluate every
+one per core, when its critics are 1,024 wide or more (rl-zoo's 2x2048 critics update 2x faster at
+two threads on 2 cores), else at 1 thread. Both evaluate every
 10,000 env steps in their own process (the evaluations' time is on their clock).
 
 The score at a mark is the last evaluation made by then; at the budget's mark, the evaluation of
 the weights the run stopped with. Before its runs an invocation measures the machine's pace
 (``python -m benchmarks learner-update --sizes 17x6 --seconds 10 --threads 1 --repeats 1``, the
 plain update's rate), so that sittings on different days can be compared. One JSON line per run in
-``--out`` (command, commit, date, machine, algo, pace, scores at the marks, the curve);
+``--out`` (command, commit, date, machine, algo, pace, scores at the marks, the curve, a peer's
+constructor settings);
 ``--report`` prints the per-run table, with rl-zoo's published SAC score after its full budget
 (``benchmark.md``, the v3 envs) beside it, the per-configuration table over runs (a
 configuration: the settings a run ran, ``benchmarks/settings.py``, not the flags typed): the
@@ -72,12 +78,32 @@ SB3_EVAL_EVERY = 10_000
 SUITE_MINUTES = (15.0, 60.0)  # the budgets of the suite's rows (Humanoid-v5's is 60), as opposed to A/Bs
 MARKS_MIN = (5, 15, 30, 60)
 ALGOS = ("sac", "crossq")  # dsac's continuous-action algorithms
-# side -> (name in the tables, the algorithm of a peer side, its settings, the package it needs)
+# side -> (name in the tables, the algorithm of a peer side, its settings (None: the matched ones,
+# :func:`matched_settings`), the package it needs)
 SIDES = {
     "dsac": ("dsac", None, None, None),
     "sb3": ("sb3", "sac", ZOO_SAC_MUJOCO, "stable_baselines3"),
     "sb3-crossq": ("sb3-contrib", "crossq", ZOO_CROSSQ_MUJOCO, "sb3_contrib"),
+    "sb3-matched": ("sb3 matched", "sac", None, "stable_baselines3"),
+    "sb3-crossq-matched": ("sb3-contrib matched", "crossq", None, "sb3_contrib"),
 }
+
+
+def matched_settings(env: str, algo: str) -> dict:
+    """rl-zoo's settings for the peer of dsac's ``algo`` on ``env`` with dsac's network widths,
+    batch size and updates per env step there (its defaults and the env's preset), so that a row
+    compares the implementations, not the settings: the peer at dsac's settings."""
+    from fractions import Fraction
+
+    from dsac.config import Config
+
+    config = Config.from_dict({"algo": algo, "env": env}).validate()
+    ratio = Fraction(config.updates_per_step).limit_denominator(64)  # SB3: gradient_steps every train_freq
+    common = {"batch_size": config.batch_size, "train_freq": ratio.denominator, "gradient_steps": ratio.numerator}
+    if algo == "sac":  # dsac's SAC: one width list for the actor and both critics, as SB3's net_arch list
+        return {**ZOO_SAC_MUJOCO, **common, "policy_kwargs": {"net_arch": list(config.fcnet_hiddens)}}
+    return {**ZOO_CROSSQ_MUJOCO, **common,
+            "policy_kwargs": {"net_arch": {"pi": list(config.fcnet_hiddens), "qf": list(config.critic_hiddens)}}}
 # algo -> the peer a dsac row is timed against: its label in the tables and its name in a cell
 PEERS = {"sac": ("sb3 sac", "SB3"), "crossq": ("sb3-contrib crossq", "sb3-contrib")}
 
@@ -97,6 +123,8 @@ def run(env: str, side: str, seed: int, minutes: float, extra: list[str] | None 
         command = result["command"]
     else:
         algo = peer_algo
+        peer_settings = matched_settings(env, algo) if peer_settings is None else peer_settings
+        ran["peer_settings"] = peer_settings
         result = harness.run_sb3(algo, env, peer_settings, seed, budget, SB3_EVAL_EVERY, timeout=cap + 1800,
                                  max_seconds=cap)
         if result is None:
@@ -107,6 +135,7 @@ def run(env: str, side: str, seed: int, minutes: float, extra: list[str] | None 
         "suite": "mujoco", "env": env, "side": side, "algo": algo, "seed": seed, "minutes": minutes,
         "flags": list(extra or []) if side == "dsac" else [], **harness.provenance(command),
         "settings": ran.get("settings"),  # dsac's: what its config.json says it ran (benchmarks/settings.py)
+        **({"peer_settings": ran["peer_settings"]} if "peer_settings" in ran else {}),  # a peer's constructor kwargs
         "pace_updates_per_s": pace,
         "scores": harness.scores_at_marks(points, sorted({*(m for m in MARKS_MIN if m < minutes), minutes}), minutes),
         "best": max((p["return"] for p in points), default=None),
@@ -460,7 +489,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=[e for e in SUITE if e != "Humanoid-v5"], choices=sorted(SUITE))
     parser.add_argument("--sides", nargs="+", default=["dsac", "sb3"], choices=list(SIDES),
-                        help="dsac, SB3's SAC (sb3), sb3-contrib's CrossQ (sb3-crossq)")
+                        help="dsac, SB3's SAC (sb3), sb3-contrib's CrossQ (sb3-crossq), each peer at dsac's "
+                        "widths, batch and update ratio (sb3-matched, sb3-crossq-matched)")
     parser.add_argument("--algos", nargs="+", default=["sac"], choices=ALGOS, help="dsac's algorithms to run")
     harness.add_seed_flags(parser, "0")
     parser.add_argument("--flags", default="", help="extra launch.py flags for dsac's side, a candidate change "

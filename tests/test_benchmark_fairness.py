@@ -219,3 +219,29 @@ def test_the_mujoco_table_compares_dsac_with_sb3_only_within_one_sitting(tmp_pat
     assert "56 s (SB3: 180 at 900 s)" in rows["dsac sac --lr 3e-4"]
     for label in ("dsac sac", "dsac sac --tau 0.01"):  # another commit; the same commit days later
         assert "another sitting" in rows[label] and " s (SB3" not in rows[label], rows[label]
+
+
+def test_the_matched_peers_run_rl_zoos_settings_at_dsacs_widths_batch_and_update_ratio():
+    """A matched peer row differs from dsac's side in the implementation, not in the networks,
+    the batch or the updates per env step: those come from dsac's own settings for the env, its
+    preset included; every other setting stays rl-zoo's. The torch threads follow the critics."""
+    from dsac.config import Config
+    from dsac.settings.presets import presets
+
+    mujoco, sb3_baseline = _script("mujoco"), _sb3_baseline()
+    for env in ("HalfCheetah-v5", "Ant-v5"):
+        sac, crossq = (Config.from_dict({"algo": a, "env": env}).validate() for a in ("sac", "crossq"))
+        matched = mujoco.matched_settings(env, "sac")
+        assert matched["policy_kwargs"] == {"net_arch": list(sac.fcnet_hiddens)}
+        assert (matched["batch_size"], matched["train_freq"], matched["gradient_steps"]) == (sac.batch_size, 1, 1)
+        assert matched["learning_starts"] == mujoco.ZOO_SAC_MUJOCO["learning_starts"]
+        matched = mujoco.matched_settings(env, "crossq")
+        assert matched["policy_kwargs"]["net_arch"] == {"pi": list(crossq.fcnet_hiddens),
+                                                        "qf": list(crossq.critic_hiddens)}
+        zoo = {k: v for k, v in mujoco.ZOO_CROSSQ_MUJOCO.items() if k != "policy_kwargs"}
+        assert {k: matched[k] for k in zoo} == zoo and matched["batch_size"] == crossq.batch_size
+        assert sb3_baseline.critic_widths(matched) == list(crossq.critic_hiddens)
+    assert mujoco.matched_settings("Ant-v5", "sac")["policy_kwargs"]["net_arch"] == \
+        presets()["Ant-v5"]["sac"]["set"]["fcnet_hiddens"]  # the env's preset, not the plain default
+    assert sb3_baseline.critic_widths(mujoco.ZOO_CROSSQ_MUJOCO) == [2048, 2048]  # both cores for rl-zoo's
+    assert sb3_baseline.critic_widths(mujoco.ZOO_SAC_MUJOCO) == []
