@@ -28,9 +28,9 @@ same start states (``dsac.runtime.evaluation.evaluation_seed``):
               the same peers at dsac's settings: rl-zoo's, but with the network widths, batch size
               and updates per env step of dsac's side on that env (its defaults and the env's
               preset; ``matched_settings``), so that a row compares implementations, not settings.
-SB3's SAC runs torch at 1 thread (two were no faster); sb3-contrib's CrossQ at torch's default,
-one per core, when its critics are 1,024 wide or more (rl-zoo's 2x2048 critics update 2x faster at
-two threads on 2 cores), else at 1 thread. Both evaluate every
+SB3's SAC runs torch at 1 thread (two were no faster, at 2x256 and at 2x64); sb3-contrib's CrossQ
+at torch's default, one per core (rl-zoo's 2x2048 critics update 2x faster at two threads on 2
+cores, dsac's 2x128 a little faster). Both evaluate every
 10,000 env steps in their own process (the evaluations' time is on their clock).
 
 The score at a mark is the last evaluation made by then; at the budget's mark, the evaluation of

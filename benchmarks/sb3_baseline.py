@@ -130,13 +130,6 @@ def learning_curve(spec: dict) -> list[dict]:
     return points
 
 
-def critic_widths(kwargs: dict) -> list[int]:
-    """The critics' layer widths an SB3 constructor's ``kwargs`` ask for ([] for the library's
-    defaults): ``policy_kwargs.net_arch`` as a list, or its ``qf`` entry."""
-    arch = kwargs.get("policy_kwargs", {}).get("net_arch", [])
-    return list(arch.get("qf", []) if isinstance(arch, dict) else arch)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", choices=sorted(TASKS), help="the task: sac (Pendulum), dqn (CartPole), sac-lunar")
@@ -151,14 +144,14 @@ def main(argv=None) -> int:
         import stable_baselines3  # noqa: F401
         import torch
 
-        spec = json.loads(args.curve) if args.curve else {}
-        if spec.get("algo") == "crossq":
+        if args.curve and json.loads(args.curve)["algo"] == "crossq":
             import sb3_contrib  # noqa: F401
-        # rl-zoo's 2x2048 CrossQ critics are bound by matmuls, which torch's default threads (one per
-        # core) run twice as fast on 2 cores: left at the default a user gets. Networks a few
-        # hundred wide (SAC's 2x256, the matched sides) were no faster at two threads.
-        if max(critic_widths(spec.get("kwargs", {})), default=0) < 1024:
-            torch.set_num_threads(1)
+
+            # rl-zoo's 2x2048 critics are bound by matmuls, which torch's default threads (one per
+            # core) run twice as fast on 2 cores: left at the default a user gets. At dsac's 2x128
+            # (the matched side) two threads still made 85-100 updates/s against 81-83 for one.
+        else:
+            torch.set_num_threads(1)  # SAC's 2x256 networks: two threads were no faster on 2 cores
     except ImportError:
         return 3
     if args.curve:
