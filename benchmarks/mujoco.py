@@ -88,6 +88,9 @@ SIDES = {
     "sb3-crossq-matched": ("sb3-contrib matched", "crossq", None, "sb3_contrib"),
 }
 
+# algo -> the peer a dsac row is timed against: its label in the tables and its name in a cell
+PEERS = {"sac": ("sb3 sac", "SB3"), "crossq": ("sb3-contrib crossq", "sb3-contrib")}
+
 
 def matched_settings(env: str, algo: str) -> dict:
     """rl-zoo's settings for the peer of dsac's ``algo`` on ``env`` with dsac's network widths,
@@ -104,8 +107,6 @@ def matched_settings(env: str, algo: str) -> dict:
         return {**ZOO_SAC_MUJOCO, **common, "policy_kwargs": {"net_arch": list(config.fcnet_hiddens)}}
     return {**ZOO_CROSSQ_MUJOCO, **common,
             "policy_kwargs": {"net_arch": {"pi": list(config.fcnet_hiddens), "qf": list(config.critic_hiddens)}}}
-# algo -> the peer a dsac row is timed against: its label in the tables and its name in a cell
-PEERS = {"sac": ("sb3 sac", "SB3"), "crossq": ("sb3-contrib crossq", "sb3-contrib")}
 
 
 def run(env: str, side: str, seed: int, minutes: float, extra: list[str] | None = None, algo: str = "sac",

@@ -148,8 +148,8 @@ def main(argv=None) -> int:
             import sb3_contrib  # noqa: F401
 
             # rl-zoo's 2x2048 critics are bound by matmuls, which torch's default threads (one per
-            # core) run twice as fast on 2 cores: left at the default a user gets. At dsac's 2x128
-            # (the matched side) two threads still made 85-100 updates/s against 81-83 for one.
+            # core) run twice as fast on 2 cores: left at the default a user gets. dsac's 2x128
+            # critics (the matched side) gain less from the second thread, but still gain.
         else:
             torch.set_num_threads(1)  # SAC's 2x256 networks: two threads were no faster on 2 cores
     except ImportError:
