@@ -224,7 +224,7 @@ def test_the_mujoco_table_compares_dsac_with_sb3_only_within_one_sitting(tmp_pat
 def test_the_matched_peers_run_rl_zoos_settings_at_dsacs_widths_batch_and_update_ratio():
     """A matched peer row differs from dsac's side in the implementation, not in the networks,
     the batch or the updates per env step: those come from dsac's own settings for the env, its
-    preset included; every other setting stays rl-zoo's. The torch threads follow the critics."""
+    preset included; every other setting stays rl-zoo's."""
     from dsac.config import Config
     from dsac.settings.presets import presets
 
