@@ -36,15 +36,26 @@ def test_every_preset_names_the_runs_that_chose_it_and_they_ran_with_it(env, alg
         ran = Config.from_dict({**given, "preset": "none"}).validate()  # the values a run got from them
         return all(flag in given and getattr(ran, flag) == value for flag, value in settings.items())
 
-    # The runs of that commit on the env with the entry's settings (a sitting may also hold
+    # The runs of those commits on the env with the entry's settings (a sitting may also hold
     # runs of other candidates): exactly the seeds named, each whole, at the budget named.
-    runs = [row for row in rows if row.get("side") == "dsac" and row.get("commit") == record["commit"]
+    commits = record["commit"] if isinstance(record["commit"], list) else [record["commit"]]
+    runs = [row for row in rows if row.get("side") == "dsac" and row.get("commit") in commits
             and env_name(row.get("env")) == env and row.get("algo", "sac") == algo and ran_with_it(row)]
     assert sorted(row["seed"] for row in runs) == sorted(record["seeds"]), (env, algo, record)
     for row in runs:
         budget = row["budget"] if "budget" in row else f"{row['minutes']:g} minutes"  # env steps, or a wall clock
         assert budget == record["budget"] and not row.get("error"), row
     assert entry["why"].strip()
+
+    # What those runs ran is what the entry gives today: every hyperparameter a preset may set,
+    # from the settings a record keeps (an entry of the defaults needs them: its evidence holds
+    # only while the defaults are what ran).
+    today = Config.from_dict({"env": env, "algo": algo, **(entry.get("when") or {})}).validate()
+    assert entry["set"] or all("settings" in row for row in runs), "an entry of the defaults needs runs with settings"
+    for row in runs:
+        ran = {flag: value for flag, value in row.get("settings", {}).items()
+               if SECTION_OF.get(flag) in PRESET_SECTIONS and value != getattr(today, flag)}
+        assert not ran, (row["commit"], row["seed"], "ran with", ran)
 
 
 @pytest.mark.parametrize("env, algo, entry", ENTRIES, ids=[f"{env}-{algo}" for env, algo, _ in ENTRIES])
@@ -94,3 +105,14 @@ def test_the_command_line_fills_a_preset_into_the_flags_not_typed(caplog):
     assert code == 2  # Pendulum is no goal task: refused once the config is built, before Ray starts
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("preset FetchReach-v4")]
     assert len(logged) == 1 and "--lr 0.001, --learning_starts 1000;" in logged[0] and "--gamma" not in logged[0]
+
+
+def test_an_entry_of_the_defaults_sets_nothing_and_names_its_runs(caplog):
+    with caplog.at_level(logging.INFO, logger="dsac"):
+        config = Config.from_dict({"env": "HalfCheetah-v5"}).validate()
+    off = Config.from_dict({"env": "HalfCheetah-v5", "preset": "none"}).validate()
+    assert {**config.to_dict(), "preset": None} == {**off.to_dict(), "preset": None}
+    assert config.run.preset == "HalfCheetah-v5"
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("preset HalfCheetah-v5")]
+    assert len(logged) == 1 and "no flag (its settings are the defaults)" in logged[0]
+    assert "benchmarks/results/mujoco/results.jsonl at 5ebde17, b6bb750, seeds 0, 1, 2" in logged[0]

@@ -66,10 +66,11 @@ def apply_preset(values: dict, default_env: str, default_algo: str) -> dict:
         return values
     name, entry = found
     applied = {flag: value for flag, value in entry["set"].items() if flag not in values}
-    if applied:
+    if applied or not entry["set"]:  # an entry that sets nothing names the runs of the defaults
         record = entry["record"]
+        commits = record["commit"] if isinstance(record["commit"], list) else [record["commit"]]
         log.info("preset %s (dsac/settings/presets.yaml): %s; chosen from %s at %s, seeds %s: %s. "
                  "A flag overrides it; --preset none turns it off", name,
-                 flags_as_typed(applied), record["file"], record["commit"], ", ".join(map(str, record["seeds"])),
-                 entry["why"])
+                 flags_as_typed(applied) if applied else "no flag (its settings are the defaults)",
+                 record["file"], ", ".join(commits), ", ".join(map(str, record["seeds"])), entry["why"])
     return {**values, **applied, "preset": name}
