@@ -40,6 +40,7 @@ from dsac.settings.registry import (
 )
 from dsac.settings.relations import check_named_code, check_relations
 from dsac.settings.sections import (
+    BATCHES_PER_SAMPLE,
     AlgorithmSettings,
     FlowSettings,
     ModelSettings,
@@ -272,7 +273,8 @@ class Config:
         :attr:`dsac.algorithms.Algorithm.defaults`."""
         run, resources, model = self.run, self.resources, self.model
         spec = algorithm(run.algo)
-        defaults = {**spec.defaults, **(spec.atari_defaults if is_atari_id(run.env) else {})}
+        defaults = {"batches_per_sample": BATCHES_PER_SAMPLE, **spec.defaults,
+                    **(spec.atari_defaults if is_atari_id(run.env) else {})}
         budget = run.total_env_steps if run.total_env_steps is not None else defaults.get("total_env_steps", 0)
         if budget >= LONG_RUN_ENV_STEPS:
             defaults.update(spec.long_run_defaults)

@@ -38,8 +38,8 @@ class Algorithm:
             milliseconds an update for); applied by :func:`dsac.runtime.preparation.prepare`, which
             knows the observation space, to the fields no flag set.
         long_run_defaults: what differs from ``defaults`` for a budget of at least
-            :data:`LONG_RUN_ENV_STEPS` env steps (a cost paid once at start, such as XLA's
-            compile, that only a long run earns back).
+            :data:`LONG_RUN_ENV_STEPS` env steps: a cost paid once at start that only a long
+            run earns back (XLA's compile), or a setting measured on such runs only.
     """
 
     name: str

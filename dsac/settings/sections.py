@@ -35,6 +35,9 @@ from dsac.settings.registry import ALGOS
 
 HER_STRATEGIES = ("future", "final", "episode")  # where --her's relabeled goals come from
 
+# Batches per replay sample call where an algorithm sets none.
+BATCHES_PER_SAMPLE = 16
+
 
 def setting(default, help: str, **kw):
     """A section's field with help text (lists and dicts get a default factory). ``kw`` goes into
@@ -294,8 +297,12 @@ class FlowSettings:
 
     max_steps_ahead: int = setting(128, "env steps collection may run ahead of the update ratio")
     # Many batches per sample call and a push every 20 updates: the replay actor's cost is per
-    # call, not per batch, so fewer, larger calls (docs/benchmarks.md).
-    batches_per_sample: int = setting(16, "batches one replay sample call returns")
+    # call, not per batch, and so is the learner's per update loop, so fewer, larger calls
+    # (docs/benchmarks.md).
+    batches_per_sample: int | None = setting(
+        None, f"batches one replay sample call returns (algorithm default; {BATCHES_PER_SAMPLE} unless the algorithm "
+        "sets another: sac 32 in runs of 100,000 env steps or more)"
+    )
     prefetch: int = setting(2, "replay sample calls the learner keeps in flight")
     push_every: int = setting(
         20, "learner pushes weights every this many updates (after the sample call's batches that pass it)"

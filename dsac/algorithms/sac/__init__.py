@@ -45,10 +45,12 @@ ALGORITHM = Algorithm(
     image_defaults={
         "fcnet_hiddens": [256, 256], "lr": 3e-4, "batch_size": 64, "learning_starts": 1_000, "start_steps": 1_000,
         "updates_per_step": 0.25, "total_env_steps": 500_000, "eval_every": 10_000, "eval_episodes": 5,
-        "learner_xla": False,  # the long-run XLA default was measured on flat observations only
+        # the long-run defaults were measured on flat observations only
+        "learner_xla": False, "batches_per_sample": 16,
     },
-    # XLA's compile costs seconds at start and pays them back only over a long run (docs/benchmarks.md,
-    # "Where a run's CPU goes").
-    long_run_defaults={"learner_xla": True},
+    # XLA's compile costs seconds at start and pays them back only over a long run; 32 batches
+    # per sample call halve the calls of the replay and of the learner's compiled update loop,
+    # whose cost is per call (docs/benchmarks.md, "Where a run's CPU goes").
+    long_run_defaults={"learner_xla": True, "batches_per_sample": 32},
     check_spaces=check_spaces,
 )
