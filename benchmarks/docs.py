@@ -236,6 +236,23 @@ def races_table() -> str:
     return "\n\n".join(parts)
 
 
+def _runs_notes(render, path: str = MUJOCO_RESULTS):
+    """A renderer of :mod:`benchmarks.runs_notes` bound to its result file."""
+    def block() -> str:
+        from benchmarks import runs_notes
+
+        return _from_file(path, lambda full: render(runs_notes, full))
+
+    return block
+
+
+mujoco_runs = _runs_notes(lambda notes, full: notes.notes(full, "mujoco-runs"))
+mujoco_10min = _runs_notes(lambda notes, full: notes.notes(full, "mujoco-10min"))
+crossq_widths = _runs_notes(lambda notes, full: notes.widths_table(full))
+pong_2026_11_24 = _runs_notes(lambda notes, full: notes.pong_table(full),
+                              "benchmarks/results/atari/pong60-progress.jsonl")
+
+
 def cpu_share_runs_table() -> str:
     from benchmarks import cpu_share
 
@@ -255,7 +272,8 @@ BLOCKS = {"flags": flags_table, "headline": headline_table, "mujoco": mujoco_tab
           "sweep-dqn": sweep_dqn_table, "scale-collection": scale_collection_table,
           "scale-capacity": scale_capacity_table, "scale-board": scale_board_table,
           "scale-delivery": scale_delivery_table, "races": races_table, "cpu-share-runs": cpu_share_runs_table,
-          "cpu-share-roles": cpu_share_roles_table}
+          "cpu-share-roles": cpu_share_roles_table, "mujoco-runs": mujoco_runs, "mujoco-10min": mujoco_10min,
+          "crossq-widths": crossq_widths, "pong-2026-11-24": pong_2026_11_24}
 # block name -> what draws the figures it links (rewritten by ``docs``, not read by ``--check``)
 FIGURES = {"mujoco": mujoco_figures, "her": her_figures}
 MARKERS = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",
