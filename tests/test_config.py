@@ -167,16 +167,16 @@ def test_a_run_ships_only_the_custom_model_it_names():
         Config.from_dict({"env": "Pendulum-v1", "custom_model": "test_config_linea"}).validate()
 
 
-@pytest.mark.parametrize("flags, xla", [
-    ({}, False),  # SAC's default budget, 20,000 env steps: the compile would not pay back
-    ({"total_env_steps": 100_000}, True),
-    ({"total_env_steps": 1_000_000, "learner_xla": False}, False),  # a flag wins
-    ({"total_env_steps": 1_000_000, "algo": "dqn"}, False),  # only SAC's long runs
-    ({"total_env_steps": 1_000, "algo": "crossq"}, True),  # CrossQ's default, whatever the budget
+@pytest.mark.parametrize("flags, xla, batches", [
+    ({}, False, 16),  # SAC's default budget, 20,000 env steps: the compile would not pay back
+    ({"total_env_steps": 100_000}, True, 32),
+    ({"total_env_steps": 1_000_000, "learner_xla": False, "batches_per_sample": 8}, False, 8),  # flags win
+    ({"total_env_steps": 1_000_000, "algo": "dqn"}, False, 16),  # only SAC's long runs
+    ({"total_env_steps": 1_000, "algo": "crossq"}, True, 16),  # CrossQ's XLA default, whatever the budget
 ])
-def test_sac_compiles_its_update_with_xla_by_default_only_in_a_long_run(flags, xla):
+def test_sac_compiles_its_update_with_xla_and_samples_more_batches_a_call_only_in_a_long_run(flags, xla, batches):
     config = Config.from_dict({"env": "Pendulum-v1", **flags}).validate().resolved()
-    assert config.resources.learner_xla is xla
+    assert (config.resources.learner_xla, config.flow.batches_per_sample) == (xla, batches)
 
 
 def test_a_long_sac_run_on_large_images_keeps_the_plain_update():
@@ -184,5 +184,6 @@ def test_a_long_sac_run_on_large_images_keeps_the_plain_update():
 
     config = Config.from_dict({"env": "CarRacing-v3", "total_env_steps": 1_000_000}).validate().resolved()
     assert config.resources.learner_xla is True and image_fills(config, (96, 96, 3))["learner_xla"] is False
+    assert config.flow.batches_per_sample == 32 and image_fills(config, (96, 96, 3))["batches_per_sample"] == 16
     given = Config.from_dict({"env": "CarRacing-v3", "learner_xla": True}).validate().resolved()
     assert "learner_xla" not in image_fills(given, (96, 96, 3))
