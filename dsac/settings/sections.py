@@ -300,8 +300,8 @@ class FlowSettings:
     # call, not per batch, and so is the learner's per update loop, so fewer, larger calls
     # (docs/benchmarks.md).
     batches_per_sample: int | None = setting(
-        None, f"batches one replay sample call returns (algorithm default; {BATCHES_PER_SAMPLE} unless the algorithm "
-        "sets another: sac 32 in runs of 100,000 env steps or more)"
+        None, "batches one replay sample call returns (algorithm default; sac 32 in runs of 100,000 env steps or more: "
+        "fewer, larger calls cost the replay and the learner's update loop less per update)"
     )
     prefetch: int = setting(2, "replay sample calls the learner keeps in flight")
     push_every: int = setting(

@@ -32,7 +32,7 @@ ALGORITHM = Algorithm(
     # on a CPU: 2x128 critics make ~2x the updates of 2x256 and learned Ant-v5 as well per env
     # step (docs/benchmarks.md#crossq-network-width); XLA, 1.4-2x the updates.
     defaults={
-        "learner_xla": True,
+        "learner_xla": True, "batches_per_sample": 16,
         "lr": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 200,
         "start_steps": 200, "updates_per_step": 1.0, "n_step": 1, "prioritized": False,
         "total_env_steps": 20_000, "fcnet_hiddens": [128, 128], "critic_hiddens": [128, 128],

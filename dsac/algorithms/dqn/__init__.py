@@ -43,7 +43,7 @@ ALGORITHM = Algorithm(
     # policy kept collapsing and recovering until the end, and decaying it made more seeds end
     # at the top score, sooner (benchmarks/stability.py; docs/benchmarks.md: stability).
     defaults={
-        "learner_xla": False,
+        "learner_xla": False, "batches_per_sample": 16,
         "lr": "lin_2.3e-3", "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000,
         "start_steps": 1_000, "updates_per_step": 1.0, "n_step": 3, "prioritized": True,
         "total_env_steps": 100_000, "fcnet_hiddens": [64, 64], "eval_every": 1_000, "eval_episodes": 10,

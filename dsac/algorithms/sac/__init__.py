@@ -32,7 +32,7 @@ ALGORITHM = Algorithm(
     # Stable-Baselines3 / rl-zoo's settings (lr 1e-3 is rl-zoo's tuned Pendulum value); the
     # networks are dsac's 2x64 (config.py), not SB3's 2x256 (docs/benchmarks.md: the defaults sweep).
     defaults={
-        "learner_xla": False,
+        "learner_xla": False, "batches_per_sample": 16,
         "lr": 1e-3, "batch_size": 256, "buffer_size": 1_000_000, "learning_starts": 200,
         "start_steps": 200, "updates_per_step": 1.0, "n_step": 1, "prioritized": False,
         "total_env_steps": 20_000, "fcnet_hiddens": [64, 64], "eval_every": 1_000, "eval_episodes": 10,
