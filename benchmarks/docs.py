@@ -67,6 +67,7 @@ HER_RESULTS = "benchmarks/results/her/results.jsonl"
 SPEED_RESULTS = "benchmarks/results/speed/2026-11-26.json"
 ATARI_RESULTS = "benchmarks/results/atari/results.jsonl"
 STABILITY_RESULTS = "benchmarks/results/stability/dqn-cartpole.jsonl"
+XLA_AB = "benchmarks/results/mujoco/xla-ab.jsonl"
 
 
 def _report_with_figures(path: str, report) -> str:
@@ -251,6 +252,10 @@ mujoco_10min = _runs_notes(lambda notes, full: notes.notes(full, "mujoco-10min")
 crossq_widths = _runs_notes(lambda notes, full: notes.widths_table(full))
 pong_2026_11_24 = _runs_notes(lambda notes, full: notes.pong_table(full),
                               "benchmarks/results/atari/pong60-progress.jsonl")
+evaluator_duty = _runs_notes(lambda notes, full: notes.ab_table(full, "evaluator-duty"),
+                             "benchmarks/results/mujoco/evaluator-duty.jsonl")
+xla_ab_5min = _runs_notes(lambda notes, full: notes.ab_table(full, "xla-ab-5min"), XLA_AB)
+xla_ab_10min = _runs_notes(lambda notes, full: notes.ab_table(full, "xla-ab-10min"), XLA_AB)
 
 
 def cpu_share_runs_table() -> str:
@@ -273,7 +278,8 @@ BLOCKS = {"flags": flags_table, "headline": headline_table, "mujoco": mujoco_tab
           "scale-capacity": scale_capacity_table, "scale-board": scale_board_table,
           "scale-delivery": scale_delivery_table, "races": races_table, "cpu-share-runs": cpu_share_runs_table,
           "cpu-share-roles": cpu_share_roles_table, "mujoco-runs": mujoco_runs, "mujoco-10min": mujoco_10min,
-          "crossq-widths": crossq_widths, "pong-2026-11-24": pong_2026_11_24}
+          "crossq-widths": crossq_widths, "pong-2026-11-24": pong_2026_11_24, "evaluator-duty": evaluator_duty,
+          "xla-ab-5min": xla_ab_5min, "xla-ab-10min": xla_ab_10min}
 # block name -> what draws the figures it links (rewritten by ``docs``, not read by ``--check``)
 FIGURES = {"mujoco": mujoco_figures, "her": her_figures}
 MARKERS = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",

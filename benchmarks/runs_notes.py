@@ -5,6 +5,9 @@ prose around them holds no figure of its own (``python -m benchmarks docs`` writ
     <!-- generated: mujoco-10min -->       the 10-minute HalfCheetah-v5 runs
     <!-- generated: crossq-widths -->      CrossQ's two 15-minute Ant-v5 runs at two widths
     <!-- generated: pong-2026-11-24 -->    the Pong hour kept only as its run's progress file
+    <!-- generated: evaluator-duty -->     the A/B of ``--eval_every`` (``mujoco/evaluator-duty.jsonl``)
+    <!-- generated: xla-ab-5min -->        the 5-minute A/B of ``--learner_xla`` (``mujoco/xla-ab.jsonl``)
+    <!-- generated: xla-ab-10min -->       its 10-minute pair, in the same file
 
 A run is named by what identifies its record in ``benchmarks/results/mujoco/results.jsonl``: env,
 budget, side, algorithm, seed, commit and the flags typed. A name that matches no record, or
@@ -13,6 +16,7 @@ several, stops the generator: the prose would otherwise point at a run the file 
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import statistics
@@ -147,4 +151,56 @@ def pong_table(path: str) -> str:
     best = max(points, key=lambda p: p["return"])
     lines.append(f"| best | {best['return']:+.1f} | {best['env_steps'] / 1e3:,.0f}k | {best['updates'] / 1e3:,.1f}k "
                  f"| {best['wall_s']:,.0f} s |")
+    return "\n".join(lines)
+
+
+# An A/B of one sitting, in a file of its own: the budget its runs share, the sides as (row label,
+# flags typed), the first column's head, and the env steps at which to compare returns (None: none).
+AB = {
+    "evaluator-duty": {"minutes": 5.0, "head": "evaluation every", "at_steps": 60_000,
+                       "sides": [("1,000 env steps (default)", ()), ("5,000 env steps", ("--eval_every", "5000"))]},
+    "xla-ab-5min": {"minutes": 5.0, "head": "learner", "at_steps": None,
+                    "sides": [("plain (default)", ()), ("`--learner_xla`", ("--learner_xla",))]},
+    "xla-ab-10min": {"minutes": 10.0, "head": "learner", "at_steps": None,
+                     "sides": [("plain (default)", ()), ("`--learner_xla`", ("--learner_xla",))]},
+}
+
+
+def _return_at(rec: dict, steps: int) -> str:
+    """The first evaluation at or after ``steps`` env steps; "—" if the run ended before."""
+    curve = json.loads(rec["curve"]) if isinstance(rec["curve"], str) else rec["curve"]
+    return next((f"{p[1]:,.0f}" for p in curve if p[0] >= steps), "—")
+
+
+def _sitting(runs: list[dict], sides: list) -> str:
+    """The runs' commits, their span (the first's end less its budget to the last's end, UTC) and
+    their order by side (A the first side, B the second)."""
+    dates = [rec["date"] for rec in runs]
+    start = datetime.datetime.fromisoformat(dates[0]) - datetime.timedelta(minutes=runs[0]["minutes"])
+    order = " ".join("AB"[[flags for _, flags in sides].index(tuple(rec["flags"]))] for rec in runs)
+    return (f"{', '.join(sorted({rec['commit'] for rec in runs}))}, {dates[0][:10]} {start:%H:%M}–{dates[-1][11:16]} "
+            f"UTC, in the order {order}")
+
+
+def ab_table(path: str, name: str) -> str:
+    """The A/B ``AB[name]`` from its records in ``path``: each side's runs in the order run, their
+    updates and return at each mark (and at ``at_steps`` env steps), and B's updates over A's."""
+    ab = AB[name]
+    runs = sorted((rec for rec in harness.read_records(path) if float(rec["minutes"]) == ab["minutes"]),
+                  key=lambda rec: rec["date"])
+    marks = sorted(runs[0]["scores"], key=float)
+    by_side = [[rec for rec in runs if tuple(rec["flags"]) == flags] for _, flags in ab["sides"]]
+    heads = [f"updates at {m} min" for m in marks] + [f"return at {m} min" for m in marks]
+    heads += [f"return at {ab['at_steps'] / 1e3:,.0f}k env steps"] if ab["at_steps"] else []
+    lines = [f"{_sitting(runs, ab['sides'])}; each cell gives the side's runs in the order run.", "",
+             f"| {ab['head']} | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
+    for (label, _), recs in zip(ab["sides"], by_side, strict=True):
+        cells = [" / ".join(f"{rec['scores'][m]['updates'] / 1e3:,.1f}k" for rec in recs) for m in marks]
+        cells += [" / ".join(f"{rec['scores'][m]['return']:,.0f}" for rec in recs) for m in marks]
+        cells += [" / ".join(_return_at(rec, ab["at_steps"]) for rec in recs)] if ab["at_steps"] else []
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    gains = [sum(r["scores"][m]["updates"] for r in by_side[1]) / sum(r["scores"][m]["updates"] for r in by_side[0])
+             for m in marks]
+    lines += ["", "B's updates over A's, summed over each side's runs: "
+              + ", ".join(f"{g - 1:+.0%} at {m} min" for g, m in zip(gains, marks, strict=True)) + "."]
     return "\n".join(lines)
