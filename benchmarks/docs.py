@@ -256,6 +256,8 @@ evaluator_duty = _runs_notes(lambda notes, full: notes.ab_table(full, "evaluator
                              "benchmarks/results/mujoco/evaluator-duty.jsonl")
 xla_ab_5min = _runs_notes(lambda notes, full: notes.ab_table(full, "xla-ab-5min"), XLA_AB)
 xla_ab_10min = _runs_notes(lambda notes, full: notes.ab_table(full, "xla-ab-10min"), XLA_AB)
+normalization = _runs_notes(lambda notes, full: notes.normalization_table(full),
+                            "benchmarks/results/normalization/results.jsonl")
 
 
 def cpu_share_runs_table() -> str:
@@ -279,7 +281,8 @@ BLOCKS = {"flags": flags_table, "headline": headline_table, "mujoco": mujoco_tab
           "scale-delivery": scale_delivery_table, "races": races_table, "cpu-share-runs": cpu_share_runs_table,
           "cpu-share-roles": cpu_share_roles_table, "mujoco-runs": mujoco_runs, "mujoco-10min": mujoco_10min,
           "crossq-widths": crossq_widths, "pong-2026-11-24": pong_2026_11_24, "evaluator-duty": evaluator_duty,
-          "xla-ab-5min": xla_ab_5min, "xla-ab-10min": xla_ab_10min}
+          "xla-ab-5min": xla_ab_5min, "xla-ab-10min": xla_ab_10min,
+          "normalization": normalization}
 # block name -> what draws the figures it links (rewritten by ``docs``, not read by ``--check``)
 FIGURES = {"mujoco": mujoco_figures, "her": her_figures}
 MARKERS = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",

@@ -8,6 +8,7 @@ prose around them holds no figure of its own (``python -m benchmarks docs`` writ
     <!-- generated: evaluator-duty -->     the A/B of ``--eval_every`` (``mujoco/evaluator-duty.jsonl``)
     <!-- generated: xla-ab-5min -->        the 5-minute A/B of ``--learner_xla`` (``mujoco/xla-ab.jsonl``)
     <!-- generated: xla-ab-10min -->       its 10-minute pair, in the same file
+    <!-- generated: normalization -->      ``--normalize_obs`` against raw observations (docs/guide.md)
 
 A run is named by what identifies its record in ``benchmarks/results/mujoco/results.jsonl``: env,
 budget, side, algorithm, seed, commit and the flags typed. A name that matches no record, or
@@ -203,4 +204,31 @@ def ab_table(path: str, name: str) -> str:
              for m in marks]
     lines += ["", "B's updates over A's, summed over each side's runs: "
               + ", ".join(f"{g - 1:+.0%} at {m} min" for g, m in zip(gains, marks, strict=True)) + "."]
+    return "\n".join(lines)
+
+
+def _reached(rec: dict) -> tuple[str, str]:
+    """A run's env steps and seconds to its threshold, or where it ended without it."""
+    if rec["reached_env_steps"] is not None:
+        return f"{rec['reached_env_steps']:,}", f"{rec['reached_s']:.1f}"
+    curve = json.loads(rec["curve"]) if isinstance(rec["curve"], str) else rec["curve"]
+    return f"not reached (best {rec['best']:,.0f}, ended at {curve[-1][0]:,})", f"{curve[-1][2]:.1f} (the end)"
+
+
+def normalization_table(path: str) -> str:
+    """``--normalize_obs`` against raw observations (``normalization/results.jsonl``): per
+    configuration, each seed's env steps and seconds to the threshold, in seed order."""
+    groups: dict = {}
+    for rec in harness.read_records(path):
+        key = (rec["env"].split(":")[-1], rec["algo"], rec["threshold"], rec["runner"], rec["normalize_obs"],
+               rec["commit"])
+        groups.setdefault(key, []).append(rec)
+    lines = ["| env (threshold) | algo | runner | `--normalize_obs` | commit | seeds | env steps to it "
+             "| seconds to it |", "|---|---|---|---|---|---|---|---|"]
+    for (env, algo, threshold, runner, norm, commit), recs in groups.items():
+        recs.sort(key=lambda rec: rec["seed"])
+        reached = [_reached(rec) for rec in recs]
+        lines.append(f"| {env} ({threshold:g}) | {algo} | {runner} | {'on' if norm else 'off'} | {commit} "
+                     f"| {', '.join(str(rec['seed']) for rec in recs)} | {' / '.join(r[0] for r in reached)} "
+                     f"| {' / '.join(r[1] for r in reached)} |")
     return "\n".join(lines)
