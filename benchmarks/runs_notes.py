@@ -9,6 +9,7 @@ prose around them holds no figure of its own (``python -m benchmarks docs`` writ
     <!-- generated: xla-ab-5min -->        the 5-minute A/B of ``--learner_xla`` (``mujoco/xla-ab.jsonl``)
     <!-- generated: xla-ab-10min -->       its 10-minute pair, in the same file
     <!-- generated: normalization -->      ``--normalize_obs`` against raw observations (docs/guide.md)
+    <!-- generated: parity-lunar-seconds --> each LunarLander parity run's seconds (docs/parity.md)
 
 A run is named by what identifies its record in ``benchmarks/results/mujoco/results.jsonl``: env,
 budget, side, algorithm, seed, commit and the flags typed. A name that matches no record, or
@@ -152,6 +153,9 @@ def pong_table(path: str) -> str:
     best = max(points, key=lambda p: p["return"])
     lines.append(f"| best | {best['return']:+.1f} | {best['env_steps'] / 1e3:,.0f}k | {best['updates'] / 1e3:,.1f}k "
                  f"| {best['wall_s']:,.0f} s |")
+    last = points[-1]
+    lines += ["", f"Over the run, to its last evaluation: {last['updates'] / last['wall_s']:,.0f} updates/s and "
+              f"{last['env_steps'] / last['wall_s']:,.0f} env steps/s."]
     return "\n".join(lines)
 
 
@@ -232,3 +236,14 @@ def normalization_table(path: str) -> str:
                      f"| {', '.join(str(rec['seed']) for rec in recs)} | {' / '.join(r[0] for r in reached)} "
                      f"| {' / '.join(r[1] for r in reached)} |")
     return "\n".join(lines)
+
+
+def parity_seconds(path: str, task: str) -> str:
+    """How long each run of ``task`` in ``parity.json`` took, process start to end, per variant in
+    seed order: what a seed costs on each side."""
+    variants = {name: sorted(runs, key=lambda run: run["seed"])
+                for name, runs in json.load(open(path))[task]["variants"].items()}
+    parts = [name + " " + " / ".join(f"{run['process_s']:,.0f}" for run in runs) + " s"
+             for name, runs in variants.items()]
+    seeds = ", ".join(str(run["seed"]) for run in next(iter(variants.values())))
+    return f"Each {task} run's seconds from process start to its end, seeds {seeds}: " + "; ".join(parts) + "."
