@@ -260,6 +260,8 @@ normalization = _runs_notes(lambda notes, full: notes.normalization_table(full),
                             "benchmarks/results/normalization/results.jsonl")
 parity_lunar_seconds = _runs_notes(lambda notes, full: notes.parity_seconds(full, "sac-lunar"),
                                    "benchmarks/results/parity/parity.json")
+scale_board_roles = _runs_notes(lambda notes, full: notes.board_roles(full, ("pulls", "board", "board, again")),
+                                "benchmarks/results/scale/board.json")
 
 
 def cpu_share_runs_table() -> str:
@@ -284,7 +286,8 @@ BLOCKS = {"flags": flags_table, "headline": headline_table, "mujoco": mujoco_tab
           "cpu-share-roles": cpu_share_roles_table, "mujoco-runs": mujoco_runs, "mujoco-10min": mujoco_10min,
           "crossq-widths": crossq_widths, "pong-2026-11-24": pong_2026_11_24, "evaluator-duty": evaluator_duty,
           "xla-ab-5min": xla_ab_5min, "xla-ab-10min": xla_ab_10min,
-          "normalization": normalization, "parity-lunar-seconds": parity_lunar_seconds}
+          "normalization": normalization, "parity-lunar-seconds": parity_lunar_seconds,
+          "scale-board-roles": scale_board_roles}
 # block name -> what draws the figures it links (rewritten by ``docs``, not read by ``--check``)
 FIGURES = {"mujoco": mujoco_figures, "her": her_figures}
 MARKERS = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)",

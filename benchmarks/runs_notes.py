@@ -10,6 +10,7 @@ prose around them holds no figure of its own (``python -m benchmarks docs`` writ
     <!-- generated: xla-ab-10min -->       its 10-minute pair, in the same file
     <!-- generated: normalization -->      ``--normalize_obs`` against raw observations (docs/guide.md)
     <!-- generated: parity-lunar-seconds --> each LunarLander parity run's seconds (docs/parity.md)
+    <!-- generated: scale-board-roles -->   the CPU per role of the board runs' 32- and 64-worker rows (docs/scaling.md)
 
 A run is named by what identifies its record in ``benchmarks/results/mujoco/results.jsonl``: env,
 budget, side, algorithm, seed, commit and the flags typed. A name that matches no record, or
@@ -247,3 +248,17 @@ def parity_seconds(path: str, task: str) -> str:
              for name, runs in variants.items()]
     seeds = ", ".join(str(run["seed"]) for run in next(iter(variants.values())))
     return f"Each {task} run's seconds from process start to its end, seeds {seeds}: " + "; ".join(parts) + "."
+
+
+def board_roles(path: str, runs: tuple[str, ...]) -> str:
+    """The CPU (% of one core) of each role in ``runs`` of ``scale/board.json``, and the bare
+    loop's before and after dsac's windows: where the two cores went."""
+    board = json.load(open(path))
+    lines = []
+    for name in runs:
+        for r in board[name]["collection"]:
+            bare = " and ".join(f"{cpu:.0f}%" for _, cpu in r["bare_before_after"])
+            lines.append(f"- {name}, {r['workers']} workers on {r['nodes']} node(s): bare loop {bare} (before, after); "
+                         + ", ".join(f"{role} ×{u['processes']} {u['cpu_percent']:.0f}%"
+                                     for role, u in r["roles"].items()) + ".")
+    return "\n".join(lines)
