@@ -115,4 +115,4 @@ def test_an_entry_of_the_defaults_sets_nothing_and_names_its_runs(caplog):
     assert config.run.preset == "HalfCheetah-v5"
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("preset HalfCheetah-v5")]
     assert len(logged) == 1 and "no flag (its settings are the defaults)" in logged[0]
-    assert "benchmarks/results/mujoco/results.jsonl at 5ebde17, b6bb750, seeds 0, 1, 2" in logged[0]
+    assert "benchmarks/results/mujoco/results.jsonl at 74bc94b, seeds 0, 1, 2" in logged[0]
