@@ -14,7 +14,7 @@ from conftest import REPO_ROOT
 from dsac.cli import build_parser
 from dsac.config import SECTION_OF, Config
 from dsac.errors import DsacError
-from dsac.settings.presets import PRESET_SECTIONS, env_name, presets
+from dsac.settings.presets import PRESET_SECTIONS, env_name, presets, record_commits
 
 ENTRIES = [(env, algo, entry) for env, algos in presets().items() for algo, entry in algos.items()]
 
@@ -38,7 +38,7 @@ def test_every_preset_names_the_runs_that_chose_it_and_they_ran_with_it(env, alg
 
     # The runs of those commits on the env with the entry's settings (a sitting may also hold
     # runs of other candidates): exactly the seeds named, each whole, at the budget named.
-    commits = record["commit"] if isinstance(record["commit"], list) else [record["commit"]]
+    commits = record_commits(record)
     runs = [row for row in rows if row.get("side") == "dsac" and row.get("commit") in commits
             and env_name(row.get("env")) == env and row.get("algo", "sac") == algo and ran_with_it(row)]
     assert sorted(row["seed"] for row in runs) == sorted(record["seeds"]), (env, algo, record)

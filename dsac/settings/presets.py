@@ -58,6 +58,11 @@ def preset_for(values: dict, default_env: str, default_algo: str) -> tuple[str, 
     return name, entry
 
 
+def record_commits(record: dict) -> list[str]:
+    """The commits an entry's record names (one, or a list)."""
+    return record["commit"] if isinstance(record["commit"], list) else [record["commit"]]
+
+
 def apply_preset(values: dict, default_env: str, default_algo: str) -> dict:
     """``values`` with the flags its preset sets and it does not give, and ``preset`` naming
     the preset used (what a run's config.json then records); logs what it set and why."""
@@ -68,9 +73,8 @@ def apply_preset(values: dict, default_env: str, default_algo: str) -> dict:
     applied = {flag: value for flag, value in entry["set"].items() if flag not in values}
     if applied or not entry["set"]:  # an entry that sets nothing names the runs of the defaults
         record = entry["record"]
-        commits = record["commit"] if isinstance(record["commit"], list) else [record["commit"]]
         log.info("preset %s (dsac/settings/presets.yaml): %s; chosen from %s at %s, seeds %s: %s. "
                  "A flag overrides it; --preset none turns it off", name,
                  flags_as_typed(applied) if applied else "no flag (its settings are the defaults)",
-                 record["file"], ", ".join(commits), ", ".join(map(str, record["seeds"])), entry["why"])
+                 record["file"], ", ".join(record_commits(record)), ", ".join(map(str, record["seeds"])), entry["why"])
     return {**values, **applied, "preset": name}
