@@ -167,16 +167,19 @@ def test_a_run_ships_only_the_custom_model_it_names():
         Config.from_dict({"env": "Pendulum-v1", "custom_model": "test_config_linea"}).validate()
 
 
-@pytest.mark.parametrize("flags, xla, batches", [
-    ({}, False, 16),  # SAC's default budget, 20,000 env steps: the compile would not pay back
-    ({"total_env_steps": 100_000}, True, 32),
-    ({"total_env_steps": 1_000_000, "learner_xla": False, "batches_per_sample": 8}, False, 8),  # flags win
-    ({"total_env_steps": 1_000_000, "algo": "dqn"}, False, 16),  # only SAC's long runs
-    ({"total_env_steps": 1_000, "algo": "crossq"}, True, 16),  # CrossQ's XLA default, whatever the budget
+@pytest.mark.parametrize("flags, xla, batches, every", [
+    ({}, False, 16, 1_000),  # SAC's default budget, 20,000 env steps: the compile would not pay back
+    ({"total_env_steps": 100_000}, True, 32, 10_000),
+    ({"total_env_steps": 1_000_000, "learner_xla": False, "batches_per_sample": 8, "eval_every": 2_000},
+     False, 8, 2_000),  # flags win
+    ({"total_env_steps": 1_000_000, "algo": "dqn"}, False, 16, 1_000),  # only SAC's and CrossQ's long runs
+    ({"total_env_steps": 1_000, "algo": "crossq"}, True, 16, 1_000),  # CrossQ's XLA default, whatever the budget
+    ({"total_env_steps": 1_000_000, "algo": "crossq"}, True, 16, 10_000),
 ])
-def test_sac_compiles_its_update_with_xla_and_samples_more_batches_a_call_only_in_a_long_run(flags, xla, batches):
+def test_long_runs_compile_with_xla_sample_more_batches_a_call_and_evaluate_less_often(flags, xla, batches, every):
     config = Config.from_dict({"env": "Pendulum-v1", **flags}).validate().resolved()
-    assert (config.resources.learner_xla, config.flow.batches_per_sample) == (xla, batches)
+    assert (config.resources.learner_xla, config.flow.batches_per_sample, config.output.eval_every) == (
+        xla, batches, every)
 
 
 def test_a_long_sac_run_on_large_images_keeps_the_plain_update():

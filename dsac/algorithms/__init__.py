@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 # A run of at least this many env steps takes its algorithm's long_run_defaults: minutes of
 # training, against which a start-up cost of seconds is small.
 LONG_RUN_ENV_STEPS = 100_000
+# How a long run of a built-in continuous-control algorithm evaluates: SB3's and rl-zoo's
+# cadence, so its curve and its best evaluation compare with theirs point for point.
+LONG_RUN_EVALUATION = {"eval_every": 10_000}
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from dsac.algorithms import Algorithm
+from dsac.algorithms import LONG_RUN_EVALUATION, Algorithm
 from dsac.algorithms.crossq.policy import CrossQPolicy
 from dsac.algorithms.sac import check_spaces as check_sac_spaces
 from dsac.envs.make import is_flat_box
@@ -38,6 +38,7 @@ ALGORITHM = Algorithm(
         "total_env_steps": 20_000, "fcnet_hiddens": [128, 128], "critic_hiddens": [128, 128],
         "eval_every": 1_000, "eval_episodes": 10,
     },
+    long_run_defaults=LONG_RUN_EVALUATION,
     check_spaces=check_spaces,
     model_keys=(),
 )
