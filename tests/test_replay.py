@@ -57,6 +57,27 @@ def test_sample_shapes_and_consistency():
     assert counts.min() > 100  # uniform: ~200 draws of each of the 40
 
 
+def test_wide_float_observations_are_stored_as_the_float32_the_networks_read():
+    """MuJoCo's float64 observations are kept as float32 (half the replay's gathers and sample
+    bytes); the networks read float32 (``ObsInput.input_dtype``), so a sample equals the cast of
+    what was added. Other dtypes are kept as they come."""
+    from dsac.models.vision import ObsInput
+
+    specs = field_specs((3,), np.float64, (1,), np.float32)
+    assert specs["obs"][1] == specs["next_obs"][1] == np.float32
+    assert ObsInput((3,), "float64").input_dtype == "float32"
+    assert field_specs((3,), np.uint8, (1,), np.float32)["obs"][1] == np.uint8
+    assert field_specs((3,), np.int64, (1,), np.float32)["obs"][1] == np.int64
+    storage = ReplayStorage(specs, capacity=8)
+    added = {**chunk(0, 8), "obs": np.random.default_rng(0).normal(size=(8, 3)) * 1e3}
+    storage.add(added)
+    sampled = storage.sample(4, 2).batches
+    assert sampled["obs"].dtype == np.float32
+    rows = sampled["reward"].astype(int)  # each transition's index
+    np.testing.assert_array_equal(sampled["obs"], added["obs"][rows].astype(np.float32))
+    assert storage_bytes(100, specs) == 100 * 4 * (3 + 1 + 1 + 3 + 1 + 1)
+
+
 def test_rate_limiter_keeps_the_ratio():
     limiter = RateLimiter(updates_per_step=0.5, learning_starts=100, max_steps_ahead=50)
     assert not limiter.can_sample(inserted=99, sampled=0, num_batches=4)

@@ -27,12 +27,21 @@ from dsac.runtime.messages import Chunk, SampledBatches
 FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "discount")
 
 
+def stored_dtype(obs_dtype) -> np.dtype:
+    """How observations of ``obs_dtype`` are stored: floats wider than 32 bits (MuJoCo's float64)
+    as float32, which is what every network reads (``ObsInput.input_dtype``), so the replay's
+    gathers and the sample calls' bytes halve and nothing the learner sees changes; the rest as
+    they come."""
+    dtype = np.dtype(obs_dtype)
+    return np.dtype(np.float32) if dtype.kind == "f" and dtype.itemsize > 4 else dtype
+
+
 def field_specs(obs_shape, obs_dtype, action_shape, action_dtype,
                 frames: FrameLayout | None = None) -> dict[str, tuple[tuple, np.dtype]]:
     """Shape (per transition) and dtype of each stored field. With ``frames`` (image
     observations, see :mod:`dsac.replay.frames`) ``obs`` and ``next_obs`` are stored as the serials of
     their frames."""
-    obs = ((frames.stack,), np.dtype(np.int64)) if frames else (tuple(obs_shape), np.dtype(obs_dtype))
+    obs = ((frames.stack,), np.dtype(np.int64)) if frames else (tuple(obs_shape), stored_dtype(obs_dtype))
     return {
         "obs": obs,
         "action": (tuple(action_shape), np.dtype(action_dtype)),
