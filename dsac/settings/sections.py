@@ -328,7 +328,9 @@ class FlowSettings:
 class OutputSettings:
     """Evaluation, the run directory and what is written into it, the console, trackers."""
 
-    eval_every: int | None = setting(None, "evaluate every this many env steps (algorithm default)")
+    eval_every: int | None = setting(
+        None, "evaluate every this many env steps (algorithm default; sac and crossq 10,000 in runs of 100,000 "
+        "env steps or more, as SB3 and rl-zoo evaluate)")
     eval_episodes: int | None = setting(None, "deterministic episodes per evaluation (algorithm default)")
     eval_cpu_share: float = setting(
         0.1, "most of the run's CPUs (their number x the wall time) evaluations during training may use: one that "
