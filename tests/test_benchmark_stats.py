@@ -49,9 +49,11 @@ def test_summaries_leave_out_missing_values_and_give_an_interval_only_from_five_
 
 
 def record(side="dsac", seed=0, final=1000.0, best=None, algo=None, flags=(), commit="aaa",
-           date="2026-11-27T01:00:00+00:00", pace=None, env="Walker2d-v5"):
-    """A result record as ``mujoco.run`` writes it (old ones: no ``algo``, no pace)."""
-    curve = [[5_000, final / 2, 100.0, 4_000], [60_000, final, 905.0, 59_000]]
+           date="2026-11-27T01:00:00+00:00", pace=None, env="Walker2d-v5", every=10_000):
+    """A result record as ``mujoco.run`` writes it (old ones: no ``algo``, no pace), evaluated
+    every ``every`` env steps up to 60,000, the last evaluation its final score."""
+    steps = range(every, 60_001, every)
+    curve = [[n, final * n / 60_000, 905.0 * n / 60_000, n - 1_000] for n in steps]
     rec = {"suite": "mujoco", "env": env, "side": side, "seed": seed, "minutes": 15.0, "flags": list(flags),
            "command": f"{side} {algo} {seed}", "commit": commit, "date": date,
            "scores": {"5": {"return": final / 2, "env_steps": 5_000}, "15": {"return": final, "env_steps": 60_000}},
@@ -73,6 +75,10 @@ def test_rows_are_labelled_by_side_and_algorithm_old_records_as_sac():
 def write(path, records):
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return str(path)
+
+
+# The line above the table of runs.
+RUNS_HEADER = "(every 1,000 as far as its evaluator's CPU budget allowed)."
 
 
 def table_rows(text, header):
@@ -99,12 +105,12 @@ def test_report_groups_seeds_with_statistics_and_pace(tmp_path):
     assert groups[("15 min", "dsac sac")][3:9] == ["1 (0)", "1,000 (n=1)", "runs: 1,000", "1,000 (n=1)",
                                                    "runs: 1,000", "—"]  # an old record: SAC's, no pace anywhere
     assert groups[("15 min", "sb3 sac")][8] == "228"  # its sitting's pace, from pace.jsonl
-    runs = table_rows(text, "the SB3 sides evaluate every 10,000.")
+    runs = table_rows(text, RUNS_HEADER)
     assert runs[("15 min, seed 1", "dsac crossq")][-2] == "380"
     assert runs[("15 min, seed 0", "dsac sac")][-2] == "—"
-    # a best evaluation for dsac's runs only: SB3 evaluates a tenth as often
-    assert runs[("15 min, seed 0", "dsac sac")][5] == "1,000" and runs[("15 min, seed 0", "sb3 sac")][5] == "—"
-    assert groups[("15 min", "sb3 sac")][6:8] == ["—", "—"]
+    # a best evaluation where the run evaluated as often as the SB3 sides (every 10,000), on every side
+    assert runs[("15 min, seed 0", "dsac sac")][5] == "1,000" and runs[("15 min, seed 0", "sb3 sac")][5] == "1,000"
+    assert groups[("15 min", "sb3 sac")][6:8] == ["1,000 (n=1)", "runs: 1,000"]
     # Each dsac algorithm is timed against its own peer, within one sitting only.
     assert "(sb3-contrib: 900 at 905 s)" in runs[("15 min, seed 0", "dsac crossq")][-4]
     assert "SB3 ran in another sitting" in runs[("15 min, seed 0", "dsac sac")][-4]
@@ -154,12 +160,25 @@ def test_runs_group_by_the_settings_they_ran_not_the_flags_they_typed(tmp_path):
     ant = write(tmp_path / "ant.jsonl", [*runs, record(env="Ant-v5", final=700.0, commit="c1") | {
         "settings": {**plain, "preset": "Ant-v5"}}])
     assert "| Ant-v5 | 15 min | dsac sac [learner_xla False] | 1 (0) |" in mujoco.report(ant)
-    rows = table_rows(mujoco.report(path), "the SB3 sides evaluate every 10,000.")
+    rows = table_rows(mujoco.report(path), RUNS_HEADER)
     assert ("15 min, seed 1", "dsac sac [learner_xla False] (typed: dsac sac --learner_xla false, at c2)") in rows
     (tmp_path / "settings.jsonl").unlink()  # the old record's settings unknown: a row of its own
     groups = table_rows(mujoco.report(path), "Over runs")
     assert groups[("15 min", "dsac sac [settings unknown]")][3] == "1 (2)"
     assert groups[("15 min", "dsac sac [learner_xla False]")][3] == "2 (0, 1)"
+
+
+def test_a_best_evaluation_only_for_runs_that_evaluated_as_often_as_the_peers(tmp_path):
+    """A maximum over evaluations grows with their number: dsac's runs that evaluated every
+    1,000 env steps show no best beside SB3's every 10,000; a run's cadence is read from its
+    curve (the evaluator's budget can thin what the flag asked for), within 10%."""
+    runs = [record(seed=0, best=1500.0, every=1_000), record(seed=1, best=1600.0, every=10_000),
+            record(seed=2, best=1700.0, every=9_000), record(side="sb3", best=1200.0)]
+    assert [mujoco.evaluates_every(r) for r in runs] == [1_000, 10_000, 9_000, 10_000]
+    assert [mujoco.best_of(r) for r in runs] == [None, 1600.0, 1700.0, 1200.0]
+    assert mujoco.evaluates_every(record() | {"curve": [[5_000, 1.0, 1.0, 1]]}) is None
+    rows = table_rows(mujoco.report(write(tmp_path / "results.jsonl", runs)), RUNS_HEADER)
+    assert [rows[(f"15 min, seed {s}", "dsac sac")][5] for s in (0, 1, 2)] == ["—", "1,600", "1,700"]
 
 
 def test_an_aggregate_pools_normalized_scores_over_envs_with_a_stratified_interval(tmp_path):
