@@ -315,7 +315,8 @@ def runs_table(latest: dict, paces: dict) -> list[str]:
             s = rec["scores"].get(f"{m:g}")
             cells.append(f"{s['return']:,.0f} ({s['env_steps'] / 1000:,.0f}k)" if s else "—")
         budget, zoo = SUITE.get(env, (None, None))
-        best = "—" if best_of(rec) is None else f"{best_of(rec):,.0f}"
+        best = best_of(rec)
+        best = "—" if best is None else f"{best:,.0f}"
         error = f" ({rec['error']})" if rec.get("error") else ""
         typed = f" (typed: {label_of(rec)}, at {rec['commit']})" if rec.get("same_as") else ""
         lines.append(f"| {env} | {minutes:g} min, seed {seed} | {label}{typed}{error} | " + " | ".join(cells)
