@@ -50,9 +50,9 @@ ALGORITHM = Algorithm(
     },
     # XLA's compile costs seconds at start and pays them back only over a long run; 32 batches
     # per sample call halve the calls of the replay and of the learner's compiled update loop,
-    # whose cost is per call; an evaluation every 10,000 env steps (SB3's and rl-zoo's cadence)
-    # leaves the CPU an evaluation every 1,000 took, which its budget throttled to one every
-    # 1,000-5,000 on MuJoCo anyway (docs/benchmarks.md, "Where a run's CPU goes").
+    # whose cost is per call; evaluating at SB3's and rl-zoo's cadence (LONG_RUN_EVALUATION)
+    # gives the learner the CPU that frequent evaluations took, and which the evaluator's budget
+    # thinned to an uneven cadence anyway (docs/benchmarks.md, "Where a run's CPU goes").
     long_run_defaults={"learner_xla": True, "batches_per_sample": 32, **LONG_RUN_EVALUATION},
     check_spaces=check_spaces,
 )
